@@ -1,0 +1,24 @@
+"""The closed vocabulary of features an adapter declares.
+
+A case that needs a feature the engine lacks is reported NOT_SUPPORTED, never PASS.
+"""
+
+from enum import Enum
+
+
+class Feature(str, Enum):
+    SNAPSHOT = "snapshot"  # white-box introspection (owners, counts, tree)
+    HOST_TIER = "host_tier"  # a host tier with writeback / loadback transfers
+    L3_STORE = "l3_store"
+    MAMBA = "mamba"
+    SLIDING_WINDOW = "sliding_window"
+    NAMESPACES = "namespaces"  # adapter / salt namespaces as a key part
+    KV_EVENTS = "kv_events"
+    LOCK_HANDLES = "lock_handles"  # unlock names the lock it releases, so imbalance is detectable
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_features(names: list[str]) -> frozenset[Feature]:
+    return frozenset(Feature(n) for n in names)

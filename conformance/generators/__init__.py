@@ -1,0 +1,1 @@
+"""Trace generators: Hypothesis stateful machines that write traces while they drive an engine."""

@@ -1,0 +1,214 @@
+"""A Hypothesis stateful generator of cache-level traces that runs against any adapter.
+
+Each rule appends one trace step and plays it through the driver, so every oracle judges every
+step as it happens; Hypothesis shrinks a failing run to a short trace, which the holder keeps.
+Tokens come from a tiny alphabet so prompts share prefixes and diverge mid-node often; pools are
+small so eviction, declined transfers and allocation failures are common.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from conformance.cache_driver import CacheDriver
+from conformance.engine_config import EngineConfig
+from conformance.oracles.determinism import DeterminismOracle
+from conformance.protocol import CacheEngine
+from conformance.trace import (
+    AckStep,
+    EvictStep,
+    Expect,
+    ExtendStep,
+    InsertStep,
+    LoadbackStep,
+    MatchStep,
+    Step,
+    Trace,
+    UnlockStep,
+    WritebackStep,
+)
+from reference.tiers import Tier
+
+EngineFactory = Callable[[EngineConfig], CacheEngine]
+
+
+@dataclass
+class TraceHolder:
+    """Keeps the most recent trace: after a failure Hypothesis replays the shrunk one last."""
+
+    last: Trace | None = None
+    examples: int = 0
+    steps: int = 0
+    seen_ops: dict[str, int] = field(default_factory=dict)
+
+
+def _pages(page_size: int, alphabet: int, max_pages: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(
+        st.lists(st.integers(0, alphabet - 1), min_size=page_size, max_size=page_size),
+        min_size=1,
+        max_size=max_pages,
+    ).map(lambda ps: [t for p in ps for t in p])
+
+
+def cache_machine(
+    factory: EngineFactory,
+    config: EngineConfig,
+    holder: TraceHolder | None = None,
+    *,
+    namespaces: int = 2,
+    alphabet: int = 3,
+    max_pages: int = 6,
+    determinism: bool = True,
+) -> type[RuleBasedStateMachine]:
+    """Build a state machine class bound to one engine factory and config."""
+    p = config.page_size
+    holder = holder if holder is not None else TraceHolder()
+    whole = _pages(p, alphabet, max_pages)
+    query = st.tuples(whole, st.lists(st.integers(0, alphabet - 1), max_size=p - 1)).map(
+        lambda t: t[0] + t[1]
+    )
+    ns = st.integers(0, namespaces - 1)
+    pick = st.integers(0, 1 << 16)
+
+    class CacheTraceMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.engine = factory(config)
+            self.driver = CacheDriver(self.engine, config)
+            self.trace = Trace(config=config, name="fuzz")
+            self.live: dict[Tier, list[int]] = {Tier.DEVICE: [], Tier.HOST: []}
+            self.released: list[int] = []
+            self.later: list[int] = []
+            self.prompts: list[tuple[int, list[int]]] = []  # what was inserted, to aim matches at
+            holder.last = self.trace
+            holder.examples += 1
+
+        def _do(self, step: Step) -> dict:
+            self.trace.steps.append(step)
+            holder.steps += 1
+            holder.seen_ops[step.op] = holder.seen_ops.get(step.op, 0) + 1
+            out = self.driver.step(len(self.trace.steps) - 1, step)
+            if out.get("started"):
+                holder.seen_ops[f"{step.op}:started"] = holder.seen_ops.get(f"{step.op}:started", 0) + 1
+            return out
+
+        @rule(ns=ns, tokens=query, lock=st.sampled_from([None, Tier.DEVICE, Tier.HOST]))
+        def match(self, ns: int, tokens: list[int], lock: Tier | None) -> None:
+            self._do(MatchStep(ns=ns, tokens=tokens, lock=lock))
+            if lock is not None:
+                self.live[lock].append(len(self.trace.steps) - 1)
+
+        @precondition(lambda self: self.prompts)
+        @rule(k=pick, cut=st.integers(1, max_pages), other_ns=st.booleans(),
+              lock=st.sampled_from([None, Tier.DEVICE, Tier.HOST]))
+        def match_known(self, k: int, cut: int, other_ns: bool, lock: Tier | None) -> None:
+            """Match a prefix of an earlier prompt, in its namespace or (rarely) another."""
+            n, tokens = self.prompts[k % len(self.prompts)]
+            n = (n + 1) % namespaces if other_ns and namespaces > 1 else n
+            self.match(n, tokens[: cut * p], lock)
+
+        @rule(ns=ns, tokens=whole)
+        def insert(self, ns: int, tokens: list[int]) -> None:
+            self.prompts.append((ns, tokens))
+            self._do(InsertStep(ns=ns, tokens=tokens))
+
+        @rule(ns=ns, tokens=whole)
+        def extend(self, ns: int, tokens: list[int]) -> None:
+            self.prompts.append((ns, tokens))
+            self._do(ExtendStep(ns=ns, tokens=tokens))
+
+        @precondition(lambda self: self.prompts)
+        @rule(k=pick, cut=st.integers(0, max_pages), suffix=whole)
+        def extend_known(self, k: int, cut: int, suffix: list[int]) -> None:
+            """A new request sharing a prefix with an earlier one: reuse plus fresh pages."""
+            n, tokens = self.prompts[k % len(self.prompts)]
+            self.extend(n, tokens[: cut * p] + suffix)
+
+        @precondition(lambda self: self.live[Tier.DEVICE] or self.live[Tier.HOST])
+        @rule(k=pick)
+        def unlock(self, k: int) -> None:
+            locks = self.live[Tier.DEVICE] + self.live[Tier.HOST]
+            self._release(locks[k % len(locks)])
+
+        @precondition(lambda self: self.released)
+        @rule(k=pick)
+        def unlock_again(self, k: int) -> None:
+            ref = self.released[k % len(self.released)]
+            self._do(UnlockStep(step=ref, expect=Expect(rejected=True)))
+
+        def _release(self, ref: int) -> None:
+            for lst in self.live.values():
+                if ref in lst:
+                    lst.remove(ref)
+            self.released.append(ref)
+            self._do(UnlockStep(step=ref))
+
+        @precondition(lambda self: self.prompts)
+        @rule(k=pick, later=st.booleans())
+        def offload(self, k: int, later: bool) -> None:
+            """Lock a known prompt on device, write it back to host, let go of the lock."""
+            n, tokens = self.prompts[k % len(self.prompts)]
+            ref = len(self.trace.steps)
+            self.match(n, tokens, Tier.DEVICE)
+            self._transfer(WritebackStep, Tier.DEVICE, len(self.live[Tier.DEVICE]) - 1, later, True)
+            self._release(ref)
+
+        @precondition(lambda self: self.prompts)
+        @rule(k=pick, later=st.booleans(), offload=st.booleans())
+        def reload(self, k: int, later: bool, offload: bool) -> None:
+            """Lock a known prompt on host and load it back, after a round trip if asked:
+            written back, then pushed off the device by pressure."""
+            n, tokens = self.prompts[k % len(self.prompts)]
+            if offload:
+                self.offload(k, False)
+                self.evict(Tier.DEVICE, config.device_pages)
+            self.match(n, tokens, Tier.HOST)
+            self._transfer(LoadbackStep, Tier.HOST, len(self.live[Tier.HOST]) - 1, later, True)
+
+        @rule(tier=st.sampled_from([Tier.DEVICE, Tier.HOST]), pages=st.integers(0, 4))
+        def evict(self, tier: Tier, pages: int) -> None:
+            self._do(EvictStep(tier=tier, pages=pages))
+
+        def _transfer(self, cls, tier: Tier, k: int, later: bool, success: bool) -> None:
+            ref = self.live[tier][k % len(self.live[tier])]
+            out = self._do(cls(step=ref, ack="later" if later else "now", success=success))
+            if later and out["started"]:
+                self.later.append(len(self.trace.steps) - 1)
+
+        @precondition(lambda self: self.live[Tier.DEVICE])
+        @rule(k=pick, later=st.booleans(), success=st.sampled_from([True, True, True, False]))
+        def writeback(self, k: int, later: bool, success: bool) -> None:
+            self._transfer(WritebackStep, Tier.DEVICE, k, later, success)
+
+        @precondition(lambda self: self.live[Tier.HOST])
+        @rule(k=pick, later=st.booleans(), success=st.sampled_from([True, True, True, False]))
+        def loadback(self, k: int, later: bool, success: bool) -> None:
+            self._transfer(LoadbackStep, Tier.HOST, k, later, success)
+
+        @precondition(lambda self: self.later)
+        @rule(k=pick, success=st.sampled_from([True, True, True, False]))
+        def ack(self, k: int, success: bool) -> None:
+            ref = self.later.pop(k % len(self.later))
+            self._do(AckStep(step=ref, success=success))
+
+        @invariant()
+        def recorded(self) -> None:
+            # Every step is judged as it runs; this keeps the trace the holder reports current.
+            holder.last = self.trace
+
+        def teardown(self) -> None:
+            if not self.trace.steps:
+                return
+            self.driver.drain()
+            if determinism:
+                again = CacheDriver(factory(config), config, oracles=())
+                for i, s in enumerate(self.trace.steps):
+                    again.step(i, s)
+                DeterminismOracle().compare(self.driver.log, again.log)
+
+    CacheTraceMachine.__name__ = f"CacheTraceMachine[{getattr(factory, 'name', 'engine')}]"
+    return CacheTraceMachine

@@ -1,0 +1,25 @@
+"""All oracles, each citing the behaviours it checks (see ``kvconf spec audit``)."""
+
+from conformance.oracles.base import Ctx, Oracle, Violation
+from conformance.oracles.content import ContentOracle
+from conformance.oracles.determinism import DeterminismOracle
+from conformance.oracles.eviction import EvictionOracle
+from conformance.oracles.events import EventOracle
+from conformance.oracles.faults import FaultOracle
+from conformance.oracles.matching import MatchOracle
+from conformance.oracles.ownership import OwnershipOracle
+from conformance.oracles.pinning import PinOracle
+
+# Oracles the driver runs on every step, in this order.
+STEP_ORACLES: tuple[type[Oracle], ...] = (
+    ContentOracle,
+    MatchOracle,
+    PinOracle,
+    OwnershipOracle,
+    EvictionOracle,
+    EventOracle,
+    FaultOracle,
+)
+ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, DeterminismOracle)
+
+__all__ = ["ALL_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

@@ -1,0 +1,85 @@
+"""Oracle base: an oracle watches the driver's calls and raises a Violation citing behaviours.
+
+Oracles are stateful per run (one instance per driver). White-box oracles read the engine's
+snapshot and are skipped for engines that do not declare ``snapshot``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from conformance.features import Feature
+from conformance.ledger import Ledger
+from conformance.protocol import CacheEngine, CopyOp, Inserted, Match
+from reference.kv_events import KVEvent
+from reference.snapshot import CacheSnapshot
+from reference.tiers import Tier
+
+
+class Violation(Exception):
+    """A broken rule: the oracle, the behaviour IDs, and what was seen."""
+
+    def __init__(self, oracle: str, behaviours: Sequence[str], message: str) -> None:
+        super().__init__(f"[{oracle}] {', '.join(behaviours)}: {message}")
+        self.oracle = oracle
+        self.behaviours = tuple(behaviours)
+        self.message = message
+        self.step: int | None = None
+
+
+@dataclass
+class Ctx:
+    """Where the driver is: the step, the engine, the kit's ledger and the step's snapshots."""
+
+    index: int
+    op: str
+    engine: CacheEngine
+    ledger: Ledger
+    before: CacheSnapshot | None = None
+    after: CacheSnapshot | None = None
+    mid: CacheSnapshot | None = None  # after a locking match's match, before its lock
+    events: list[KVEvent] = field(default_factory=list)
+    acks: list[tuple[CopyOp, bool]] = field(default_factory=list)
+
+
+class Oracle:
+    name: ClassVar[str] = "oracle"
+    behaviours: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[frozenset[Feature]] = frozenset()
+
+    @classmethod
+    def applies(cls, engine: CacheEngine) -> bool:
+        return cls.needs <= engine.features
+
+    def fail(self, behaviour: str | Sequence[str], message: str) -> Violation:
+        ids = (behaviour,) if isinstance(behaviour, str) else tuple(behaviour)
+        assert all(b in self.behaviours for b in ids), (self.name, ids)
+        return Violation(self.name, ids, message)
+
+    # Hooks; each may raise a Violation. Snapshots are given only to white-box engines.
+    def on_alloc(self, ctx: Ctx, pages: list[int]) -> None: ...
+    def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None: ...
+    def on_insert(
+        self, ctx: Ctx, ns: int, tokens: Sequence[int], pages: Sequence[int], r: Inserted
+    ) -> None: ...
+    def on_evict(
+        self,
+        ctx: Ctx,
+        tier: Tier,
+        asked: int,
+        freed: int,
+        before: CacheSnapshot | None,
+        after: CacheSnapshot | None,
+    ) -> None: ...
+    def on_unchanged_call(
+        self,
+        ctx: Ctx,
+        call: str,
+        detail: Any,
+        before: CacheSnapshot | None,
+        after: CacheSnapshot | None,
+    ) -> None:
+        """A call that the spec says changes nothing: a rejection or a declined transfer."""
+    def after_step(self, ctx: Ctx) -> None: ...

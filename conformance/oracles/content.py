@@ -1,0 +1,49 @@
+"""Content oracle (TREE-2, NS-1): every page an engine serves holds the tag of its own prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conformance.content import POISON, page_tags
+from conformance.oracles.base import Ctx, Oracle
+from conformance.protocol import Match
+from reference.tiers import Tier
+
+
+class ContentOracle(Oracle):
+    name = "content"
+    behaviours = ("TREE-2", "NS-1")
+
+    def __init__(self) -> None:
+        self.origin: dict[int, tuple[int, int]] = {}  # tag -> (namespace, prefix pages)
+
+    def remember(self, ns: int, tags: list[int]) -> None:
+        for i, t in enumerate(tags):
+            self.origin.setdefault(t, (ns, i + 1))
+
+    def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
+        p = ctx.ledger.page_size
+        want = page_tags(ns, tokens[: max(m.device_len, m.host_len)], p)
+        for tier, pages in ((Tier.DEVICE, m.device_pages), (Tier.HOST, m.host_pages)):
+            for i, page in enumerate(pages):
+                got = ctx.ledger.shadow.get((tier, page))
+                if got == want[i]:
+                    continue
+                if got is None:
+                    seen = "nothing the kit ever wrote"
+                elif got == POISON:
+                    seen = "the remains of a failed or unfinished copy"
+                else:
+                    other = self.origin.get(got)
+                    if other and other[0] != ns:
+                        raise self.fail(
+                            "NS-1",
+                            f"{tier} page {page} served at position {i} in namespace {ns} holds "
+                            f"KV of namespace {other[0]}",
+                        )
+                    seen = f"the KV of a {other[1]}-page prefix" if other else "a foreign tag"
+                raise self.fail(
+                    "TREE-2",
+                    f"{tier} page {page} served as page {i} of a {len(pages)}-page match in "
+                    f"namespace {ns} holds {seen}",
+                )

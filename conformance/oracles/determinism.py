@@ -1,0 +1,26 @@
+"""Determinism oracle (DET-1): the same trace twice gives the same outcome log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.oracles.base import Oracle, Violation
+
+
+class DeterminismOracle(Oracle):
+    """Run-level: compares two outcome logs of one trace, step by step."""
+
+    name = "determinism"
+    behaviours = ("DET-1",)
+
+    def compare(self, first: list[dict[str, Any]], second: list[dict[str, Any]]) -> None:
+        for i, (a, b) in enumerate(zip(first, second, strict=False)):
+            if a != b:
+                v = self.fail("DET-1", f"step {i} differs between two runs: {a} then {b}")
+                v.step = i
+                raise v
+        if len(first) != len(second):
+            raise self.fail("DET-1", f"runs differ in length: {len(first)} vs {len(second)} steps")
+
+
+__all__ = ["DeterminismOracle", "Violation"]

@@ -1,0 +1,71 @@
+"""Event oracle (EVENT-1..EVENT-6): the published KV events tell the device tier's true story."""
+
+from __future__ import annotations
+
+from conformance.features import Feature
+from conformance.oracles.base import Ctx, Oracle
+from conformance.tree_view import TreeView
+from reference.kv_events import EventKind
+
+
+class EventOracle(Oracle):
+    name = "events"
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-5", "EVENT-6")
+    needs = frozenset({Feature.KV_EVENTS})
+
+    def __init__(self) -> None:
+        self.stored: dict[int, int] = {}  # hash -> namespace
+
+    def after_step(self, ctx: Ctx) -> None:
+        engine = ctx.engine
+        for ev in ctx.events:
+            if ev.kind is EventKind.CLEARED:
+                self.stored.clear()
+                continue
+            if ev.kind is EventKind.REMOVED:
+                for h in ev.block_hashes:
+                    if h not in self.stored:
+                        raise self.fail("EVENT-2", f"BlockRemoved for {h:#x}, which is not stored")
+                    del self.stored[h]
+                continue
+            parent = ev.parent_hash
+            if parent is not None and parent not in self.stored:
+                raise self.fail(
+                    "EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names parent {parent:#x}, "
+                    "which is not stored"
+                )
+            bs = ev.block_size
+            if bs <= 0 or len(ev.tokens) != bs * len(ev.block_hashes):
+                raise self.fail(
+                    "EVENT-4", f"BlockStored carries {len(ev.tokens)} tokens for "
+                    f"{len(ev.block_hashes)} blocks of {bs}"
+                )
+            for i, h in enumerate(ev.block_hashes):
+                toks = ev.tokens[i * bs : (i + 1) * bs]
+                if h in self.stored:
+                    raise self.fail("EVENT-1", f"BlockStored for {h:#x}, which is already stored")
+                want = engine.block_hash(parent, ev.namespace, toks)
+                if h != want:
+                    raise self.fail(
+                        "EVENT-4",
+                        f"block {i} of a BlockStored has hash {h:#x}; recomputed from its parent, "
+                        f"namespace {ev.namespace} and tokens it is {want:#x}",
+                    )
+                if engine.block_hash(parent, ev.namespace + 1, toks) == h:
+                    raise self.fail(
+                        "EVENT-5", f"hash {h:#x} is the same in namespaces {ev.namespace} and "
+                        f"{ev.namespace + 1}"
+                    )
+                self.stored[h] = ev.namespace
+                parent = h
+        if ctx.after is not None:
+            held = TreeView(ctx.after).device_hashes()
+            stored = set(self.stored)
+            if held != stored:
+                missing = sorted(held - stored)[:3]
+                stale = sorted(stored - held)[:3]
+                raise self.fail(
+                    "EVENT-6",
+                    f"stored hashes differ from the device tier: held but never announced "
+                    f"{[hex(h) for h in missing]}, announced but gone {[hex(h) for h in stale]}",
+                )

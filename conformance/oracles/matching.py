@@ -1,0 +1,92 @@
+"""Match oracle (TREE-1, TREE-3, TREE-4, TREE-5, TREE-6): what a match returns and leaves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conformance.oracles.base import Ctx, Oracle
+from conformance.protocol import Inserted, Match
+from conformance.tree_view import TreeView
+from reference.tiers import Tier
+
+
+class MatchOracle(Oracle):
+    name = "match"
+    behaviours = ("TREE-1", "TREE-3", "TREE-4", "TREE-5", "TREE-6")
+
+    def __init__(self) -> None:
+        self._pending_match: tuple[int, tuple[int, ...], Match] | None = None
+        self._inserted: list[tuple[int, tuple[int, ...], Sequence[int], Inserted]] = []
+
+    def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
+        p = ctx.ledger.page_size
+        for tier, n, pages in (
+            (Tier.DEVICE, m.device_len, m.device_pages),
+            (Tier.HOST, m.host_len, m.host_pages),
+        ):
+            if n < 0:
+                raise self.fail("TREE-3", f"{tier} match length {n} is negative")
+            if n % p or n > len(tokens) or len(pages) * p != n:
+                raise self.fail(
+                    "TREE-1",
+                    f"{tier} match of {n} tokens with {len(pages)} pages is not whole pages "
+                    f"within a {len(tokens)}-token query",
+                )
+        if ctx.before is not None and ctx.op in ("match", "extend"):
+            view = TreeView(ctx.before)
+            for tier, n in ((Tier.DEVICE, m.device_len), (Tier.HOST, m.host_len)):
+                want = view.longest(ns, tokens, tier)
+                if n != want:
+                    raise self.fail(
+                        "TREE-1",
+                        f"{tier} match returned {n} tokens, the tree holds {want} of the query",
+                    )
+        if ctx.op == "match":
+            self._pending_match = (ns, tuple(tokens), m)
+
+    def on_insert(
+        self, ctx: Ctx, ns: int, tokens: Sequence[int], pages: Sequence[int], r: Inserted
+    ) -> None:
+        if not set(r.freed) <= set(pages):
+            raise self.fail("TREE-5", f"insert freed pages {sorted(set(r.freed) - set(pages))} "
+                             "that the caller did not pass")
+        self._inserted.append((ns, tuple(tokens), pages, r))
+
+    def after_step(self, ctx: Ctx) -> None:
+        pending, self._pending_match = self._pending_match, None
+        inserted, self._inserted = self._inserted, []
+        if ctx.after is None or ctx.before is None:
+            return
+        after = TreeView(ctx.after)
+        if pending is not None:
+            # A locking match is judged on the tree between the match and its lock.
+            matched = TreeView(ctx.mid) if ctx.mid is not None else after
+            ns, tokens, m = pending
+            before_blocks = TreeView(ctx.before).blocks()
+            after_blocks = matched.blocks()
+            if before_blocks != after_blocks:
+                changed = sorted(
+                    set(before_blocks.items()) ^ set(after_blocks.items()), key=repr
+                )[:2]
+                raise self.fail("TREE-4", f"a match changed cached blocks: {changed}")
+            end = max(m.device_len, m.host_len)
+            covered = 0
+            for node, _k in matched.walk(ns, tokens):
+                covered += len(node.key)
+                if covered >= end:
+                    break
+            if end and covered != end:
+                raise self.fail(
+                    "TREE-6",
+                    f"the match of {end} tokens ends inside a node that runs to {covered}",
+                )
+        for ns, tokens, _pages, r in inserted:
+            got = after.longest(ns, tokens, Tier.DEVICE)
+            if got != len(tokens):
+                raise self.fail(
+                    "TREE-5", f"after inserting {len(tokens)} tokens the tree holds {got} of them"
+                )
+            pool = ctx.after.pools[Tier.DEVICE]
+            kept = [pg for pg in r.freed if pool.owners[pg] != "free"]
+            if kept:
+                raise self.fail("TREE-5", f"insert reported pages {kept} freed but they are not")

@@ -1,0 +1,124 @@
+"""Ownership oracle (POOL-1, POOL-3, POOL-4, HOST-1, HOST-2, HOST-3, PIN-1), white-box.
+
+The pools' owner records and the tree's page lists are reported separately by the engine; this
+oracle checks that they tell one story, that nothing is lost, and that pins match the locks held.
+Which free page an allocation picks is never judged (POOL-3).
+"""
+
+from __future__ import annotations
+
+from conformance.features import Feature
+from conformance.oracles.base import Ctx, Oracle
+from conformance.tree_view import TreeView
+from reference.tiers import Tier
+
+
+class OwnershipOracle(Oracle):
+    name = "ownership"
+    behaviours = ("POOL-1", "POOL-3", "POOL-4", "HOST-1", "HOST-2", "HOST-3", "PIN-1")
+    needs = frozenset({Feature.SNAPSHOT})
+
+    def after_step(self, ctx: Ctx) -> None:
+        snap = ctx.after
+        if snap is None:
+            return
+        claimed: dict[tuple[Tier, int], str] = {}
+        nodes = snap.node_map()
+        for n in snap.nodes:
+            for tier in (Tier.DEVICE, Tier.HOST):
+                pages = n.pages(tier)
+                if pages is None:
+                    continue
+                if n.parent is not None:
+                    if len(pages) * snap.page_size != len(n.key):
+                        raise self.fail(
+                            "POOL-1",
+                            f"node {n.id} holds {len(pages)} {tier} pages for {len(n.key)} tokens",
+                        )
+                    parent = nodes[n.parent]
+                    if parent.pages(tier) is None:
+                        raise self.fail(
+                            "HOST-1",
+                            f"node {n.id} holds {tier} pages but its parent {parent.id} does not",
+                        )
+                for pg in pages:
+                    key = (tier, pg)
+                    if key in claimed:
+                        raise self.fail(
+                            "POOL-1", f"{tier} page {pg} is held by {claimed[key]} and node {n.id}"
+                        )
+                    claimed[key] = f"node {n.id}"
+        transfer_dst: dict[tuple[Tier, int], int] = {}
+        for t in snap.transfers:
+            dst = Tier.HOST if t.kind == "writeback" else Tier.DEVICE
+            src = Tier.DEVICE if t.kind == "writeback" else Tier.HOST
+            for s, d in t.pairs:
+                transfer_dst[(dst, d)] = t.op_id
+                owner = claimed.get((src, s))
+                if owner is None:
+                    raise self.fail(
+                        "HOST-2" if t.kind == "writeback" else "HOST-3",
+                        f"{src} source page {s} of in-flight {t.kind} {t.op_id} left the tree",
+                    )
+        for tier, pool in snap.pools.items():
+            if len(pool.owners) != pool.size:
+                raise self.fail("POOL-1", f"{tier} pool reports {len(pool.owners)} owners")
+            free = set(pool.free)
+            if len(free) != len(pool.free):
+                raise self.fail("POOL-1", f"{tier} free list holds a page twice")
+            caller = 0
+            for pg, owner in enumerate(pool.owners):
+                tree_owner = claimed.get((tier, pg))
+                if owner == "free":
+                    if pg not in free:
+                        raise self.fail("POOL-4", f"{tier} page {pg} is marked free but not listed")
+                    if tree_owner:
+                        raise self.fail("POOL-1", f"{tier} page {pg} is free and held by {tree_owner}")
+                elif pg in free:
+                    raise self.fail("POOL-1", f"{tier} page {pg} is on the free list and owned by {owner}")
+                elif owner.startswith("node:"):
+                    if tree_owner != f"node {owner[5:]}":
+                        raise self.fail(
+                            "POOL-1",
+                            f"{tier} page {pg} is recorded for {owner} but the tree has it at "
+                            f"{tree_owner or 'no node'}",
+                        )
+                elif owner.startswith("transfer:"):
+                    if transfer_dst.get((tier, pg)) != int(owner[9:]):
+                        raise self.fail(
+                            "HOST-2" if tier is Tier.HOST else "HOST-3",
+                            f"{tier} page {pg} is owned by {owner} but is no destination of it",
+                        )
+                elif owner == "caller":
+                    caller += 1
+                    if tier is Tier.DEVICE and pg not in ctx.ledger.held:
+                        raise self.fail("POOL-4", f"{tier} page {pg} is charged to the caller, "
+                                        "who does not hold it")
+                if tree_owner and owner != f"node:{tree_owner[5:]}":
+                    raise self.fail("POOL-1", f"{tier} page {pg} is in {tree_owner}, owned by {owner}")
+            if tier is Tier.DEVICE and caller != len(ctx.ledger.held):
+                missing = sorted(p for p in ctx.ledger.held if pool.owners[p] != "caller")
+                raise self.fail("POOL-4", f"caller holds device pages {missing} the pool gave away")
+            for key, op in transfer_dst.items():
+                if key[0] is tier and pool.owners[key[1]] != f"transfer:{op}":
+                    raise self.fail(
+                        "HOST-2" if tier is Tier.HOST else "HOST-3",
+                        f"{tier} destination page {key[1]} of transfer {op} is owned by "
+                        f"{pool.owners[key[1]]}",
+                    )
+        counts = TreeView(snap).subtree_locks()
+        for n in snap.nodes:
+            for tier in (Tier.DEVICE, Tier.HOST):
+                want = counts.get((n.id, tier), 0)
+                if n.ref(tier) != want:
+                    raise self.fail(
+                        "PIN-1",
+                        f"node {n.id} has {tier} reference count {n.ref(tier)} with {want} "
+                        "locks held on it or below",
+                    )
+        kit_locks = sum(1 for lk in snap.locks if not lk.internal)
+        if kit_locks != len(ctx.ledger.live_locks()):
+            raise self.fail(
+                "PIN-1", f"engine lists {kit_locks} caller locks, the caller holds "
+                f"{len(ctx.ledger.live_locks())}"
+            )

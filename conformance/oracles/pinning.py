@@ -1,0 +1,53 @@
+"""Pin oracle (PIN-2, POOL-2): pinned pages are never taken; allocations give only free pages.
+
+Black-box: the kit knows the pages of every lock it holds and every page it holds itself, so an
+allocation that returns one of them, or a match that no longer covers a locked prefix, is caught
+without looking inside the engine. White-box: locked pages must still belong to a tree node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conformance.oracles.base import Ctx, Oracle
+from conformance.protocol import Match
+from reference.tiers import Tier
+
+
+class PinOracle(Oracle):
+    name = "pinning"
+    behaviours = ("PIN-2", "POOL-2")
+
+    def on_alloc(self, ctx: Ctx, pages: list[int]) -> None:
+        if len(set(pages)) != len(pages):
+            raise self.fail("POOL-2", f"allocation returned a page twice: {pages}")
+        held = sorted(set(pages) & ctx.ledger.held)
+        if held:
+            raise self.fail("POOL-2", f"allocation returned pages {held} the caller still holds")
+        pinned = sorted(set(pages) & ctx.ledger.pinned_pages(Tier.DEVICE))
+        if pinned:
+            raise self.fail("PIN-2", f"allocation handed out pinned device pages {pinned}")
+
+    def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
+        for rec in ctx.ledger.live_locks():
+            if rec.namespace != ns or tuple(tokens[: len(rec.tokens)]) != rec.tokens:
+                continue
+            got = m.device_pages if rec.tier is Tier.DEVICE else m.host_pages
+            if tuple(got[: len(rec.pages)]) != rec.pages:
+                raise self.fail(
+                    "PIN-2",
+                    f"{rec.tier} prefix of {len(rec.tokens)} tokens locked at step {rec.step} "
+                    f"on pages {list(rec.pages)} is now matched as {list(got[: len(rec.pages)])}",
+                )
+
+    def after_step(self, ctx: Ctx) -> None:
+        if ctx.after is None:
+            return
+        for rec in ctx.ledger.live_locks():
+            owners = ctx.after.pools[rec.tier].owners
+            lost = [p for p in rec.pages if not owners[p].startswith("node:")]
+            if lost:
+                raise self.fail(
+                    "PIN-2",
+                    f"{rec.tier} pages {lost} locked at step {rec.step} are no longer in the tree",
+                )

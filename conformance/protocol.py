@@ -1,0 +1,61 @@
+"""The cache-level engine protocol: what an adapter must offer the kit.
+
+Page ids, node handles and lock handles are the engine's own values; the kit never interprets
+node or lock handles, it only hands them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from conformance.features import Feature
+from reference.kv_events import KVEvent
+from reference.snapshot import CacheSnapshot
+from reference.tiers import Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    device_len: int
+    host_len: int
+    device_pages: tuple[int, ...]
+    host_pages: tuple[int, ...]
+    device_node: Any
+    host_node: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    cached_len: int
+    freed: tuple[int, ...]  # caller pages the engine returned to its free list
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOp:
+    op_id: Any
+    kind: str  # "writeback" | "loadback"
+    pairs: tuple[tuple[int, int], ...]  # (source page, destination page)
+
+
+@runtime_checkable
+class CacheEngine(Protocol):
+    name: str
+    version: str
+    features: frozenset[Feature]
+    page_size: int
+
+    def alloc(self, n: int) -> list[int] | None: ...
+    def free(self, pages: Sequence[int]) -> None: ...
+    def match(self, namespace: int, tokens: Sequence[int]) -> Match: ...
+    def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> Inserted: ...
+    def lock(self, node: Any, tier: Tier) -> Any: ...
+    def unlock(self, handle: Any) -> None: ...
+    def evict(self, tier: Tier, num_pages: int) -> int: ...
+    def start_writeback(self, node: Any) -> CopyOp | None: ...
+    def start_loadback(self, node: Any) -> CopyOp | None: ...
+    def finish_transfer(self, op_id: Any, success: bool) -> None: ...
+    def drain_events(self) -> list[KVEvent]: ...
+    def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int: ...
+    def snapshot(self) -> CacheSnapshot | None: ...

@@ -1,0 +1,61 @@
+"""KV events and block hashes (spec EVENT-1..EVENT-6).
+
+A block is one page of a cached prefix. Its hash chains from the parent block's hash, so the hash
+of a block identifies the whole prefix up to it, and it mixes in the namespace so the same tokens
+under two adapters never share a hash (D268-7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class EventKind(str, Enum):
+    STORED = "BlockStored"
+    REMOVED = "BlockRemoved"
+    CLEARED = "AllBlocksCleared"
+
+
+@dataclass(slots=True, frozen=True)
+class KVEvent:
+    """One event as published: a run of consecutive blocks of one node.
+
+    ``parent_hash`` is the hash of the block before the first one (None directly under a root);
+    ``tokens`` are the tokens of all blocks in order; ``block_size`` tokens per block.
+    """
+
+    kind: EventKind
+    block_hashes: tuple[int, ...]
+    namespace: int = 0
+    parent_hash: int | None = None
+    tokens: tuple[int, ...] = ()
+    block_size: int = 0
+
+
+def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
+    """The reference's 64-bit block hash (EVENT-5).
+
+    BLAKE2b over: a has-parent flag, the parent hash, the namespace, the token count and the
+    tokens, each as little-endian integers; the spec fixes the inputs, an engine picks the function.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    h.update(b"\x01" if parent is not None else b"\x00")
+    h.update((parent or 0).to_bytes(8, "little"))
+    h.update(namespace.to_bytes(8, "little", signed=True))
+    h.update(len(tokens).to_bytes(4, "little"))
+    h.update(b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in tokens))
+    return int.from_bytes(h.digest(), "little")
+
+
+def chain_hashes(
+    parent: int | None, namespace: int, tokens: Sequence[int], page_size: int
+) -> list[int]:
+    """Hashes of consecutive full pages of ``tokens``, chained from ``parent``."""
+    out: list[int] = []
+    for start in range(0, len(tokens) - page_size + 1, page_size):
+        parent = block_hash(parent, namespace, tokens[start : start + page_size])
+        out.append(parent)
+    return out

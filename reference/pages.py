@@ -1,0 +1,89 @@
+"""Page pools with explicit ownership (spec POOL-1..POOL-4).
+
+Every page of a pool has exactly one owner at any time: the pool's free list, a tree node's tier,
+the caller that allocated it, or an in-flight transfer. Ownership changes only by moves that name
+the expected previous owner, so a double free or a stolen page is caught where it happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from reference.errors import CacheError
+from reference.tiers import Tier
+
+FREE = "free"
+CALLER = "caller"
+
+
+def node_owner(node_id: int) -> str:
+    return f"node:{node_id}"
+
+
+def transfer_owner(op_id: int) -> str:
+    return f"transfer:{op_id}"
+
+
+class PagePool:
+    """A fixed set of page ids ``0..size-1`` on one tier.
+
+    The free list is a stack (the most recently released page is handed out first, the lowest of
+    one release first); the spec leaves the pick open (POOL-3), this is only the reference's
+    deterministic choice.
+    """
+
+    __slots__ = ("tier", "size", "_free", "_owner")
+
+    def __init__(self, tier: Tier, size: int) -> None:
+        if size < 0:
+            raise CacheError("bad_config", f"{tier} pool size must be >= 0, got {size}")
+        self.tier = tier
+        self.size = size
+        self._free: list[int] = list(range(size - 1, -1, -1))
+        self._owner: list[str] = [FREE] * size
+
+    @property
+    def free_count(self) -> int:
+        return len(self._free)
+
+    def alloc(self, n: int, owner: str) -> list[int] | None:
+        """All ``n`` pages or none (POOL-2): a partial allocation would leak on failure."""
+        if n < 0:
+            raise CacheError("bad_count", f"cannot allocate {n} pages")
+        if n > len(self._free):
+            return None
+        pages = [self._free.pop() for _ in range(n)]
+        for p in pages:
+            self._owner[p] = owner
+        return pages
+
+    def check_owned(self, pages: Iterable[int], owner: str) -> None:
+        for p in pages:
+            if not 0 <= p < self.size:
+                raise CacheError("bad_pages", f"{self.tier} page {p} is outside the pool")
+            if self._owner[p] != owner:
+                raise CacheError(
+                    "bad_pages", f"{self.tier} page {p} is owned by {self._owner[p]}, not {owner}"
+                )
+
+    def move(self, pages: list[int], src: str, dst: str) -> None:
+        """Transfer ownership of ``pages`` from ``src`` to ``dst`` (checked first, then applied)."""
+        self.check_owned(pages, src)
+        if len(set(pages)) != len(pages):
+            raise CacheError("bad_pages", f"{self.tier} pages repeated in {pages}")
+        for p in pages:
+            self._owner[p] = dst
+
+    def release(self, pages: list[int], src: str) -> None:
+        """Return ``pages`` from ``src`` to the free list."""
+        self.move(pages, src, FREE)
+        self._free.extend(sorted(pages, reverse=True))
+
+    def owner(self, page: int) -> str:
+        return self._owner[page]
+
+    def owners(self) -> list[str]:
+        return list(self._owner)
+
+    def free_list(self) -> list[int]:
+        return list(self._free)

@@ -1,0 +1,444 @@
+"""The reference prefix cache: the facade over pools, tree, pins, eviction and transfers.
+
+It is the executable form of spec chapters POOL, TREE, PIN, EVICT, HOST and EVENT. Every
+rejected call raises :class:`CacheError` and leaves the cache exactly as it was (FAULT-1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reference.clock import LogicalClock
+from reference.errors import CacheError
+from reference.eviction import pick_victim
+from reference.host_tier import Transfer, missing_path
+from reference.kv_events import EventKind, KVEvent, chain_hashes
+from reference.pages import CALLER, PagePool, node_owner, transfer_owner
+from reference.pins import LockTable
+from reference.radix_tree import Node, common_pages, walk
+from reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView, TransferView
+from reference.tiers import Tier
+
+
+@dataclass(slots=True, frozen=True)
+class CacheConfig:
+    page_size: int = 1
+    device_pages: int = 64
+    host_pages: int = 0
+    enable_events: bool = True
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise CacheError("bad_config", f"page_size must be >= 1, got {self.page_size}")
+        for name in ("device_pages", "host_pages"):
+            if getattr(self, name) < 0:
+                raise CacheError("bad_config", f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(slots=True, frozen=True)
+class MatchResult:
+    """Longest cached prefix of a query on each tier (TREE-1, TREE-3).
+
+    Lengths are in tokens and always whole pages; ``*_node`` is the deepest node of that match
+    (the namespace root when nothing matched), a handle for :meth:`PrefixCache.lock`.
+    """
+
+    namespace: int
+    device_len: int
+    host_len: int
+    device_pages: tuple[int, ...]
+    host_pages: tuple[int, ...]
+    device_node: int
+    host_node: int
+
+
+@dataclass(slots=True, frozen=True)
+class InsertResult:
+    cached_len: int  # tokens already on device before the insert (their caller pages were freed)
+    new_len: int  # tokens whose caller pages the tree took over
+    freed: tuple[int, ...]  # duplicate caller pages returned to the free list (TREE-5)
+
+
+class PrefixCache:
+    """Deterministic paged radix prefix cache with a device and a host tier."""
+
+    def __init__(self, config: CacheConfig | None = None) -> None:
+        self.config = config or CacheConfig()
+        self.page_size = self.config.page_size
+        self.pools = {
+            Tier.DEVICE: PagePool(Tier.DEVICE, self.config.device_pages),
+            Tier.HOST: PagePool(Tier.HOST, self.config.host_pages),
+        }
+        self.clock = LogicalClock()
+        self._seq = 0
+        self._next_id = 0
+        self._next_op = 0
+        self._nodes: dict[int, Node] = {}
+        self._roots: dict[int, Node] = {}
+        self._locks = LockTable()
+        self._transfers: dict[int, Transfer] = {}
+        self._events: list[KVEvent] = []
+
+    # ----------------------------------------------------------------- pages for the caller
+    def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
+        """``n`` free pages for the caller, or None when the pool has fewer (POOL-2)."""
+        return self.pools[tier].alloc(n, CALLER)
+
+    def free(self, pages: Sequence[int], tier: Tier = Tier.DEVICE) -> None:
+        """Return caller-owned pages; a page the caller does not own is rejected (POOL-4)."""
+        self.pools[tier].release(list(pages), CALLER)
+
+    def available(self, tier: Tier = Tier.DEVICE) -> int:
+        return self.pools[tier].free_count
+
+    # ----------------------------------------------------------------- tree structure
+    def _new_node(
+        self,
+        namespace: int,
+        parent: Node | None,
+        key: tuple[int, ...],
+        hashes: list[int],
+    ) -> Node:
+        self._next_id += 1
+        self._seq += 1
+        node = Node(
+            id=self._next_id,
+            namespace=namespace,
+            parent=parent,
+            key=key,
+            device=None,
+            host=None,
+            hashes=hashes,
+            seq=self._seq,
+        )
+        self._nodes[node.id] = node
+        if parent is not None:
+            parent.children[key[: self.page_size]] = node
+        return node
+
+    def _root(self, namespace: int) -> Node:
+        root = self._roots.get(namespace)
+        if root is None:
+            root = self._new_node(namespace, None, (), [])
+            root.device, root.host = [], []
+            self._roots[namespace] = root
+        return root
+
+    def _split(self, node: Node, k: int) -> Node:
+        """Split ``node`` after ``k`` pages; ``node`` keeps the suffix and its identity (TREE-4).
+
+        The new upper node inherits the pins, access times and any pending transfer, so locks
+        taken on ``node`` keep covering the same path and nothing observable changes.
+        """
+        p = self.page_size
+        parent = node.parent
+        assert parent is not None and 0 < k * p < len(node.key)
+        del parent.children[node.key[:p]]
+        mid = self._new_node(node.namespace, parent, node.key[: k * p], node.hashes[:k])
+        mid.device_ref, mid.host_ref = node.device_ref, node.host_ref
+        mid.device_access, mid.host_access = node.device_access, node.host_access
+        mid.pending = node.pending
+        for tier in (Tier.DEVICE, Tier.HOST):
+            pages = node.pages(tier)
+            if pages is None:
+                continue
+            upper, lower = pages[:k], pages[k:]
+            self.pools[tier].move(upper, node_owner(node.id), node_owner(mid.id))
+            if tier is Tier.DEVICE:
+                mid.device, node.device = upper, lower
+            else:
+                mid.host, node.host = upper, lower
+        node.key = node.key[k * p :]
+        node.hashes = node.hashes[k:]
+        node.parent = mid
+        mid.children[node.key[:p]] = node
+        return mid
+
+    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> None:
+        if whole_pages and len(tokens) % self.page_size:
+            raise CacheError(
+                "bad_tokens",
+                f"{len(tokens)} tokens is not a whole number of pages of {self.page_size}",
+            )
+        for t in tokens:
+            if not isinstance(t, int) or t < 0:
+                raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
+
+    # ----------------------------------------------------------------- match / insert
+    def match(self, namespace: int, tokens: Sequence[int]) -> MatchResult:
+        """Longest cached whole-page prefix on each tier; splits where the query diverges."""
+        self._check_tokens(tokens, whole_pages=False)
+        root = self._root(namespace)
+        now = self.clock.tick()
+        node = root
+        for step in walk(root, tokens, self.page_size):
+            node = step.node
+            if step.pages * self.page_size < len(node.key):
+                node = self._split(node, step.pages)
+                break
+        dev_node, host_node = root, root
+        device: list[int] = []
+        host: list[int] = []
+        for n in node.path()[1:]:
+            n.device_access = now
+            n.host_access = now
+            if n.device is not None and dev_node is n.parent:
+                dev_node = n
+                device.extend(n.device)
+            if n.host is not None and host_node is n.parent:
+                host_node = n
+                host.extend(n.host)
+        p = self.page_size
+        return MatchResult(
+            namespace=namespace,
+            device_len=len(device) * p,
+            host_len=len(host) * p,
+            device_pages=tuple(device),
+            host_pages=tuple(host),
+            device_node=dev_node.id,
+            host_node=host_node.id,
+        )
+
+    def _validate_insert(self, root: Node, tokens: Sequence[int], pages: Sequence[int]) -> None:
+        """Check every page before anything moves, so a rejected insert changes nothing."""
+        p = self.page_size
+        if len(pages) != len(tokens) // p:
+            raise CacheError(
+                "bad_pages", f"{len(pages)} pages given for {len(tokens) // p} pages of tokens"
+            )
+        if len(set(pages)) != len(pages):
+            raise CacheError("bad_pages", "the same page is given twice")
+        tree_pages: dict[int, int] = {}
+        for step in walk(root, tokens, p):
+            if step.node.device is not None:
+                for i in range(step.pages):
+                    tree_pages[step.start // p + i] = step.node.device[i]
+        pool = self.pools[Tier.DEVICE]
+        for i, page in enumerate(pages):
+            if tree_pages.get(i) == page:
+                continue
+            pool.check_owned([page], CALLER)
+
+    def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> InsertResult:
+        """Publish ``tokens`` (whole pages) with the device ``pages`` that hold their KV.
+
+        Each page is either caller-owned or the very page the tree already holds at that place.
+        Caller pages at places the tree already holds on device are duplicates and go back to the
+        free list (TREE-5); the rest move into the tree. New nodes become eviction candidates.
+        """
+        self._check_tokens(tokens, whole_pages=True)
+        root = self._root(namespace)
+        self._validate_insert(root, tokens, pages)
+        p = self.page_size
+        pool = self.pools[Tier.DEVICE]
+        now = self.clock.tick()
+        node, pos = root, 0
+        cached = 0
+        freed: list[int] = []
+        while pos < len(tokens):
+            child = node.children.get(tuple(tokens[pos : pos + p]))
+            if child is None:
+                key = tuple(tokens[pos:])
+                hashes = chain_hashes(node.last_hash(), namespace, key, p)
+                child = self._new_node(namespace, node, key, hashes)
+                child.host_access = now
+                self._attach_device(child, list(pages[pos // p :]), CALLER, now)
+                break
+            k = common_pages(child.key, tokens, pos, p)
+            if k * p < len(child.key):
+                child = self._split(child, k)
+            span = list(pages[pos // p : pos // p + len(child.key) // p])
+            if child.device is None:
+                self._attach_device(child, span, CALLER, now)
+            else:
+                cached += len(child.key)
+                dups = [pg for pg in span if pool.owner(pg) == CALLER]
+                if dups:
+                    pool.release(dups, CALLER)
+                    freed.extend(dups)
+                child.device_access = now
+            child.host_access = now
+            node, pos = child, pos + len(child.key)
+        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed))
+
+    def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
+        self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))
+        node.device = pages
+        node.device_access = now
+        self._emit(
+            KVEvent(
+                kind=EventKind.STORED,
+                block_hashes=tuple(node.hashes),
+                namespace=node.namespace,
+                parent_hash=node.parent.last_hash() if node.parent else None,
+                tokens=node.key,
+                block_size=self.page_size,
+            )
+        )
+
+    # ----------------------------------------------------------------- pins
+    def _node(self, node_id: int) -> Node:
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise CacheError("unknown_node", f"node {node_id} is not in the tree")
+        return node
+
+    def lock(self, node_id: int, tier: Tier = Tier.DEVICE) -> int:
+        """Pin a node and all its ancestors on ``tier`` (PIN-1); returns the lock handle."""
+        node = self._node(node_id)
+        if node.pages(tier) is None:
+            raise CacheError("not_on_tier", f"node {node_id} holds no {tier} pages to lock")
+        return self._locks.acquire(node, tier)
+
+    def unlock(self, handle: int) -> None:
+        """Release a lock handle; a handle not held is rejected and changes nothing (PIN-3)."""
+        self._locks.release(handle)
+
+    # ----------------------------------------------------------------- eviction
+    def evict(self, tier: Tier, num_pages: int) -> int:
+        """Free at least ``num_pages`` pages of ``tier`` if unpinned leaves allow; returns freed."""
+        if num_pages < 0:
+            raise CacheError("bad_count", f"cannot evict {num_pages} pages")
+        freed = 0
+        while freed < num_pages:
+            victim = pick_victim(self._nodes.values(), tier)
+            if victim is None:
+                break
+            freed += self._drop_tier(victim, tier)
+        return freed
+
+    def _drop_tier(self, node: Node, tier: Tier) -> int:
+        pages = node.pages(tier)
+        assert pages is not None
+        self.pools[tier].release(list(pages), node_owner(node.id))
+        if tier is Tier.DEVICE:
+            node.device = None
+            self._emit(
+                KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0)
+            )
+        else:
+            node.host = None
+        if node.device is None and node.host is None:
+            assert node.parent is not None and not node.children
+            del node.parent.children[node.key[: self.page_size]]
+            del self._nodes[node.id]
+        return len(pages)
+
+    # ----------------------------------------------------------------- host tier
+    def start_writeback(self, node_id: int) -> Transfer | None:
+        """Copy the device path down to ``node`` onto host pages (HOST-2).
+
+        Returns None when there is nothing to copy, when part of the path is already in flight
+        (HOST-5), or when the host pool has too few free pages (the caller may evict host first).
+        """
+        return self._start(self._node(node_id), "writeback")
+
+    def start_loadback(self, node_id: int) -> Transfer | None:
+        """Copy the host path down to ``node`` back onto new device pages (HOST-3)."""
+        return self._start(self._node(node_id), "loadback")
+
+    def _start(self, node: Node, kind: str) -> Transfer | None:
+        src, dst = (Tier.DEVICE, Tier.HOST) if kind == "writeback" else (Tier.HOST, Tier.DEVICE)
+        if node.pages(src) is None:
+            raise CacheError("not_on_tier", f"node {node.id} holds no {src} pages to copy")
+        path = missing_path(node, dst)
+        if not path or any(n.pending is not None for n in path):
+            return None
+        src_pages = [pg for n in path for pg in n.pages(src) or []]
+        self._next_op += 1
+        op = self._next_op
+        dst_pages = self.pools[dst].alloc(len(src_pages), transfer_owner(op))
+        if dst_pages is None:
+            self._next_op -= 1
+            return None
+        locks = [self._locks.acquire(node, src, internal=True)]
+        anchor = path[0].parent
+        if kind == "loadback" and anchor is not None:
+            # The device parent of the path must stay until the loaded pages hang below it.
+            locks.append(self._locks.acquire(anchor, Tier.DEVICE, internal=True))
+        for n in path:
+            n.pending = op
+        t = Transfer(op, kind, node, list(zip(src_pages, dst_pages, strict=True)), locks)
+        self._transfers[op] = t
+        return t
+
+    def finish_transfer(self, op_id: int, success: bool) -> None:
+        """Complete an in-flight transfer; on failure its destination pages are freed (HOST-4)."""
+        t = self._transfers.pop(op_id, None)
+        if t is None:
+            raise CacheError("unknown_op", f"transfer {op_id} is not in flight")
+        now = self.clock.tick()
+        dst_of = dict(t.pairs)
+        owner = transfer_owner(op_id)
+        for n in t.node.path():
+            if n.pending != op_id:
+                continue
+            n.pending = None
+            if not success:
+                continue
+            src_pages = n.pages(t.src_tier) or []
+            mine = [dst_of.pop(pg) for pg in src_pages]
+            if t.kind == "writeback":
+                self.pools[Tier.HOST].move(mine, owner, node_owner(n.id))
+                n.host = mine
+                n.host_access = now  # D243-2: a just-written node is not the first host victim
+            elif n.device is None:
+                self._attach_device(n, mine, owner, now)
+            else:
+                # The caller inserted this part on device while the copy was in flight.
+                self.pools[Tier.DEVICE].release(mine, owner)
+        leftover = [d for _, d in t.pairs if self.pools[t.dst_tier].owner(d) == owner]
+        if leftover:
+            self.pools[t.dst_tier].release(leftover, owner)
+        for handle in t.locks:
+            self._locks.release(handle, internal=True)
+
+    # ----------------------------------------------------------------- events and views
+    def _emit(self, event: KVEvent) -> None:
+        if self.config.enable_events:
+            self._events.append(event)
+
+    def drain_events(self) -> list[KVEvent]:
+        out, self._events = self._events, []
+        return out
+
+    def snapshot(self) -> CacheSnapshot:
+        nodes: list[NodeView] = []
+        starts: dict[int, int] = {}
+        # A split parent gets a larger id than its child: order the views by depth, not id.
+        order = sorted(self._nodes.values(), key=lambda n: (len(n.path()), n.id))
+        for n in order:
+            start = 0 if n.parent is None else starts[n.parent.id] + len(n.parent.key)
+            starts[n.id] = start
+            nodes.append(
+                NodeView(
+                    id=n.id,
+                    namespace=n.namespace,
+                    parent=n.parent.id if n.parent else None,
+                    start=start,
+                    key=n.key,
+                    device=tuple(n.device) if n.device is not None else None,
+                    host=tuple(n.host) if n.host is not None else None,
+                    hashes=tuple(n.hashes),
+                    device_ref=n.device_ref,
+                    host_ref=n.host_ref,
+                    device_access=n.device_access,
+                    host_access=n.host_access,
+                    seq=n.seq,
+                    pending=n.pending,
+                )
+            )
+        pools = {
+            t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
+            for t, p in self.pools.items()
+        }
+        locks = tuple(
+            LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in self._locks.items()
+        )
+        transfers = tuple(
+            TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
+            for t in self._transfers.values()
+        )
+        roots = {ns: r.id for ns, r in self._roots.items()}
+        return CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers)

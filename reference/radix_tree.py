@@ -1,0 +1,98 @@
+"""The paged radix tree (spec TREE-1..TREE-6).
+
+Each namespace has its own root (NS-1), so two adapters never share a node. A node's key is a run
+of whole pages of tokens; children are keyed by their first page. A node may hold pages on the
+device tier, the host tier, or both; presence on a tier is closed under ancestors (HOST-1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from reference.tiers import Tier
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    id: int
+    namespace: int
+    parent: Node | None = field(repr=False)
+    key: tuple[int, ...]
+    device: list[int] | None
+    host: list[int] | None
+    hashes: list[int]
+    seq: int
+    device_access: int = 0
+    host_access: int = 0
+    device_ref: int = 0
+    host_ref: int = 0
+    pending: int | None = None
+    children: dict[tuple[int, ...], Node] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is None
+
+    def pages(self, tier: Tier) -> list[int] | None:
+        return self.device if tier is Tier.DEVICE else self.host
+
+    def ref(self, tier: Tier) -> int:
+        return self.device_ref if tier is Tier.DEVICE else self.host_ref
+
+    def access(self, tier: Tier) -> int:
+        return self.device_access if tier is Tier.DEVICE else self.host_access
+
+    def last_hash(self) -> int | None:
+        """Hash of this node's last block: the parent hash of its children's first block."""
+        node: Node | None = self
+        while node is not None and not node.hashes:
+            node = node.parent
+        return node.hashes[-1] if node is not None else None
+
+    def path(self) -> list[Node]:
+        """Ancestors from the root down to this node, both included."""
+        out: list[Node] = []
+        node: Node | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return out
+
+
+def common_pages(key: Sequence[int], tokens: Sequence[int], start: int, page_size: int) -> int:
+    """Number of whole pages of ``key`` equal to ``tokens[start:]``."""
+    n = 0
+    limit = min(len(key), len(tokens) - start) // page_size
+    while n < limit:
+        a = n * page_size
+        if tuple(key[a : a + page_size]) != tuple(tokens[start + a : start + a + page_size]):
+            break
+        n += 1
+    return n
+
+
+@dataclass(slots=True)
+class Step:
+    """One node on a walk, and how many of its pages the query covers."""
+
+    node: Node
+    pages: int
+    start: int  # token offset of the node's key in the query
+
+
+def walk(root: Node, tokens: Sequence[int], page_size: int) -> list[Step]:
+    """Nodes the query runs through below ``root``, without changing anything (TREE-2)."""
+    steps: list[Step] = []
+    node, pos = root, 0
+    while pos + page_size <= len(tokens):
+        child = node.children.get(tuple(tokens[pos : pos + page_size]))
+        if child is None:
+            break
+        k = common_pages(child.key, tokens, pos, page_size)
+        steps.append(Step(child, k, pos))
+        if k * page_size < len(child.key):
+            break
+        node, pos = child, pos + len(child.key)
+    return steps

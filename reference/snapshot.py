@@ -1,0 +1,92 @@
+"""Read-only introspection of a cache (white-box view for the kit's oracles).
+
+The pools report their own owner maps and the tree reports its own page lists, independently, so
+an oracle can cross-check them; a snapshot built from one map would agree with itself by design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reference.tiers import Tier
+
+
+@dataclass(slots=True, frozen=True)
+class NodeView:
+    id: int
+    namespace: int
+    parent: int | None
+    start: int  # token offset of the key within the full prefix
+    key: tuple[int, ...]
+    device: tuple[int, ...] | None
+    host: tuple[int, ...] | None
+    hashes: tuple[int, ...]
+    device_ref: int
+    host_ref: int
+    device_access: int
+    host_access: int
+    seq: int
+    pending: int | None
+
+    def pages(self, tier: Tier) -> tuple[int, ...] | None:
+        return self.device if tier is Tier.DEVICE else self.host
+
+    def ref(self, tier: Tier) -> int:
+        return self.device_ref if tier is Tier.DEVICE else self.host_ref
+
+    def access(self, tier: Tier) -> int:
+        return self.device_access if tier is Tier.DEVICE else self.host_access
+
+
+@dataclass(slots=True, frozen=True)
+class PoolView:
+    tier: Tier
+    size: int
+    free: tuple[int, ...]
+    owners: tuple[str, ...]  # per page: "free", "caller", "node:<id>", "transfer:<op>"
+
+
+@dataclass(slots=True, frozen=True)
+class LockView:
+    handle: int
+    node: int
+    tier: Tier
+    internal: bool
+
+
+@dataclass(slots=True, frozen=True)
+class TransferView:
+    op_id: int
+    kind: str  # "writeback" (device -> host) or "loadback" (host -> device)
+    node: int
+    pairs: tuple[tuple[int, int], ...]  # (source page, destination page)
+
+
+@dataclass(slots=True, frozen=True)
+class CacheSnapshot:
+    page_size: int
+    pools: dict[Tier, PoolView]
+    nodes: tuple[NodeView, ...]  # roots included; parents before children
+    roots: dict[int, int]  # namespace -> root node id
+    locks: tuple[LockView, ...]
+    transfers: tuple[TransferView, ...]
+
+    def node_map(self) -> dict[int, NodeView]:
+        return {n.id: n for n in self.nodes}
+
+    def children(self) -> dict[int, list[NodeView]]:
+        out: dict[int, list[NodeView]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            if n.parent is not None:
+                out[n.parent].append(n)
+        return out
+
+    def full_tokens(self, node_id: int) -> tuple[int, ...]:
+        """The whole prefix a node stands for, root to the end of its key."""
+        nodes = self.node_map()
+        parts: list[tuple[int, ...]] = []
+        cur: int | None = node_id
+        while cur is not None:
+            parts.append(nodes[cur].key)
+            cur = nodes[cur].parent
+        return tuple(t for part in reversed(parts) for t in part)
