@@ -1,0 +1,58 @@
+"""Fuzzing profiles: how much the generators explore per run.
+
+``ci`` is short enough for every push; ``nightly`` is for long opt-in campaigns. The test suite
+reads ``KVCONF_PROFILE`` (default ``ci``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from conformance.errors import KitError
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    examples: int  # generated traces per fuzz case
+    steps: int  # steps per generated trace
+
+
+PROFILES = {
+    "ci": Profile("ci", examples=60, steps=30),
+    "default": Profile("default", examples=300, steps=40),
+    "nightly": Profile("nightly", examples=5000, steps=80),
+}
+
+
+def get_profile(name: str | None = None) -> Profile:
+    name = name or os.environ.get("KVCONF_PROFILE", "default")
+    if name not in PROFILES:
+        raise KitError(f"--profile {name}: unknown profile (known: {', '.join(PROFILES)})")
+    return PROFILES[name]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Either a number of generated examples per fuzz case or seconds per fuzz case."""
+
+    examples: int | None = None
+    seconds: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.seconds:g}s" if self.seconds is not None else f"{self.examples} examples"
+
+
+def parse_budget(text: str | None, profile: Profile) -> Budget:
+    if text is None:
+        return Budget(examples=profile.examples)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|examples)?\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise KitError(f"--budget {text!r}: expected a number of examples (200) or seconds (30s)")
+    if m.group(2) == "s":
+        return Budget(seconds=float(m.group(1)))
+    if "." in m.group(1):
+        raise KitError(f"--budget {text!r}: a number of examples is a whole number")
+    return Budget(examples=int(m.group(1)))

@@ -1,0 +1,257 @@
+"""The runner: plays the scenario cases and the fuzz cases against one engine into a report.
+
+A result is PASS only when the case ran and every oracle held; a case that needs a feature the
+engine lacks is NOT_SUPPORTED; a rule broken is FAIL with its minimal trace saved; a fault of the
+kit or of the engine's setup is ERROR. An interrupted run still writes what it found.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hypothesis import HealthCheck, seed, settings
+from hypothesis.errors import HypothesisException
+from hypothesis.stateful import get_state_machine_test
+
+from conformance import __version__
+from conformance.adapters import engine_factory
+from conformance.cache_driver import CacheDriver
+from conformance.engine_config import EngineConfig
+from conformance.errors import KitError
+from conformance.features import Feature
+from conformance.generators.cache_traces import TraceHolder, cache_machine
+from conformance.oracles import STEP_ORACLES, Violation
+from conformance.oracles.determinism import DeterminismOracle
+from conformance.profiles import Budget, Profile
+from conformance.report import CaseResult, Report, RunInfo, Status, write_report
+from conformance.scenarios import SCENARIOS
+from conformance.trace import Trace, dump_trace, write_atomic
+
+FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))
+
+
+@dataclass
+class Case:
+    name: str
+    behaviours: tuple[str, ...]
+    needs: frozenset[Feature]
+    run: Callable[[RunContext], CaseResult]
+
+
+@dataclass
+class RunContext:
+    engine_name: str
+    factory: Callable[[EngineConfig], object]
+    config: EngineConfig
+    seed: int
+    profile: Profile
+    budget: Budget
+    out_dir: Path | None
+    saved: list[Path] = field(default_factory=list)
+
+    def save_trace(self, case: str, trace: Trace) -> str | None:
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / "traces" / f"{case}.json"
+        write_atomic(path, dump_trace(trace))
+        self.saved.append(path)
+        return str(path.relative_to(self.out_dir))
+
+
+def play(factory, trace: Trace, *, determinism: bool = True) -> list[dict]:
+    """Play ``trace`` on a fresh engine with every oracle, bring it to rest, then replay it."""
+    driver = CacheDriver(factory(trace.config), trace.config, behaviours=trace.behaviours)
+    driver.run(trace)
+    driver.drain()
+    if determinism:
+        again = CacheDriver(factory(trace.config), trace.config, oracles=())
+        again.run(trace)
+        DeterminismOracle().compare(driver.log, again.log)
+    return driver.log
+
+
+def _fail(name, behaviours, v: Violation, t0: float, trace_path, **kw) -> CaseResult:
+    return CaseResult(
+        case=name,
+        status=Status.FAIL,
+        behaviours=list(v.behaviours or behaviours),
+        message=v.message,
+        oracle=v.oracle,
+        step=v.step,
+        duration_s=round(time.perf_counter() - t0, 4),
+        trace=trace_path,
+        **kw,
+    )
+
+
+def scenario_case(sc) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        trace = sc.trace(ctx.config)
+        try:
+            log = play(ctx.factory, trace)
+        except Violation as v:
+            return _fail(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, trace))
+        return CaseResult(
+            case=sc.name, status=Status.PASS, behaviours=list(sc.behaviours),
+            duration_s=round(time.perf_counter() - t0, 4), steps=len(log),
+            message=sc.doc,
+        )
+
+    return Case(sc.name, sc.behaviours, sc.needs, run)
+
+
+def fuzz_settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        report_multiple_bugs=False,
+    )
+
+
+def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
+             base_seed: int) -> None:
+    """Run the stateful generator under the budget; raises the first (shrunk) Violation."""
+    machine = cache_machine(factory, config, holder)
+    if budget.examples is not None:
+        batches: Iterator[int] = iter([budget.examples])
+        deadline = None
+    else:
+        batches = iter(lambda: 25, None)
+        deadline = time.perf_counter() + (budget.seconds or 0)
+    for k, n in enumerate(batches):
+        test = get_state_machine_test(machine, settings=fuzz_settings(n, steps))
+        seed(base_seed * 1_000_003 + k)(test)
+        test()
+        if deadline is None or time.perf_counter() >= deadline:
+            return
+
+
+def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        config = tweak(ctx.config)
+        holder = TraceHolder()
+        try:
+            run_fuzz(ctx.factory, config, holder, ctx.budget, ctx.profile.steps, ctx.seed)
+        except Violation as v:
+            trace = holder.last or Trace(config=config)
+            return _fail(name, FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
+                         examples=holder.examples, steps=len(trace.steps))
+        except HypothesisException as e:
+            return CaseResult(case=name, status=Status.ERROR, behaviours=list(FUZZ_BEHAVIOURS),
+                              message=f"generator: {e}", duration_s=time.perf_counter() - t0)
+        return CaseResult(
+            case=name, status=Status.PASS, behaviours=list(FUZZ_BEHAVIOURS),
+            duration_s=round(time.perf_counter() - t0, 4), examples=holder.examples,
+            steps=holder.steps, message=f"{doc}; ops played: {dict(sorted(holder.seen_ops.items()))}",
+        )
+
+    return Case(name, FUZZ_BEHAVIOURS, frozenset(), run)
+
+
+def _tight(c: EngineConfig) -> EngineConfig:
+    return c.model_copy(update={"device_pages": min(c.device_pages, 8),
+                                "host_pages": min(c.host_pages, 6)})
+
+
+def all_cases() -> list[Case]:
+    cases = [scenario_case(sc) for sc in SCENARIOS]
+    cases.append(fuzz_case("fuzz-cache", lambda c: c, "stateful traces at the run's config"))
+    cases.append(fuzz_case("fuzz-cache-tight", _tight,
+                           "stateful traces with 8 device and 6 host pages"))
+    cases.append(fuzz_case("fuzz-cache-page1", lambda c: c.model_copy(update={"page_size": 1}),
+                           "stateful traces at page size 1"))
+    return cases
+
+
+def select_cases(names: list[str] | None) -> list[Case]:
+    cases = all_cases()
+    if not names:
+        return cases
+    known = {c.name: c for c in cases}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KitError(f"--case {unknown[0]}: unknown case (known: {', '.join(known)})")
+    return [known[n] for n in names]
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def run_suite(
+    engine: str,
+    config: EngineConfig,
+    *,
+    seed_value: int,
+    profile: Profile,
+    budget: Budget,
+    report_path: Path | None,
+    cases: list[Case] | None = None,
+    on_start: Callable[[Case], None] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> Report:
+    """Run cases against ``engine``; the report is rewritten atomically after every case."""
+    factory = engine_factory(engine)
+    try:
+        probe = factory(config)
+    except KitError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the engine could not even start
+        raise KitError(f"engine {engine}: cannot start with config {config.model_dump()}: {e}")
+    features = probe.features
+    out_dir = report_path.parent if report_path is not None else None
+    ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir)
+    report = Report(
+        run_info=RunInfo(
+            engine=engine, version=str(probe.version), kvconf=__version__,
+            features=sorted(f.value for f in features), config=config.model_dump(),
+            seed=seed_value, profile=profile.name, budget=str(budget), started=now(),
+        )
+    )
+    try:
+        for case in cases if cases is not None else all_cases():
+            if on_start:
+                on_start(case)
+            missing = case.needs - features
+            if missing:
+                result = CaseResult(
+                    case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
+                    message="engine lacks " + ", ".join(sorted(f.value for f in missing)),
+                    duration_s=0.0,
+                )
+            else:
+                t0 = time.perf_counter()
+                try:
+                    result = case.run(ctx)
+                except KitError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a fault outside every oracle
+                    result = CaseResult(
+                        case=case.name, status=Status.ERROR, behaviours=list(case.behaviours),
+                        message=f"{type(e).__name__}: {e}", duration_s=time.perf_counter() - t0,
+                    )
+            report.results.append(result)
+            if report_path is not None:
+                write_report(report, report_path)
+            if on_result:
+                on_result(result)
+    except KeyboardInterrupt:
+        report.run_info.interrupted = True
+        report.run_info.finished = now()
+        if report_path is not None:
+            write_report(report, report_path)
+        raise
+    report.run_info.finished = now()
+    if report_path is not None:
+        write_report(report, report_path)
+    return report.summarize()
