@@ -27,6 +27,7 @@ from conformance.trace import (
     LoadbackStep,
     MatchStep,
     Step,
+    TickStep,
     Trace,
     UnlockStep,
     WritebackStep,
@@ -50,8 +51,10 @@ class CacheDriver:
         config: EngineConfig,
         oracles: Sequence[type[Oracle]] = STEP_ORACLES,
         behaviours: Sequence[str] = (),
+        clock: str = "per_step",
     ) -> None:
         self.engine = engine
+        self.tick_every_step = clock == "per_step"
         self.config = config
         self.behaviours = tuple(behaviours)
         self.white = Feature.SNAPSHOT in engine.features
@@ -159,6 +162,7 @@ class CacheDriver:
 
     # ----------------------------------------------------------------- steps
     def run(self, trace: Trace) -> list[dict[str, Any]]:
+        self.tick_every_step = trace.clock == "per_step"
         for i, step in enumerate(trace.steps):
             self.step(i, step)
         return self.log
@@ -166,6 +170,8 @@ class CacheDriver:
     def step(self, index: int, step: Step) -> dict[str, Any]:
         self.ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
         try:
+            if self.tick_every_step or isinstance(step, TickStep):
+                self._call("tick", self.engine.tick)
             out = self._dispatch(index, step)
             events = self.engine.drain_events() if self.events_on else []
             self.ctx.events = events
@@ -238,6 +244,8 @@ class CacheDriver:
             else:
                 self.ledger.transfers[i] = op
             return {"op": step.op, "started": True, "pairs": [list(x) for x in op.pairs]}
+        if isinstance(step, TickStep):
+            return {"op": "tick"}
         if isinstance(step, AckStep):
             op = self.ledger.transfers.pop(step.step, None)
             if op is None:

@@ -64,11 +64,12 @@ class RunContext:
 
 def play(factory, trace: Trace, *, determinism: bool = True) -> list[dict]:
     """Play ``trace`` on a fresh engine with every oracle, bring it to rest, then replay it."""
-    driver = CacheDriver(factory(trace.config), trace.config, behaviours=trace.behaviours)
+    driver = CacheDriver(factory(trace.config), trace.config, behaviours=trace.behaviours,
+                         clock=trace.clock)
     driver.run(trace)
     driver.drain()
     if determinism:
-        again = CacheDriver(factory(trace.config), trace.config, oracles=())
+        again = CacheDriver(factory(trace.config), trace.config, oracles=(), clock=trace.clock)
         again.run(trace)
         DeterminismOracle().compare(driver.log, again.log)
     return driver.log

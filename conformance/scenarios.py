@@ -19,6 +19,7 @@ from conformance.trace import (
     LoadbackStep,
     MatchStep,
     Step,
+    TickStep,
     Trace,
     UnlockStep,
     WritebackStep,
@@ -35,12 +36,14 @@ class Scenario:
     needs: frozenset[Feature]
     steps: tuple[Step, ...]
     doc: str
+    clock: str = "per_step"
 
     def trace(self, config: EngineConfig) -> Trace:
         """The scenario at page size ``config.page_size``: every token becomes a page of it."""
         p = config.page_size
         steps = [_scale(s, p) for s in self.steps]
-        return Trace(name=self.name, behaviours=list(self.behaviours), config=config, steps=steps)
+        return Trace(name=self.name, behaviours=list(self.behaviours), config=config,
+                     steps=steps, clock=self.clock)
 
 
 def _scale(step: Step, p: int) -> Step:
@@ -120,6 +123,30 @@ SCENARIOS: tuple[Scenario, ...] = (
             MatchStep(tokens=[1, 2, 7], expect=E(device_len=3)),
         ),
         "The least recently used unpinned leaf goes first; a parent waits for its children.",
+    ),
+    Scenario(
+        "equal-times-oldest-node-first",
+        ("EVICT-3", "DET-1"),
+        frozenset(),
+        (
+            TickStep(),
+            InsertStep(tokens=[1, 2]),
+            InsertStep(tokens=[3, 4]),
+            InsertStep(tokens=[5, 6]),
+            TickStep(),
+            EvictStep(pages=1, expect=E(evicted=2)),
+            MatchStep(tokens=[1, 2], expect=E(device_len=0)),
+            TickStep(),
+            MatchStep(tokens=[5, 6], expect=E(device_len=2)),
+            MatchStep(tokens=[3, 4], expect=E(device_len=2)),
+            TickStep(),
+            EvictStep(pages=1, expect=E(evicted=2)),
+            MatchStep(tokens=[3, 4], expect=E(device_len=0)),
+            MatchStep(tokens=[5, 6], expect=E(device_len=2)),
+        ),
+        "Leaves used in one scheduling step are evicted oldest node first, whatever the order "
+        "of use within the step (D248-1).",
+        clock="explicit",
     ),
     Scenario(
         "pinned-never-evicted",

@@ -89,6 +89,12 @@ class LoadbackStep(TransferStep):
     op: Literal["loadback"] = "loadback"
 
 
+class TickStep(_Step):
+    """A new scheduling step begins: the engine's logical clock advances (explicit clock only)."""
+
+    op: Literal["tick"] = "tick"
+
+
 class AckStep(_Step):
     op: Literal["ack"] = "ack"
     step: int = Field(ge=0, description="index of the writeback or loadback step")
@@ -97,7 +103,7 @@ class AckStep(_Step):
 
 Step = Annotated[
     MatchStep | InsertStep | ExtendStep | UnlockStep | EvictStep | WritebackStep | LoadbackStep
-    | AckStep,
+    | AckStep | TickStep,
     Field(discriminator="op"),
 ]
 
@@ -109,6 +115,11 @@ class Trace(BaseModel):
     level: Literal["cache"] = "cache"
     name: str = ""
     behaviours: list[str] = []
+    clock: Literal["per_step", "explicit"] = Field(
+        "per_step",
+        description="per_step: the driver advances the engine's clock before every step; "
+        "explicit: only tick steps do, so several steps share one time",
+    )
     config: EngineConfig = EngineConfig()
     steps: list[Step] = []
 
@@ -188,7 +199,7 @@ def _format_loc(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif part in ("match", "insert", "extend", "unlock", "evict", "writeback", "loadback",
-                      "ack") and out.endswith("]"):
+                      "ack", "tick") and out.endswith("]"):
             continue  # the discriminator's branch name adds nothing for a person
         else:
             out += f".{part}" if out else str(part)

@@ -1,11 +1,15 @@
-"""A logical clock: the reference's only notion of time (spec EVICT-3, D248-1)."""
+"""A logical clock: the reference's only notion of time (spec EVICT-2, EVICT-3, D248-1).
+
+The caller advances it, once per scheduling step, so everything that happens within one step
+shares one time: equal access times are real, and the sequence-number tie-break decides them.
+"""
 
 from dataclasses import dataclass
 
 
 @dataclass(slots=True)
 class LogicalClock:
-    """Monotonic counter; every cache operation that touches nodes reads one tick."""
+    """Monotonic counter; operations stamp nodes with ``now``, only ``tick`` advances it."""
 
     now: int = 0
 

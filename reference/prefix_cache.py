@@ -89,6 +89,10 @@ class PrefixCache:
         """Return caller-owned pages; a page the caller does not own is rejected (POOL-4)."""
         self.pools[tier].release(list(pages), CALLER)
 
+    def tick(self) -> int:
+        """Advance the logical clock: the caller's next scheduling step begins (EVICT-2)."""
+        return self.clock.tick()
+
     def available(self, tier: Tier = Tier.DEVICE) -> int:
         return self.pools[tier].free_count
 
@@ -170,7 +174,7 @@ class PrefixCache:
         """Longest cached whole-page prefix on each tier; splits where the query diverges."""
         self._check_tokens(tokens, whole_pages=False)
         root = self._root(namespace)
-        now = self.clock.tick()
+        now = self.clock.now
         node = root
         for step in walk(root, tokens, self.page_size):
             node = step.node
@@ -232,7 +236,7 @@ class PrefixCache:
         self._validate_insert(root, tokens, pages)
         p = self.page_size
         pool = self.pools[Tier.DEVICE]
-        now = self.clock.tick()
+        now = self.clock.now
         node, pos = root, 0
         cached = 0
         freed: list[int] = []
@@ -368,7 +372,7 @@ class PrefixCache:
         t = self._transfers.pop(op_id, None)
         if t is None:
             raise CacheError("unknown_op", f"transfer {op_id} is not in flight")
-        now = self.clock.tick()
+        now = self.clock.now
         dst_of = dict(t.pairs)
         owner = transfer_owner(op_id)
         for n in t.node.path():

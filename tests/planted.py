@@ -59,19 +59,14 @@ class TieByNewestSeq(PrefixCache):
 
 
 class LeaksDuplicates(PrefixCache):
-    """TREE-5 / POOL-4: duplicate caller pages are neither freed nor returned."""
+    """TREE-5 / POOL-4: duplicate caller pages are kept out of the free list and not reported."""
 
     def insert(self, namespace, tokens, pages):
-        real_release = self.pools[Tier.DEVICE].release
-
-        def keep(pgs, src):
-            self.pools[Tier.DEVICE].move(list(pgs), src, "caller")
-
-        self.pools[Tier.DEVICE].release = keep  # type: ignore[method-assign]
-        try:
-            r = super().insert(namespace, tokens, pages)
-        finally:
-            self.pools[Tier.DEVICE].release = real_release  # type: ignore[method-assign]
+        r = super().insert(namespace, tokens, pages)
+        pool = self.pools[Tier.DEVICE]
+        for p in r.freed:
+            pool._free.remove(p)
+            pool._owner[p] = "caller"
         return type(r)(r.cached_len, r.new_len, ())
 
 

@@ -43,6 +43,9 @@ class ReferenceCacheAdapter:
         except CacheError as e:
             raise EngineRejected(e.code, e.message) from None
 
+    def tick(self) -> None:
+        self.cache.tick()
+
     def alloc(self, n: int) -> list[int] | None:
         return self._call(self.cache.alloc, n)
 

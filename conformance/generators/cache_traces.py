@@ -27,6 +27,7 @@ from conformance.trace import (
     LoadbackStep,
     MatchStep,
     Step,
+    TickStep,
     Trace,
     UnlockStep,
     WritebackStep,
@@ -78,8 +79,9 @@ def cache_machine(
         def __init__(self) -> None:
             super().__init__()
             self.engine = factory(config)
-            self.driver = CacheDriver(self.engine, config)
-            self.trace = Trace(config=config, name="fuzz")
+            self.driver = CacheDriver(self.engine, config, clock="explicit")
+            self.trace = Trace(config=config, name="fuzz", clock="explicit")
+            self.failed = False
             self.live: dict[Tier, list[int]] = {Tier.DEVICE: [], Tier.HOST: []}
             self.released: list[int] = []
             self.later: list[int] = []
@@ -91,7 +93,11 @@ def cache_machine(
             self.trace.steps.append(step)
             holder.steps += 1
             holder.seen_ops[step.op] = holder.seen_ops.get(step.op, 0) + 1
-            out = self.driver.step(len(self.trace.steps) - 1, step)
+            try:
+                out = self.driver.step(len(self.trace.steps) - 1, step)
+            except BaseException:
+                self.failed = True
+                raise
             if out.get("started"):
                 holder.seen_ops[f"{step.op}:started"] = holder.seen_ops.get(f"{step.op}:started", 0) + 1
             return out
@@ -169,6 +175,11 @@ def cache_machine(
             self.match(n, tokens, Tier.HOST)
             self._transfer(LoadbackStep, Tier.HOST, len(self.live[Tier.HOST]) - 1, later, True)
 
+        @rule()
+        def tick(self) -> None:
+            """A new scheduling step: steps between two ticks share one access time."""
+            self._do(TickStep())
+
         @rule(tier=st.sampled_from([Tier.DEVICE, Tier.HOST]), pages=st.integers(0, 4))
         def evict(self, tier: Tier, pages: int) -> None:
             self._do(EvictStep(tier=tier, pages=pages))
@@ -201,11 +212,11 @@ def cache_machine(
             holder.last = self.trace
 
         def teardown(self) -> None:
-            if not self.trace.steps:
+            if not self.trace.steps or self.failed:
                 return
             self.driver.drain()
             if determinism:
-                again = CacheDriver(factory(config), config, oracles=())
+                again = CacheDriver(factory(config), config, oracles=(), clock="explicit")
                 for i, s in enumerate(self.trace.steps):
                     again.step(i, s)
                 DeterminismOracle().compare(self.driver.log, again.log)
