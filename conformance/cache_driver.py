@@ -72,7 +72,7 @@ class CacheDriver:
             return None
         try:
             return self.engine.snapshot()
-        except Exception as e:  # noqa: BLE001 - any engine failure is a finding
+        except Exception as e:
             raise _crash("snapshot", e) from e
 
     def _call(self, call: str, fn, *args, legal: bool = True):
@@ -85,7 +85,7 @@ class CacheDriver:
             raise
         except Violation:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise _crash(call, e) from e
 
     def _notify(self, hook: str, *args) -> None:
@@ -232,7 +232,8 @@ class CacheDriver:
             return {"op": "evict", "evicted": self._evict(step.tier, step.pages)}
         if isinstance(step, (WritebackStep, LoadbackStep)):
             rec = self._live_lock(i, step.step)
-            fn = self.engine.start_writeback if step.op == "writeback" else self.engine.start_loadback
+            fn = (self.engine.start_writeback if step.op == "writeback"
+                  else self.engine.start_loadback)
             before = self._snapshot()
             op = self._call(f"start_{step.op}", fn, rec.node)
             if op is None:

@@ -19,7 +19,8 @@ def page_tags(namespace: int, tokens: Sequence[int], page_size: int) -> list[int
     prev = namespace.to_bytes(8, "little", signed=True)
     for start in range(0, len(tokens) - page_size + 1, page_size):
         h = hashlib.blake2b(prev, digest_size=8, person=b"kvconf-tag")
-        h.update(b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in tokens[start : start + page_size]))
+        page = tokens[start : start + page_size]
+        h.update(b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in page))
         prev = h.digest()
         out.append(int.from_bytes(prev, "little"))
     return out

@@ -67,7 +67,8 @@ class Report(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return not any(r.status in (Status.FAIL, Status.ERROR, Status.TIMEOUT) for r in self.results)
+        bad = (Status.FAIL, Status.ERROR, Status.TIMEOUT)
+        return not any(r.status in bad for r in self.results)
 
 
 def write_report(report: Report, path: str | Path) -> Path:

@@ -153,7 +153,8 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
         return CaseResult(
             case=name, status=Status.PASS, behaviours=list(FUZZ_BEHAVIOURS),
             duration_s=round(time.perf_counter() - t0, 4), examples=holder.examples,
-            steps=holder.steps, message=f"{doc}; ops played: {dict(sorted(holder.seen_ops.items()))}",
+            steps=holder.steps,
+            message=f"{doc}; ops played: {dict(sorted(holder.seen_ops.items()))}",
         )
 
     return Case(name, FUZZ_BEHAVIOURS, frozenset(), run)
@@ -207,8 +208,10 @@ def run_suite(
         probe = factory(config)
     except KitError:
         raise
-    except Exception as e:  # noqa: BLE001 - the engine could not even start
-        raise KitError(f"engine {engine}: cannot start with config {config.model_dump()}: {e}")
+    except Exception as e:
+        raise KitError(
+            f"engine {engine}: cannot start with config {config.model_dump()}: {e}"
+        ) from None
     features = probe.features
     out_dir = report_path.parent if report_path is not None else None
     ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir)
@@ -236,7 +239,7 @@ def run_suite(
                     result = case.run(ctx)
                 except KitError:
                     raise
-                except Exception as e:  # noqa: BLE001 - a fault outside every oracle
+                except Exception as e:
                     result = CaseResult(
                         case=case.name, status=Status.ERROR, behaviours=list(case.behaviours),
                         message=f"{type(e).__name__}: {e}", duration_s=time.perf_counter() - t0,

@@ -59,7 +59,7 @@ def _scale(step: Step, p: int) -> Step:
     return type(step).model_validate(data)
 
 
-def E(**kw) -> Expect:  # noqa: N802 - reads as a constructor in the tables below
+def E(**kw) -> Expect:
     return Expect(**kw)
 
 

@@ -144,11 +144,12 @@ class Trace(BaseModel):
                 want = {WritebackStep: Tier.DEVICE, LoadbackStep: Tier.HOST}.get(type(s))
                 if want is not None and target.lock != want:
                     raise ValueError(f"steps[{i}].step: step {ref} does not lock the {want} tier")
-            if isinstance(s, AckStep):
-                if not (isinstance(target, TransferStep) and target.ack == "later"):
-                    raise ValueError(
-                        f"steps[{i}].step: step {ref} is not a transfer acknowledged later"
-                    )
+            if isinstance(s, AckStep) and not (
+                isinstance(target, TransferStep) and target.ack == "later"
+            ):
+                raise ValueError(
+                    f"steps[{i}].step: step {ref} is not a transfer acknowledged later"
+                )
         return self
 
 
@@ -215,7 +216,8 @@ def dump_trace(trace: Trace) -> str:
         lines.append(f"  {json.dumps(k)}: {json.dumps(v)},")
     lines.append('  "steps": [')
     for i, s in enumerate(steps):
-        lines.append("    " + json.dumps(s, separators=(",", ":")) + ("," if i < len(steps) - 1 else ""))
+        comma = "," if i < len(steps) - 1 else ""
+        lines.append("    " + json.dumps(s, separators=(",", ":")) + comma)
     lines.append("  ]")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -32,7 +32,7 @@ class PagePool:
     deterministic choice.
     """
 
-    __slots__ = ("tier", "size", "_free", "_owner")
+    __slots__ = ("_free", "_owner", "size", "tier")
 
     def __init__(self, tier: Tier, size: int) -> None:
         if size < 0:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from reference.clock import LogicalClock
 from reference.errors import CacheError
-from reference.eviction import pick_victim
+from reference.eviction import VictimQueue
 from reference.host_tier import Transfer, missing_path
 from reference.kv_events import EventKind, KVEvent, chain_hashes
 from reference.pages import CALLER, PagePool, node_owner, transfer_owner
@@ -305,11 +305,14 @@ class PrefixCache:
         if num_pages < 0:
             raise CacheError("bad_count", f"cannot evict {num_pages} pages")
         freed = 0
+        queue = VictimQueue(self._nodes.values(), tier) if num_pages else None
         while freed < num_pages:
-            victim = pick_victim(self._nodes.values(), tier)
+            victim = queue.pop()
             if victim is None:
                 break
+            parent = victim.parent
             freed += self._drop_tier(victim, tier)
+            queue.offer(parent)
         return freed
 
     def _drop_tier(self, node: Node, tier: Tier) -> int:

@@ -99,7 +99,8 @@ def cache_machine(
                 self.failed = True
                 raise
             if out.get("started"):
-                holder.seen_ops[f"{step.op}:started"] = holder.seen_ops.get(f"{step.op}:started", 0) + 1
+                key = f"{step.op}:started"
+                holder.seen_ops[key] = holder.seen_ops.get(key, 0) + 1
             return out
 
         @rule(ns=ns, tokens=query, lock=st.sampled_from([None, Tier.DEVICE, Tier.HOST]))

@@ -3,8 +3,8 @@
 from conformance.oracles.base import Ctx, Oracle, Violation
 from conformance.oracles.content import ContentOracle
 from conformance.oracles.determinism import DeterminismOracle
-from conformance.oracles.eviction import EvictionOracle
 from conformance.oracles.events import EventOracle
+from conformance.oracles.eviction import EvictionOracle
 from conformance.oracles.faults import FaultOracle
 from conformance.oracles.matching import MatchOracle
 from conformance.oracles.ownership import OwnershipOracle

@@ -53,7 +53,8 @@ class EvictionOracle(Oracle):
         a_nodes = after.node_map()
         lost = [
             n.id for n in before.nodes
-            if n.pages(tier) is not None and (n.id not in a_nodes or a_nodes[n.id].pages(tier) is None)
+            if n.pages(tier) is not None
+            and (n.id not in a_nodes or a_nodes[n.id].pages(tier) is None)
         ]
         for nid in lost:
             n = b_nodes[nid]

@@ -73,9 +73,13 @@ class OwnershipOracle(Oracle):
                     if pg not in free:
                         raise self.fail("POOL-4", f"{tier} page {pg} is marked free but not listed")
                     if tree_owner:
-                        raise self.fail("POOL-1", f"{tier} page {pg} is free and held by {tree_owner}")
+                        raise self.fail(
+                            "POOL-1", f"{tier} page {pg} is free and held by {tree_owner}"
+                        )
                 elif pg in free:
-                    raise self.fail("POOL-1", f"{tier} page {pg} is on the free list and owned by {owner}")
+                    raise self.fail(
+                        "POOL-1", f"{tier} page {pg} is on the free list and owned by {owner}"
+                    )
                 elif owner.startswith("node:"):
                     if tree_owner != f"node {owner[5:]}":
                         raise self.fail(
@@ -95,7 +99,9 @@ class OwnershipOracle(Oracle):
                         raise self.fail("POOL-4", f"{tier} page {pg} is charged to the caller, "
                                         "who does not hold it")
                 if tree_owner and owner != f"node:{tree_owner[5:]}":
-                    raise self.fail("POOL-1", f"{tier} page {pg} is in {tree_owner}, owned by {owner}")
+                    raise self.fail(
+                        "POOL-1", f"{tier} page {pg} is in {tree_owner}, owned by {owner}"
+                    )
             if tier is Tier.DEVICE and caller != len(ctx.ledger.held):
                 missing = sorted(p for p in ctx.ledger.held if pool.owners[p] != "caller")
                 raise self.fail("POOL-4", f"caller holds device pages {missing} the pool gave away")

@@ -1,0 +1,279 @@
+"""The ``kvconf`` command line: run the suite, replay a trace, print schemas, audit the spec.
+
+Every bad input (unknown engine, malformed trace, bad config value, unwritable report) is one line
+on stderr naming the place, and exit code 2; a broken rule is exit code 1; a clean run is 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from conformance.errors import KitError
+
+app = typer.Typer(
+    name="kvconf",
+    help="Conformance kit for LLM-serving KV / Mamba cache schedulers.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+spec_app = typer.Typer(
+    help="The normative spec: registry, chapters, catalog.", no_args_is_help=True
+)
+app.add_typer(spec_app, name="spec")
+
+out = Console()
+err = Console(stderr=True)
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+STATUS_STYLE = {
+    "PASS": "green", "FAIL": "bold red", "NOT_SUPPORTED": "yellow", "ERROR": "bold magenta",
+    "TIMEOUT": "red",
+}
+
+
+def _die(message: str) -> None:
+    sys.stderr.write(f"kvconf: error: {message}\n")
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _default_tests_dir() -> Path:
+    """The checkout's tests/ (the audit reads test markers from source)."""
+    here = Path.cwd() / "tests"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parent.parent / "tests"
+
+
+@app.command()
+def run(
+    engine: Annotated[str, typer.Option(help="Engine adapter to test (see `kvconf engines`).")] = (
+        "reference"
+    ),
+    report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "kvconf-report/report.json"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
+    ] = None,
+    config: Annotated[
+        list[str] | None,
+        typer.Option("--config", help="Engine config override key=value (repeatable)."),
+    ] = None,
+    case: Annotated[
+        list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+) -> None:
+    """Run the conformance suite against ENGINE and write a report."""
+    from conformance.engine_config import EngineConfig, parse_overrides
+    from conformance.profiles import get_profile, parse_budget
+    from conformance.runner import run_suite, select_cases
+
+    try:
+        prof = get_profile(profile)
+        bud = parse_budget(budget, prof)
+        cfg = parse_overrides(EngineConfig(), config or [])
+        cases = select_cases(case)
+        _check_writable(report)
+        with _progress(quiet, len(cases)) as (on_start, on_result):
+            result = run_suite(
+                engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
+                cases=cases, on_start=on_start, on_result=on_result,
+            )
+    except KitError as e:
+        _die(str(e))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the results so far are in {report}")
+        raise typer.Exit(130) from None
+    _print_results(result)
+    out.print(f"report: {report}")
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
+def _check_writable(report: Path) -> None:
+    parent = report.parent if str(report.parent) else Path(".")
+    if report.is_dir():
+        raise KitError(f"--report {report}: is a directory, expected a file path")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise KitError(f"--report {report}: {probe} is not a directory")
+
+
+class _progress:
+    """A rich progress bar over the cases, or nothing when quiet or not on a terminal."""
+
+    def __init__(self, quiet: bool, total: int) -> None:
+        self.bar = None if quiet else Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+            console=err, transient=True,
+        )
+        self.total = total
+        self.task = None
+
+    def __enter__(self):
+        if self.bar is None:
+            return None, None
+        self.bar.start()
+        self.task = self.bar.add_task("starting", total=self.total)
+
+        def on_start(case) -> None:
+            self.bar.update(self.task, description=case.name)
+
+        def on_result(result) -> None:
+            self.bar.advance(self.task)
+            if result.status.value not in ("PASS", "NOT_SUPPORTED"):
+                self.bar.console.print(f"[red]{result.status.value}[/] {result.case}: "
+                                       f"{result.message}", markup=True, highlight=False)
+
+        return on_start, on_result
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _print_results(report) -> None:
+    table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
+                  f"{report.run_info.profile}, {report.run_info.budget})")
+    table.add_column("case")
+    table.add_column("status")
+    table.add_column("s", justify="right")
+    table.add_column("behaviours / message", overflow="fold")
+    for r in report.results:
+        style = STATUS_STYLE.get(r.status.value, "")
+        if r.status.value == "PASS":
+            detail = ", ".join(r.behaviours) if len(r.behaviours) <= 6 else (
+                f"{len(r.behaviours)} behaviours")
+        else:
+            where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
+            detail = f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}"
+        table.add_row(r.case, f"[{style}]{r.status.value}[/]", f"{r.duration_s:.2f}", detail)
+    out.print(table)
+    summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
+                        for k, v in report.summary.items())
+    out.print(summary)
+
+
+@app.command()
+def replay(
+    trace: Annotated[Path, typer.Argument(help="A trace file (kvconf-trace/1 JSON).")],
+    engine: Annotated[str, typer.Option(help="Engine adapter to replay it on.")] = "reference",
+    no_determinism: Annotated[
+        bool, typer.Option("--no-determinism", help="Skip the second run (DET-1).")
+    ] = False,
+) -> None:
+    """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks."""
+    from conformance.adapters import engine_factory
+    from conformance.oracles import Violation
+    from conformance.runner import play
+    from conformance.trace import load_trace
+
+    try:
+        t = load_trace(trace)
+        factory = engine_factory(engine)
+    except KitError as e:
+        _die(str(e))
+    try:
+        log = play(factory, t, determinism=not no_determinism)
+    except KitError as e:
+        _die(f"{trace}: {e}")
+    except Violation as v:
+        step = f"step {v.step}" if v.step is not None else "the run"
+        out.print(f"[bold red]FAIL[/] {trace} on {engine} at {step}: [{v.oracle}] "
+                  f"{', '.join(v.behaviours)}: {v.message}", highlight=False)
+        raise typer.Exit(EXIT_FAIL) from None
+    out.print(f"[green]PASS[/] {trace} on {engine}: {len(log)} steps, every oracle held",
+              highlight=False)
+
+
+@app.command()
+def schema(
+    what: Annotated[str, typer.Argument(help="trace or report")] = "trace",
+) -> None:
+    """Print the JSON Schema of the trace format or the report format."""
+    from conformance.report import report_schema
+    from conformance.trace import trace_schema
+
+    schemas = {"trace": trace_schema, "report": report_schema}
+    if what not in schemas:
+        _die(f"schema {what!r}: unknown (known: {', '.join(schemas)})")
+    sys.stdout.write(json.dumps(schemas[what](), indent=2) + "\n")
+
+
+@app.command()
+def engines() -> None:
+    """List the engine adapters this installation knows."""
+    from conformance.adapters import known_engines
+
+    for name in known_engines():
+        out.print(name)
+
+
+@spec_app.command("audit")
+def spec_audit(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    tests: Annotated[
+        Path | None, typer.Option(help="Test folder to read markers from (default: ./tests).")
+    ] = None,
+) -> None:
+    """Check the registry against chapters, oracles and tests; exit 1 on any gap."""
+    from spec.audit import audit
+    from spec.registry import SpecError, load_registry
+
+    try:
+        registry = load_registry()
+    except SpecError as e:
+        _die(str(e))
+    res = audit(registry, tests if tests is not None else _default_tests_dir())
+    if as_json:
+        sys.stdout.write(json.dumps(res.as_json(), indent=2, sort_keys=True) + "\n")
+    else:
+        covered = sum(1 for v in res.catalog.values() if v)
+        out.print(f"{res.behaviours} behaviours; catalog covered {covered}/{len(res.catalog)}")
+        for d, ids in sorted(res.catalog.items()):
+            out.print(f"  {d}: {', '.join(ids) if ids else '[yellow]not yet guarded[/]'}")
+        for g in res.gaps:
+            out.print(f"[red]gap[/] {g}", highlight=False)
+        out.print("audit: " + ("[green]ok[/]" if not res.gaps else f"[red]{len(res.gaps)} gaps[/]"))
+    raise typer.Exit(EXIT_FAIL if res.gaps else EXIT_OK)
+
+
+@spec_app.command("list")
+def spec_list() -> None:
+    """Print every behaviour: ID, level, chapter, statement."""
+    from spec.registry import SpecError, load_registry
+
+    try:
+        registry = load_registry()
+    except SpecError as e:
+        _die(str(e))
+    for b in registry.behaviours.values():
+        guards = f" [{', '.join(b.guards)}]" if b.guards else ""
+        out.print(f"[bold]{b.id}[/] {b.level.value} ({b.chapter}){guards}: {b.statement}",
+                  highlight=False)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
