@@ -30,7 +30,7 @@ spec_app = typer.Typer(
 )
 app.add_typer(spec_app, name="spec")
 
-out = Console()
+out = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

@@ -18,12 +18,13 @@ class Profile:
     name: str
     examples: int  # generated traces per fuzz case
     steps: int  # steps per generated trace
+    shrink_replays: int = 600  # replays the shrinker may spend on a failing trace
 
 
 PROFILES = {
     "ci": Profile("ci", examples=60, steps=30),
     "default": Profile("default", examples=300, steps=40),
-    "nightly": Profile("nightly", examples=5000, steps=80),
+    "nightly": Profile("nightly", examples=5000, steps=80, shrink_replays=5000),
 }
 
 

@@ -34,7 +34,8 @@ class CaseResult(BaseModel):
     oracle: str | None = None
     step: int | None = None
     examples: int | None = None  # generated examples (fuzz cases)
-    steps: int | None = None  # steps played
+    steps: int | None = None  # steps played (of a failure: of the shrunk trace)
+    found_steps: int | None = None  # a fuzz failure's steps before shrinking
 
 
 class RunInfo(BaseModel):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hypothesis import HealthCheck, seed, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import HypothesisException
 from hypothesis.stateful import get_state_machine_test
 
@@ -29,6 +29,7 @@ from conformance.oracles.determinism import DeterminismOracle
 from conformance.profiles import Budget, Profile
 from conformance.report import CaseResult, Report, RunInfo, Status, write_report
 from conformance.scenarios import SCENARIOS
+from conformance.shrink import shrink
 from conformance.trace import Trace, dump_trace, write_atomic
 
 FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))
@@ -115,6 +116,8 @@ def fuzz_settings(examples: int, steps: int) -> settings:
         suppress_health_check=list(HealthCheck),
         print_blob=False,
         report_multiple_bugs=False,
+        # Shrinking is ours (conformance.shrink): bounded, and judged on the trace itself.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
     )
 
 
@@ -145,8 +148,12 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
             run_fuzz(ctx.factory, config, holder, ctx.budget, ctx.profile.steps, ctx.seed)
         except Violation as v:
             trace = holder.last or Trace(config=config)
+            found = len(trace.steps)
+            trace, v = shrink(trace, v, lambda t: play(ctx.factory, t),
+                              max_replays=ctx.profile.shrink_replays)
             return _fail(name, FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
-                         examples=holder.examples, steps=len(trace.steps))
+                         examples=holder.examples, steps=len(trace.steps),
+                         found_steps=found)
         except HypothesisException as e:
             return CaseResult(case=name, status=Status.ERROR, behaviours=list(FUZZ_BEHAVIOURS),
                               message=f"generator: {e}", duration_s=time.perf_counter() - t0)

@@ -361,9 +361,10 @@ class PrefixCache:
             return None
         locks = [self._locks.acquire(node, src, internal=True)]
         anchor = path[0].parent
-        if kind == "loadback" and anchor is not None:
-            # The device parent of the path must stay until the loaded pages hang below it.
-            locks.append(self._locks.acquire(anchor, Tier.DEVICE, internal=True))
+        if anchor is not None:
+            # The parent's copy on the destination tier must stay until the copied pages hang
+            # below it, or they would land under a node that left the tier (HOST-1, HOST-2).
+            locks.append(self._locks.acquire(anchor, dst, internal=True))
         for n in path:
             n.pending = op
         t = Transfer(op, kind, node, list(zip(src_pages, dst_pages, strict=True)), locks)

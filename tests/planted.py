@@ -175,12 +175,23 @@ class LoadbackVisibleEarly(PrefixCache):
         return t
 
 
+class WritebackParentUnpinned(PrefixCache):
+    """HOST-2 / HOST-1: a writeback in flight does not pin the host copy of the path's parent."""
+
+    def _start(self, node, kind):
+        t = super()._start(node, kind)
+        if t is not None and kind == "writeback" and len(t.locks) > 1:
+            self._locks.release(t.locks.pop(), internal=True)
+        return t
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
         EvictsPinned, NewestFirst, TieByNewestSeq, LeaksDuplicates, SplitDropsPins,
         IgnoresFailedAck, NoHostRefresh, MatchOnePageLong, HashWithoutNamespace,
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
+        WritebackParentUnpinned,
     )
 }
 _ = node_owner

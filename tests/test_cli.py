@@ -1,0 +1,160 @@
+"""The ``kvconf`` command line: the main job, replay, schemas, the audit, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conformance import adapters
+from conformance.adapters.reference_cache import ReferenceCacheAdapter
+from conformance.cli import app
+from conformance.report import load_report
+from conformance.trace import load_trace
+
+runner = CliRunner()
+
+
+def kvconf(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def evicts_pinned(config):
+    """A planted engine for the CLI: the reference with PIN-2 broken."""
+    from planted import EvictsPinned
+
+    return ReferenceCacheAdapter(config, cache_cls=EvictsPinned)
+
+
+@pytest.fixture
+def planted_engine(monkeypatch):
+    monkeypatch.setitem(adapters.ENGINES, "evicts-pinned", f"{__name__}:evicts_pinned")
+    return "evicts-pinned"
+
+
+def test_run_writes_the_report(tmp_path: Path) -> None:
+    report = tmp_path / "out" / "report.json"
+    r = kvconf("run", "--engine", "reference", "--report", str(report), "--budget", "5",
+               "--seed", "3", "--quiet")
+    assert r.exit_code == 0, r.output
+    rep = load_report(report)
+    data = json.loads(report.read_text())
+    assert set(data) >= {"run_info", "results", "summary"}
+    info = data["run_info"]
+    assert info["engine"] == "reference" and info["seed"] == 3 and info["finished"]
+    assert info["budget"] == "5 examples"
+    for row in data["results"]:
+        assert set(row) >= {"case", "status", "behaviours", "message", "duration_s", "trace"}
+    assert rep.summary["PASS"] == len(rep.results) > 0
+    assert data["summary"]["FAIL"] == 0
+    assert "PASS" in r.output  # the closing table
+
+
+def test_run_fails_and_saves_a_replayable_trace(tmp_path: Path, planted_engine: str) -> None:
+    report = tmp_path / "report.json"
+    r = kvconf("run", "--engine", planted_engine, "--report", str(report), "--quiet",
+               "--case", "pinned-never-evicted", "--case", "fuzz-cache-tight", "--budget", "40")
+    assert r.exit_code == 1, r.output
+    rep = load_report(report)
+    failed = [x for x in rep.results if x.status.value == "FAIL"]
+    assert {x.case for x in failed} == {"pinned-never-evicted", "fuzz-cache-tight"}
+    for x in failed:
+        assert x.trace and x.oracle and x.behaviours
+        saved = report.parent / x.trace
+        load_trace(saved)  # a valid trace file
+        again = kvconf("replay", str(saved), "--engine", planted_engine)
+        assert again.exit_code == 1 and "FAIL" in again.output
+        clean = kvconf("replay", str(saved), "--engine", "reference")
+        assert clean.exit_code == 0, clean.output
+
+
+def test_fuzz_failure_is_shrunk(tmp_path: Path, planted_engine: str) -> None:
+    report = tmp_path / "report.json"
+    kvconf("run", "--engine", planted_engine, "--report", str(report), "--quiet",
+           "--case", "fuzz-cache-tight", "--budget", "60")
+    (res,) = load_report(report).results
+    assert res.status.value == "FAIL"
+    trace = load_trace(report.parent / res.trace)
+    assert len(trace.steps) <= 15, f"shrunk trace still has {len(trace.steps)} steps"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("run", "--engine", "nope"), "unknown engine 'nope'"),
+        (("run", "--config", "page_size=0"), "config.page_size"),
+        (("run", "--config", "colour=blue"), "--config colour: unknown field"),
+        (("run", "--config", "page_size"), "expected key=value"),
+        (("run", "--budget", "lots"), "--budget 'lots'"),
+        (("run", "--profile", "weekly"), "--profile weekly: unknown profile"),
+        (("run", "--case", "nope"), "--case nope: unknown case"),
+        (("replay", "/does/not/exist.json"), "/does/not/exist.json: cannot read trace"),
+        (("replay", "x.json", "--engine", "nope"), "cannot read trace"),
+        (("schema", "nope"), "schema 'nope': unknown"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, needle) -> None:
+    r = kvconf(*args)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.output
+    assert "Traceback" not in r.output
+
+
+def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(
+        '{\n  "format": "kvconf-trace/1",\n  "steps": [\n'
+        '    {"op":"insert","tokens":[1,2]},\n'
+        '    {"op":"evict","pages":-1}\n  ]\n}\n'
+    )
+    r = kvconf("replay", str(path))
+    assert r.exit_code == 2
+    assert f"{path}:5: steps[1].pages" in r.output, r.output
+    path.write_text('{"steps": [{"op": "unlock", "step": 0}]}')
+    r = kvconf("replay", str(path))
+    assert r.exit_code == 2 and "steps[0].step: 0 is not an earlier step" in r.output, r.output
+
+
+def test_report_path_that_is_a_directory(tmp_path: Path) -> None:
+    r = kvconf("run", "--report", str(tmp_path), "--case", "lru-victim-order")
+    assert r.exit_code == 2 and "is a directory" in r.output
+
+
+def test_schemas_are_json_schema() -> None:
+    for what, title in (("trace", "Trace"), ("report", "Report")):
+        r = kvconf("schema", what)
+        assert r.exit_code == 0
+        schema = json.loads(r.output)
+        assert schema["title"] == title and "properties" in schema
+
+
+def test_spec_audit_json_shape() -> None:
+    r = kvconf("spec", "audit", "--json")
+    data = json.loads(r.output)
+    assert set(data) == {"behaviours", "catalog", "gaps"}
+    assert data["behaviours"] >= 30
+    assert "D248-1" in data["catalog"] and "EVICT-3" in data["catalog"]["D248-1"]
+    # Catalog entries nothing guards yet are listed with an empty list, not dropped.
+    assert any(ids == [] for ids in data["catalog"].values())
+    assert data["gaps"] == [], data["gaps"]
+    assert r.exit_code == 0
+
+
+def test_spec_audit_reports_gaps(tmp_path: Path) -> None:
+    (tmp_path / "test_x.py").write_text(
+        'import pytest\n\n@pytest.mark.behaviours("PIN-1", "NOPE-9")\ndef test_x():\n    pass\n'
+    )
+    r = kvconf("spec", "audit", "--json", "--tests", str(tmp_path))
+    assert r.exit_code == 1
+    gaps = json.loads(r.output)["gaps"]
+    assert any("NOPE-9" in g for g in gaps)
+    assert any(g == "PIN-2: no test cites it" for g in gaps)
+    assert not any(g.startswith("PIN-1:") for g in gaps)
+
+
+def test_engines_lists_reference() -> None:
+    r = kvconf("engines")
+    assert r.exit_code == 0 and "reference" in r.output.split()
