@@ -240,6 +240,11 @@ class CacheDriver:
                 self._notify("on_unchanged_call", f"start_{step.op}", "declined", before,
                              self._snapshot())
                 return {"op": step.op, "started": False}
+            # Until the copy lands its destination holds nothing usable: an engine that serves
+            # it early must be seen serving garbage, not the stale KV a page held before.
+            dst = Tier.HOST if op.kind == "writeback" else Tier.DEVICE
+            for _s, d in op.pairs:
+                self.ledger.shadow[(dst, d)] = POISON
             if step.ack == "now":
                 self._ack(op, step.success)
             else:

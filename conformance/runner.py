@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,9 +122,38 @@ def fuzz_settings(examples: int, steps: int) -> settings:
     )
 
 
+@contextmanager
+def _import_independent_draws() -> Iterator[None]:
+    """Hypothesis sometimes draws "local constants" harvested from whatever modules happen to be
+    imported, so one seed would give different traces under ``kvconf run``, ``pytest`` or an
+    engine adapter that imports more. The kit promises same seed, same traces: for the span of a
+    fuzz run the harvest is empty. Where Hypothesis has no such hook this does nothing."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - a Hypothesis without the feature
+        yield
+        return
+    real = getattr(providers, "_get_local_constants", None)
+    if real is None or not hasattr(providers, "Constants"):
+        yield
+        return
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = real
+
+
 def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
              base_seed: int) -> None:
-    """Run the stateful generator under the budget; raises the first (shrunk) Violation."""
+    """Run the stateful generator under the budget; raises the first Violation found."""
+    with _import_independent_draws():
+        _run_fuzz(factory, config, holder, budget, steps, base_seed)
+
+
+def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
+              base_seed: int) -> None:
     machine = cache_machine(factory, config, holder)
     if budget.examples is not None:
         batches: Iterator[int] = iter([budget.examples])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
@@ -189,21 +190,29 @@ def load_trace(path: str | Path) -> Trace:
         loc = tuple(first["loc"])
         field = _format_loc(loc)
         msg = first["msg"].removeprefix("Value error, ")
+        cross = re.match(r"steps\[(\d+)\]", msg)  # a check across steps names its step
+        if not loc and cross:
+            loc = ("steps", int(cross.group(1)))
         line = _line_of(text, loc)
         where = f"{path}:{line}" if line else str(path)
         raise KitError(f"{where}: {field}: {msg}" if field else f"{where}: {msg}") from None
 
 
+_OPS = frozenset(("match", "insert", "extend", "unlock", "evict", "writeback", "loadback", "ack",
+                  "tick"))
+
+
 def _format_loc(loc: tuple) -> str:
     out = ""
+    after_index = False
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("match", "insert", "extend", "unlock", "evict", "writeback", "loadback",
-                      "ack", "tick") and out.endswith("]"):
-            continue  # the discriminator's branch name adds nothing for a person
-        else:
+            after_index = True
+            continue
+        if not (after_index and part in _OPS):  # the union's branch name adds nothing
             out += f".{part}" if out else str(part)
+        after_index = False
     return out
 
 

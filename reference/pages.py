@@ -59,6 +59,8 @@ class PagePool:
 
     def check_owned(self, pages: Iterable[int], owner: str) -> None:
         for p in pages:
+            if not isinstance(p, int) or isinstance(p, bool):
+                raise CacheError("bad_pages", f"{self.tier} page {p!r} is not an int")
             if not 0 <= p < self.size:
                 raise CacheError("bad_pages", f"{self.tier} page {p} is outside the pool")
             if self._owner[p] != owner:

@@ -18,7 +18,7 @@ from reference.pages import CALLER, PagePool, node_owner, transfer_owner
 from reference.pins import LockTable
 from reference.radix_tree import Node, common_pages, walk
 from reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView, TransferView
-from reference.tiers import Tier
+from reference.tiers import Tier, as_tier
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,10 +82,12 @@ class PrefixCache:
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
+        tier = as_tier(tier)
         """``n`` free pages for the caller, or None when the pool has fewer (POOL-2)."""
         return self.pools[tier].alloc(n, CALLER)
 
     def free(self, pages: Sequence[int], tier: Tier = Tier.DEVICE) -> None:
+        tier = as_tier(tier)
         """Return caller-owned pages; a page the caller does not own is rejected (POOL-4)."""
         self.pools[tier].release(list(pages), CALLER)
 
@@ -94,6 +96,7 @@ class PrefixCache:
         return self.clock.tick()
 
     def available(self, tier: Tier = Tier.DEVICE) -> int:
+        tier = as_tier(tier)
         return self.pools[tier].free_count
 
     # ----------------------------------------------------------------- tree structure
@@ -204,7 +207,9 @@ class PrefixCache:
             host_node=host_node.id,
         )
 
-    def _validate_insert(self, root: Node, tokens: Sequence[int], pages: Sequence[int]) -> None:
+    def _validate_insert(
+        self, root: Node | None, tokens: Sequence[int], pages: Sequence[int]
+    ) -> None:
         """Check every page before anything moves, so a rejected insert changes nothing."""
         p = self.page_size
         if len(pages) != len(tokens) // p:
@@ -214,7 +219,7 @@ class PrefixCache:
         if len(set(pages)) != len(pages):
             raise CacheError("bad_pages", "the same page is given twice")
         tree_pages: dict[int, int] = {}
-        for step in walk(root, tokens, p):
+        for step in walk(root, tokens, p) if root is not None else ():
             if step.node.device is not None:
                 for i in range(step.pages):
                     tree_pages[step.start // p + i] = step.node.device[i]
@@ -232,8 +237,8 @@ class PrefixCache:
         free list (TREE-5); the rest move into the tree. New nodes become eviction candidates.
         """
         self._check_tokens(tokens, whole_pages=True)
-        root = self._root(namespace)
-        self._validate_insert(root, tokens, pages)
+        self._validate_insert(self._roots.get(namespace), tokens, pages)
+        root = self._root(namespace)  # only now: a rejected insert creates nothing (FAULT-1)
         p = self.page_size
         pool = self.pools[Tier.DEVICE]
         now = self.clock.now
@@ -289,6 +294,7 @@ class PrefixCache:
         return node
 
     def lock(self, node_id: int, tier: Tier = Tier.DEVICE) -> int:
+        tier = as_tier(tier)
         """Pin a node and all its ancestors on ``tier`` (PIN-1); returns the lock handle."""
         node = self._node(node_id)
         if node.pages(tier) is None:
@@ -301,6 +307,7 @@ class PrefixCache:
 
     # ----------------------------------------------------------------- eviction
     def evict(self, tier: Tier, num_pages: int) -> int:
+        tier = as_tier(tier)
         """Free at least ``num_pages`` pages of ``tier`` if unpinned leaves allow; returns freed."""
         if num_pages < 0:
             raise CacheError("bad_count", f"cannot evict {num_pages} pages")

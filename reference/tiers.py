@@ -2,6 +2,8 @@
 
 from enum import Enum
 
+from reference.errors import CacheError
+
 
 class Tier(str, Enum):
     """Device (accelerator) memory or host memory; L3 storage is not a page tier."""
@@ -11,3 +13,12 @@ class Tier(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def as_tier(value: Tier | str) -> Tier:
+    """The Tier member for ``value``: code compares tiers by identity, so strings are converted
+    once at the public boundary (a plain "device" would compare equal but not identical)."""
+    try:
+        return Tier(value)
+    except ValueError:
+        raise CacheError("bad_tier", f"unknown tier {value!r} (device or host)") from None

@@ -5,6 +5,8 @@ Built by subclassing, never by editing the reference; each names the behaviour i
 
 from __future__ import annotations
 
+import contextlib
+
 from reference import PrefixCache, Tier
 from reference.errors import CacheError
 from reference.eviction import is_candidate
@@ -128,10 +130,8 @@ class UnbalancedUnlockAccepted(PrefixCache):
     """PIN-3: an unlock of a handle not held is ignored instead of rejected."""
 
     def unlock(self, handle):
-        try:
+        with contextlib.suppress(CacheError):
             super().unlock(handle)
-        except CacheError:
-            pass
 
 
 class StoresTwice(PrefixCache):

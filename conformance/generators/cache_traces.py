@@ -164,6 +164,38 @@ def cache_machine(
             self._transfer(WritebackStep, Tier.DEVICE, len(self.live[Tier.DEVICE]) - 1, later, True)
             self._release(ref)
 
+        @precondition(lambda self: any(len(t) > p for _, t in self.prompts))
+        @rule(k=pick, cut=st.integers(1, max_pages), host_pages=st.integers(1, 4))
+        def offload_deeper(self, k: int, cut: int, host_pages: int) -> None:
+            """Write back a prefix, then the whole prompt below it with the ack held back, and
+            put the host tier under pressure while that copy is in flight: the copy must still
+            land under a host parent (HOST-1, HOST-2)."""
+            longer = [(n, t) for n, t in self.prompts if len(t) > p]
+            n, tokens = longer[k % len(longer)]
+            head = tokens[: min(cut, len(tokens) // p - 1) * p]
+            self.match(n, head, Tier.DEVICE)
+            head_ref = len(self.trace.steps) - 1
+            self._transfer(WritebackStep, Tier.DEVICE, len(self.live[Tier.DEVICE]) - 1, False,
+                           True)
+            self._release(head_ref)
+            ref = len(self.trace.steps)
+            self.match(n, tokens, Tier.DEVICE)
+            self._transfer(WritebackStep, Tier.DEVICE, len(self.live[Tier.DEVICE]) - 1, True,
+                           True)
+            self._release(ref)
+            self.evict(Tier.HOST, host_pages)
+
+        @precondition(lambda self: len(self.later) >= 1 and len(self.prompts) >= 2)
+        @rule(k=pick, j=pick)
+        def writeback_race(self, k: int, j: int) -> None:
+            """A second writeback completes while an earlier one is still in flight, then the
+            earlier one lands a step later: host LRU must follow completion order (HOST-6)."""
+            self.tick()
+            self.offload(j, False)
+            self.tick()
+            self.ack(k, True)
+            self.evict(Tier.HOST, 1)
+
         @precondition(lambda self: self.prompts)
         @rule(k=pick, later=st.booleans(), offload=st.booleans())
         def reload(self, k: int, later: bool, offload: bool) -> None:

@@ -42,7 +42,7 @@ def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int) -> tuple[list[i
 
 class EvictionOracle(Oracle):
     name = "eviction"
-    behaviours = ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5", "HOST-6")
+    behaviours = ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5", "HOST-6", "PIN-2")
     needs = frozenset({Feature.SNAPSHOT})
 
     def on_evict(self, ctx, tier, asked, freed, before, after) -> None:
@@ -59,7 +59,9 @@ class EvictionOracle(Oracle):
         for nid in lost:
             n = b_nodes[nid]
             if n.ref(tier):
-                raise self.fail("EVICT-1", f"node {nid} was evicted from {tier} while pinned there")
+                raise self.fail(
+                    ("EVICT-1", "PIN-2"), f"node {nid} was evicted from {tier} while pinned there"
+                )
             if any(c.parent == nid and c.pages(tier) is not None and c.id not in lost
                    for c in before.nodes):
                 raise self.fail("EVICT-1", f"node {nid} was evicted from {tier} with a child there")
