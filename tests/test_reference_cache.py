@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lock_counts import subtree_locks
 
 from conformance.adapters.reference_cache import ReferenceCacheAdapter
 from conformance.engine_config import EngineConfig
@@ -88,17 +89,6 @@ def tree_state(snap: CacheSnapshot) -> tuple[Any, ...]:
     """A snapshot without the free-list order (which pages get handed out next is POOL-3)."""
     pools = {t: (p.size, frozenset(p.free), p.owners) for t, p in snap.pools.items()}
     return snap.nodes, snap.roots, snap.locks, snap.transfers, pools
-
-
-def subtree_locks(snap: CacheSnapshot) -> Counter[tuple[int, Tier]]:
-    nodes = snap.node_map()
-    counts: Counter[tuple[int, Tier]] = Counter()
-    for lk in snap.locks:
-        cur: int | None = lk.node
-        while cur is not None:
-            counts[(cur, lk.tier)] += 1
-            cur = nodes[cur].parent
-    return counts
 
 
 def assert_refs_match_locks(c: PrefixCache) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from lock_counts import subtree_locks
 
 from reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
 from reference.kv_events import EventKind, KVEvent
@@ -546,12 +547,7 @@ class ReferenceMachine(RuleBasedStateMachine):
     def pinning(self) -> None:
         snap = self.snap()
         nodes = snap.node_map()
-        counts: Counter[tuple[int, Tier]] = Counter()
-        for lk in snap.locks:
-            cur: int | None = lk.node
-            while cur is not None:
-                counts[(cur, lk.tier)] += 1
-                cur = nodes[cur].parent
+        counts = subtree_locks(snap)
         for n in snap.nodes:
             assert n.device_ref == counts[(n.id, D)] >= 0, f"PIN-1: node {n.id} device count"
             assert n.host_ref == counts[(n.id, H)] >= 0, f"PIN-1: node {n.id} host count"
