@@ -181,18 +181,26 @@ def replay(
     ] = False,
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks."""
-    from conformance.adapters import engine_factory
+    from conformance.adapters import engine_factory, sched_engine_factory
+    from conformance.generators.sched_traces import play_sched
     from conformance.oracles import Violation
     from conformance.runner import play
-    from conformance.trace import load_trace
+    from conformance.trace import Trace, load_any_trace
 
     try:
-        t = load_trace(trace)
+        t = load_any_trace(trace)
         factory = engine_factory(engine)
+        sched = None if isinstance(t, Trace) else sched_engine_factory(engine)
+        if not isinstance(t, Trace) and sched is None:
+            raise KitError(f"{trace}: a scheduler-level trace, and engine {engine} speaks only "
+                           "the cache level")
     except KitError as e:
         _die(str(e))
     try:
-        log = play(factory, t, determinism=not no_determinism)
+        if isinstance(t, Trace):
+            log = play(factory, t, determinism=not no_determinism)
+        else:
+            log = play_sched(sched, t, determinism=not no_determinism).log
     except KitError as e:
         _die(f"{trace}: {e}")
     except Violation as v:

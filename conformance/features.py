@@ -15,6 +15,8 @@ class Feature(str, Enum):
     NAMESPACES = "namespaces"  # adapter / salt namespaces as a key part
     KV_EVENTS = "kv_events"
     LOCK_HANDLES = "lock_handles"  # unlock names the lock it releases, so imbalance is detectable
+    MID_FLIGHT_PUBLISH = "mid_flight_publish"  # prompts published when their prefill completes
+    SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
 
     def __str__(self) -> str:
         return self.value

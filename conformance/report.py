@@ -52,6 +52,7 @@ class RunInfo(BaseModel):
     started: str
     finished: str | None = None
     interrupted: bool = False
+    coverage: dict | None = None  # request state machine pairs exercised (scheduler level)
 
 
 class Report(BaseModel):

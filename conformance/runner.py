@@ -19,19 +19,23 @@ from hypothesis.errors import HypothesisException
 from hypothesis.stateful import get_state_machine_test
 
 from conformance import __version__
-from conformance.adapters import engine_factory
+from conformance.adapters import engine_factory, sched_engine_factory
 from conformance.cache_driver import CacheDriver
 from conformance.engine_config import EngineConfig
 from conformance.errors import KitError
 from conformance.features import Feature
 from conformance.generators.cache_traces import TraceHolder, cache_machine
-from conformance.oracles import STEP_ORACLES, Violation
+from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
+from conformance.oracles import SCHED_ORACLES, STEP_ORACLES, Violation
 from conformance.oracles.determinism import DeterminismOracle
 from conformance.profiles import Budget, Profile
 from conformance.report import CaseResult, Report, RunInfo, Status, write_report
 from conformance.scenarios import SCENARIOS
+from conformance.sched_scenarios import SCHED_SCENARIOS
+from conformance.sched_trace import SchedConfig, SchedTrace
 from conformance.shrink import shrink
 from conformance.trace import Trace, dump_trace, write_atomic
+from reference.requests import EXTERNAL, TRANSITIONS, Event, State
 
 FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))
 
@@ -54,12 +58,17 @@ class RunContext:
     budget: Budget
     out_dir: Path | None
     saved: list[Path] = field(default_factory=list)
+    sched_factory: Callable[[SchedConfig], object] | None = None
+    exercised: set[tuple[str, str]] = field(default_factory=set)
+    illegal: set[tuple[str, str]] = field(default_factory=set)
 
-    def save_trace(self, case: str, trace: Trace) -> str | None:
+    def save_trace(self, case: str, trace: Trace | SchedTrace) -> str | None:
         if self.out_dir is None:
             return None
         path = self.out_dir / "traces" / f"{case}.json"
-        write_atomic(path, dump_trace(trace))
+        text = (dump_trace(trace) if isinstance(trace, Trace)
+                else trace.model_dump_json(indent=2) + "\n")
+        write_atomic(path, text)
         self.saved.append(path)
         return str(path.relative_to(self.out_dir))
 
@@ -202,6 +211,57 @@ def _tight(c: EngineConfig) -> EngineConfig:
                                 "host_pages": min(c.host_pages, 6)})
 
 
+def _sched_play(ctx: RunContext, trace: SchedTrace) -> list:
+    driver = play_sched(ctx.sched_factory, trace)
+    ctx.exercised |= driver.exercised
+    ctx.illegal |= driver.illegal
+    return driver.log
+
+
+def sched_scenario_case(sc) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        try:
+            log = _sched_play(ctx, sc.trace)
+        except Violation as v:
+            return _fail(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, sc.trace))
+        return CaseResult(case=sc.name, status=Status.PASS, behaviours=list(sc.behaviours),
+                          duration_s=round(time.perf_counter() - t0, 4), steps=len(log),
+                          message=sc.doc)
+
+    return Case(sc.name, sc.behaviours, sc.needs | {Feature.SCHEDULER}, run)
+
+
+SCHED_FUZZ_BEHAVIOURS = tuple(sorted({b for o in SCHED_ORACLES for b in o.behaviours}
+                                     | {"DET-1", "TREE-2", "NS-1"}))
+
+
+def sched_fuzz_case(name: str, config: SchedConfig, doc: str) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        holder: dict = {}
+
+        def replay(t: SchedTrace) -> list:
+            return _sched_play(ctx, t)
+
+        try:
+            with _import_independent_draws():
+                fuzz_sched(ctx.sched_factory, config, ctx.budget.examples,
+                           ctx.budget.seconds, ctx.seed, holder, ctx)
+        except Violation as v:
+            trace = holder["trace"]
+            found = len(trace.arrivals)
+            trace, v = shrink_sched(trace, v, replay, ctx.profile.shrink_replays // 2)
+            return _fail(name, SCHED_FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
+                         examples=holder.get("examples"), steps=len(trace.arrivals),
+                         found_steps=found)
+        return CaseResult(case=name, status=Status.PASS, behaviours=list(SCHED_FUZZ_BEHAVIOURS),
+                          duration_s=round(time.perf_counter() - t0, 4),
+                          examples=holder.get("examples"), message=doc)
+
+    return Case(name, SCHED_FUZZ_BEHAVIOURS, frozenset({Feature.SCHEDULER}), run)
+
+
 def all_cases() -> list[Case]:
     cases = [scenario_case(sc) for sc in SCENARIOS]
     cases.append(fuzz_case("fuzz-cache", lambda c: c, "stateful traces at the run's config"))
@@ -209,6 +269,17 @@ def all_cases() -> list[Case]:
                            "stateful traces with 8 device and 6 host pages"))
     cases.append(fuzz_case("fuzz-cache-page1", lambda c: c.model_copy(update={"page_size": 1}),
                            "stateful traces at page size 1"))
+    cases.extend(sched_scenario_case(sc) for sc in SCHED_SCENARIOS)
+    cases.append(sched_fuzz_case("fuzz-scheduler", SchedConfig(),
+                                 "workloads with shared prefixes, aborts, held and failed acks"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-tight",
+        SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4),
+        "workloads on a tiny device: eviction, retraction and recovery"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-unmixed",
+        SchedConfig(mixed=False, publish_mid_flight=False, page_size=1, device_pages=16),
+        "workloads without mixed batches or mid-flight publish, at page size 1"))
     return cases
 
 
@@ -221,6 +292,22 @@ def select_cases(names: list[str] | None) -> list[Case]:
     if unknown:
         raise KitError(f"--case {unknown[0]}: unknown case (known: {', '.join(known)})")
     return [known[n] for n in names]
+
+
+def transition_coverage(ctx: RunContext) -> dict:
+    """Which (state, event) pairs of the request table the run took, and which illegal runtime
+    events it tried (and saw rejected) in which state."""
+    legal = sorted((s.value, e.value) for s, e in TRANSITIONS)
+    illegal = sorted((s.value, e.value) for s in State for e in EXTERNAL
+                     if (s, e) not in TRANSITIONS and e is not Event.WRITEBACK_DONE)
+    took = sorted(set(legal) & ctx.exercised)
+    tried = sorted(set(illegal) & ctx.illegal)
+    return {
+        "legal": {"exercised": len(took), "total": len(legal),
+                  "missed": [f"{s} --{e}-->" for s, e in sorted(set(legal) - ctx.exercised)]},
+        "illegal": {"tried": len(tried), "total": len(illegal),
+                    "missed": [f"{s} x {e}" for s, e in sorted(set(illegal) - ctx.illegal)]},
+    }
 
 
 def now() -> str:
@@ -250,8 +337,12 @@ def run_suite(
             f"engine {engine}: cannot start with config {config.model_dump()}: {e}"
         ) from None
     features = probe.features
+    sched_factory = sched_engine_factory(engine)
+    if sched_factory is not None:
+        features = features | {Feature.SCHEDULER} | sched_factory(SchedConfig()).features
     out_dir = report_path.parent if report_path is not None else None
-    ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir)
+    ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir,
+                     sched_factory=sched_factory)
     report = Report(
         run_info=RunInfo(
             engine=engine, version=str(probe.version), kvconf=__version__,
@@ -282,6 +373,8 @@ def run_suite(
                         message=f"{type(e).__name__}: {e}", duration_s=time.perf_counter() - t0,
                     )
             report.results.append(result)
+            if ctx.exercised or ctx.illegal:
+                report.run_info.coverage = transition_coverage(ctx)
             if report_path is not None:
                 write_report(report, report_path)
             if on_result:

@@ -173,7 +173,18 @@ def _line_of(text: str, loc: tuple) -> int | None:
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read and validate a trace file; every failure is a one-line KitError naming the place."""
+    """Read and validate a cache-level trace file; every failure is a one-line KitError naming
+    the place."""
+    trace = load_any_trace(path)
+    if not isinstance(trace, Trace):
+        raise KitError(f"{path}: level: a scheduler-level trace where a cache-level one is needed")
+    return trace
+
+
+def load_any_trace(path: str | Path):
+    """A cache-level ``Trace`` or a scheduler-level ``SchedTrace``, by the file's ``level``."""
+    from conformance.sched_trace import SchedTrace
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -183,8 +194,9 @@ def load_trace(path: str | Path) -> Trace:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    model = SchedTrace if isinstance(data, dict) and data.get("level") == "scheduler" else Trace
     try:
-        return Trace.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         loc = tuple(first["loc"])

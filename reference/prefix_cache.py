@@ -82,13 +82,13 @@ class PrefixCache:
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
-        tier = as_tier(tier)
         """``n`` free pages for the caller, or None when the pool has fewer (POOL-2)."""
+        tier = as_tier(tier)
         return self.pools[tier].alloc(n, CALLER)
 
     def free(self, pages: Sequence[int], tier: Tier = Tier.DEVICE) -> None:
-        tier = as_tier(tier)
         """Return caller-owned pages; a page the caller does not own is rejected (POOL-4)."""
+        tier = as_tier(tier)
         self.pools[tier].release(list(pages), CALLER)
 
     def tick(self) -> int:
@@ -294,8 +294,8 @@ class PrefixCache:
         return node
 
     def lock(self, node_id: int, tier: Tier = Tier.DEVICE) -> int:
-        tier = as_tier(tier)
         """Pin a node and all its ancestors on ``tier`` (PIN-1); returns the lock handle."""
+        tier = as_tier(tier)
         node = self._node(node_id)
         if node.pages(tier) is None:
             raise CacheError("not_on_tier", f"node {node_id} holds no {tier} pages to lock")
@@ -307,8 +307,8 @@ class PrefixCache:
 
     # ----------------------------------------------------------------- eviction
     def evict(self, tier: Tier, num_pages: int) -> int:
-        tier = as_tier(tier)
         """Free at least ``num_pages`` pages of ``tier`` if unpinned leaves allow; returns freed."""
+        tier = as_tier(tier)
         if num_pages < 0:
             raise CacheError("bad_count", f"cannot evict {num_pages} pages")
         freed = 0

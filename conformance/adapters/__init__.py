@@ -15,8 +15,24 @@ ENGINES: dict[str, str] = {
 }
 
 
+# Engines that also speak the scheduler level (submit / next_plan / advance); their factory takes
+# a conformance.sched_trace.SchedConfig.
+SCHED_ENGINES: dict[str, str] = {
+    "reference": "conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter",
+}
+
+
 def known_engines() -> list[str]:
-    return sorted(ENGINES)
+    return sorted(set(ENGINES) | set(SCHED_ENGINES))
+
+
+def sched_engine_factory(name: str) -> Callable | None:
+    """The scheduler-level factory for ``name``, or None when it offers only the cache level."""
+    target = SCHED_ENGINES.get(name)
+    if target is None:
+        return None
+    module, attr = target.split(":")
+    return getattr(import_module(module), attr)
 
 
 def engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine]:

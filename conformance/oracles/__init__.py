@@ -9,6 +9,13 @@ from conformance.oracles.faults import FaultOracle
 from conformance.oracles.matching import MatchOracle
 from conformance.oracles.ownership import OwnershipOracle
 from conformance.oracles.pinning import PinOracle
+from conformance.oracles.scheduler import (
+    LivenessOracle,
+    PlanOracle,
+    RequestStateOracle,
+    ReuseOracle,
+    RuntimeEventOracle,
+)
 
 # Oracles the driver runs on every step, in this order.
 STEP_ORACLES: tuple[type[Oracle], ...] = (
@@ -20,6 +27,10 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     EventOracle,
     FaultOracle,
 )
-ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, DeterminismOracle)
+# Oracles of the scheduler-level driver (conformance.sched_driver).
+SCHED_ORACLES: tuple[type[Oracle], ...] = (
+    PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
+)
+ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle)
 
 __all__ = ["ALL_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

@@ -1,0 +1,53 @@
+"""The bundled reference engine at the scheduler level (plans and events)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conformance import __version__
+from conformance.errors import EngineRejected
+from conformance.features import Feature
+from conformance.sched_trace import SchedConfig
+from reference.errors import CacheError
+from reference.plan import Plan, RequestSpec, RuntimeEvent
+from reference.scheduler import Scheduler, SchedulerConfig, SchedulerError, SchedulerSnapshot
+
+
+class ReferenceSchedulerAdapter:
+    name = "reference"
+    version = __version__
+    features = frozenset({
+        Feature.SNAPSHOT, Feature.HOST_TIER, Feature.NAMESPACES, Feature.KV_EVENTS,
+        Feature.MID_FLIGHT_PUBLISH,
+    })
+
+    def __init__(self, config: SchedConfig, scheduler_cls: type[Scheduler] = Scheduler) -> None:
+        self.page_size = config.page_size
+        self.sched = scheduler_cls(SchedulerConfig(**config.model_dump()))
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except SchedulerError as e:
+            raise EngineRejected(e.code, e.message) from None
+        except CacheError as e:
+            raise EngineRejected(e.code, e.message) from None
+
+    def submit(self, specs: Sequence[RequestSpec]) -> None:
+        self._call(self.sched.submit, list(specs))
+
+    def next_plan(self) -> Plan:
+        return self._call(self.sched.next_plan)
+
+    def advance(self, events: Sequence[RuntimeEvent]) -> None:
+        self._call(self.sched.advance, list(events))
+
+    def drain_events(self):
+        return self.sched.drain_events()
+
+    def transitions(self) -> list[tuple[str, str]]:
+        """(state, event) pairs taken so far: transition coverage for the report."""
+        return [(a.value, e.value) for _rid, a, e, _b in self.sched.transitions]
+
+    def snapshot(self) -> SchedulerSnapshot:
+        return self.sched.snapshot()

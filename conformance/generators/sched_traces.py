@@ -1,0 +1,130 @@
+"""Hypothesis strategies for scheduler-level workloads, and the run that plays them.
+
+Prompts come from a three-token alphabet and are mostly built from earlier prompts (a cut plus a
+suffix), so shared prefixes, mid-flight reuse and duplicate inserts are common; pools are tight
+so eviction and retraction really happen; acknowledgements are held back or failed; aborts land in
+every state. Shrinking is the kit's own (bounded, on the workload), as for cache traces.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from conformance.oracles.base import Violation
+from conformance.sched_driver import SchedulerDriver
+from conformance.sched_trace import AbortAt, Arrival, SchedConfig, SchedTrace
+
+ACKS = st.lists(st.sampled_from(["now", "now", "later", "fail"]), max_size=6)
+
+
+@st.composite
+def workloads(draw, config: SchedConfig, max_requests: int = 6) -> SchedTrace:
+    n = draw(st.integers(1, max_requests))
+    prompts: list[list[int]] = []
+    arrivals = []
+    at = 0
+    for i in range(n):
+        suffix = draw(st.lists(st.integers(0, 2), min_size=1, max_size=3 * config.page_size))
+        if prompts and draw(st.booleans()):
+            base = draw(st.sampled_from(prompts))
+            tokens = base[: draw(st.integers(0, len(base)))] + suffix
+        else:
+            tokens = draw(st.lists(st.integers(0, 2), min_size=1,
+                                   max_size=4 * config.page_size)) + suffix
+        prompts.append(tokens)
+        at += draw(st.integers(0, 2))
+        arrivals.append(Arrival(at=at, rid=f"r{i}", ns=draw(st.integers(0, 1)) if i else 0,
+                                tokens=tokens, new_tokens=draw(st.integers(1, 6))))
+    aborts = [
+        AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}")
+        for k in sorted(set(draw(st.lists(st.integers(0, n - 1), max_size=2))))
+    ]
+    return SchedTrace(name="fuzz-scheduler", config=config, seed=draw(st.integers(0, 1000)),
+                      arrivals=arrivals, aborts=aborts, acks=draw(ACKS))
+
+
+def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
+               determinism: bool = True) -> SchedulerDriver:
+    """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
+    driver = SchedulerDriver(factory(trace.config), trace)
+    log = driver.run()
+    if determinism:
+        from conformance.oracles.determinism import DeterminismOracle
+
+        again = SchedulerDriver(factory(trace.config), trace).run()
+        DeterminismOracle().compare(log, again)
+    return driver
+
+
+def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: float | None,
+               base_seed: int, holder: dict, ctx=None) -> None:
+    """Generate workloads until the budget is spent; raise the first Violation (unshrunk)."""
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    batches = [examples] if examples is not None else iter(lambda: 25, None)
+    for k, n in enumerate(batches):
+        @settings(max_examples=n, deadline=None, database=None, print_blob=False,
+                  suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                  phases=(Phase.explicit, Phase.reuse, Phase.generate))
+        @given(trace=workloads(config))
+        def test(trace: SchedTrace) -> None:
+            holder["trace"] = trace
+            holder["examples"] = holder.get("examples", 0) + 1
+            driver = play_sched(factory, trace)
+            if ctx is not None:  # transition coverage for the report
+                ctx.exercised |= driver.exercised
+                ctx.illegal |= driver.illegal
+
+        seed(base_seed * 1_000_003 + k)(test)
+        test()
+        if deadline is None or time.perf_counter() >= deadline:
+            return
+
+
+def shrink_sched(trace: SchedTrace, v: Violation, replay, max_replays: int = 300) -> tuple[
+        SchedTrace, Violation]:
+    """Drop arrivals, aborts and generated tokens while the same rule still breaks."""
+    from conformance.shrink import signature
+
+    want = signature(v)
+    best, best_v, budget = trace, v, max_replays
+
+    def fails(t: SchedTrace) -> bool:
+        nonlocal best, best_v, budget
+        if budget <= 0:
+            return False
+        budget -= 1
+        try:
+            replay(t)
+        except Violation as e:
+            if signature(e) == want:
+                best, best_v = t, e
+                return True
+        return False
+
+    changed = True
+    while changed and budget > 0:
+        changed = False
+        for i in range(len(best.arrivals)):
+            rid = best.arrivals[i].rid if i < len(best.arrivals) else None
+            if rid is None:
+                break
+            cand = best.model_copy(update={
+                "arrivals": [a for a in best.arrivals if a.rid != rid],
+                "aborts": [a for a in best.aborts if a.rid != rid]})
+            if cand.arrivals and fails(cand):
+                changed = True
+        for i in range(len(best.aborts)):
+            if i < len(best.aborts) and fails(best.model_copy(
+                    update={"aborts": best.aborts[:i] + best.aborts[i + 1:]})):
+                changed = True
+        for i, a in enumerate(list(best.arrivals)):
+            if a.new_tokens > 1:
+                arr = list(best.arrivals)
+                arr[i] = a.model_copy(update={"new_tokens": 1})
+                if fails(best.model_copy(update={"arrivals": arr})):
+                    changed = True
+    return best, best_v

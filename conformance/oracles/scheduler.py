@@ -1,0 +1,235 @@
+"""Scheduler-level oracles: plans, request states and what they hold, reuse, liveness.
+
+Each watches the scheduler driver (``conformance.sched_driver``). The plan and reuse checks are
+black-box: they use only the plans and what the driver itself reported. The state checks read
+``snapshot()`` where the engine offers it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.features import Feature
+from conformance.oracles.base import Oracle, Violation
+from conformance.tree_view import TreeView
+from reference.plan import Plan
+from reference.requests import HOLDS, TRANSITIONS, Event, State
+from reference.tiers import Tier
+
+PLAN_EVENTS = frozenset({Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.RETRACT,
+                         Event.RETRACT_NO_COPY, Event.WRITEBACK})
+
+
+@dataclass
+class Live:
+    """What the driver (the runtime) knows of one request, without looking inside the engine."""
+
+    rid: str
+    ns: int
+    tokens: list[int]
+    prompt: int
+    due: bool = False  # a sampling row ran; its result not yet reported
+    copying: set[Any] = field(default_factory=set)  # its writebacks in flight
+    finished: bool = False  # Finish or Abort sent
+    aborted: bool = False
+    published_at: int | None = None  # plan after which its prompt's first result was reported
+
+
+def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> bool:
+    """``b`` from ``a`` by at most ``depth`` table transitions using only ``events``."""
+    frontier = {a}
+    for _ in range(depth):
+        if b in frontier:
+            return True
+        frontier = frontier | {
+            t for s in frontier for (s2, e), ts in TRANSITIONS.items()
+            if s2 is s and e in events for t in ts
+        }
+    return b in frontier
+
+
+class PlanOracle(Oracle):
+    name = "plan"
+    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5")
+
+    def check(self, plan: Plan, live: dict[str, Live], config, page_size: int) -> None:
+        rows = plan.rows
+        count = Counter(r.rid for r in rows)
+        twice = sorted(rid for rid, n in count.items() if n > 1)
+        if twice:
+            raise self.fail("PLAN-1", f"plan {plan.step} has several rows for {twice}")
+        total = sum(len(r.input_tokens) for r in rows)
+        if total > config.max_tokens or len(rows) > config.max_batch:
+            raise self.fail("PLAN-2", f"plan {plan.step}: {len(rows)} rows, {total} tokens over "
+                            f"batch {config.max_batch} / budget {config.max_tokens}")
+        kinds = {r.kind for r in rows}
+        if not config.mixed and kinds == {"prefill", "decode"}:
+            raise self.fail("PLAN-3", f"plan {plan.step} mixes prefill and decode rows")
+        loaded = {d for op in plan.loadbacks for _s, d in op.pairs}
+        tables: set[int] = set()
+        for r in rows:
+            req = live.get(r.rid)
+            if req is None or req.finished:
+                raise self.fail("PLAN-1", f"plan {plan.step} has a row for {r.rid}, which is "
+                                "not live")
+            if req.due:
+                raise self.fail("PLAN-1", f"plan {plan.step} schedules {r.rid} before its last "
+                                "sampled token was reported")
+            if req.copying:
+                raise self.fail("PLAN-5", f"plan {plan.step} schedules {r.rid} while its "
+                                f"writeback {sorted(req.copying)} is in flight")
+            n = len(req.tokens)
+            if r.start + len(r.input_tokens) > n or r.reused > r.start:
+                raise self.fail("PLAN-4", f"row of {r.rid} computes [{r.start}, "
+                                f"{r.start + len(r.input_tokens)}) of a {n}-token sequence "
+                                f"(reused {r.reused})")
+            if r.kind == "prefill" and r.reused and r.reused >= n:
+                raise self.fail("PLAN-4", f"{r.rid} reuses all {n} tokens: none is computed")
+            tables.update(r.page_table)
+        stray = sorted(loaded - tables)
+        if stray:
+            raise self.fail("PLAN-5", f"plan {plan.step} loads back into device pages {stray} "
+                            "that no row uses")
+
+
+class RequestStateOracle(Oracle):
+    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6 (white-box)."""
+
+    name = "requests"
+    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6")
+    needs = frozenset({Feature.SNAPSHOT})
+
+    def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
+              external: dict[str, set[Event]]) -> None:
+        prev = {v.rid: v for v in before.requests} if before is not None else {}
+        tree = TreeView(after.cache)
+        owners = after.cache.pools[Tier.DEVICE].owners
+        claimed: dict[int, str] = {}
+        slots: dict[int, str] = {}
+        for v in after.requests:
+            old = prev.get(v.rid)
+            if old is not None and old.state is not v.state:
+                events = PLAN_EVENTS if phase == "plan" else frozenset(
+                    external.get(v.rid, set()) | {Event.WRITEBACK_DONE})
+                if not reachable(old.state, v.state, events):
+                    raise self.fail("REQ-1", f"{v.rid} went {old.state} -> {v.state} during "
+                                    f"{phase}, which no table path allows")
+            holds = HOLDS[v.state]
+            if (v.slot is not None) != ("slot" in holds):
+                raise self.fail("REQ-3", f"{v.rid} in {v.state} has slot {v.slot}")
+            if (v.lock is not None) != ("pin" in holds):
+                raise self.fail("REQ-3", f"{v.rid} in {v.state} has lock {v.lock}")
+            if v.pages and "pin" not in holds and "pages" not in holds:
+                raise self.fail("REQ-3", f"{v.rid} in {v.state} still lists pages "
+                                f"{list(v.pages)}")
+            local = v.pages[v.shared :]
+            if local and "pages" not in holds:
+                raise self.fail("REQ-3", f"{v.rid} in {v.state} still holds pages {list(local)}")
+            if v.slot is not None:
+                if v.slot in slots:
+                    raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and {v.rid}")
+                slots[v.slot] = v.rid
+            for pg in local:
+                if pg in claimed or owners[pg] != "caller":
+                    raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
+                                    f"{claimed.get(pg) or owners[pg]}")
+                claimed[pg] = v.rid
+            for pg in v.pages[: v.shared]:
+                if not owners[pg].startswith("node:"):
+                    raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
+            req = live.get(v.rid)
+            full = (v.computed // page_size) * page_size
+            if req is None:
+                continue
+            toks = req.tokens[:full]
+            if v.state in (State.DRAINING, State.RETRACTING) and full and (
+                old is None or old.state is not v.state
+            ):
+                rule = "FIN-1" if v.state is State.DRAINING else "PLAN-6"
+                got = tree.longest(v.namespace, toks, Tier.DEVICE)
+                if got < full:
+                    raise self.fail(rule, f"{v.rid} is {v.state} but only {got} of its {full} "
+                                    f"computed tokens are cached in namespace {v.namespace}")
+            if v.state is State.WRITING_BACK and (
+                v.op is None or v.op not in {op for op, _rid in after.ops}
+            ):
+                raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in flight")
+        caller = sum(1 for o in owners if o == "caller")
+        if caller != len(claimed):
+            raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
+                            f"requests hold {len(claimed)}")
+
+
+class ReuseOracle(Oracle):
+    """PLAN-7 (D381-1): a request arriving while another with its prefix decodes reuses it."""
+
+    name = "reuse"
+    behaviours = ("PLAN-7",)
+    needs = frozenset({Feature.MID_FLIGHT_PUBLISH})
+
+    def check_admit(self, row, req: Live, live: dict[str, Live], page_size: int,
+                    step: int, snap=None) -> None:
+        """Black-box, the driver knows who published when and who was retracted with a copy;
+        with a snapshot, a publisher pushed off the device without a copy is known too."""
+        decoding = None if snap is None else {
+            v.rid for v in snap.requests if v.state is State.DECODING
+        }
+        best = 0
+        for other in live.values():
+            if other is req or other.ns != req.ns or other.finished:
+                continue
+            if decoding is not None and other.rid not in decoding:
+                continue
+            if other.published_at is None or other.published_at >= step:
+                continue
+            common = 0
+            limit = min(other.prompt, len(req.tokens) - 1)
+            while common < limit and other.tokens[common] == req.tokens[common]:
+                common += 1
+            best = max(best, (common // page_size) * page_size)
+        if row.reused < best:
+            raise self.fail("PLAN-7", f"{req.rid} reuses {row.reused} tokens but a live request "
+                            f"published {best} of its prefix before it was scheduled")
+
+
+class LivenessOracle(Oracle):
+    name = "liveness"
+    behaviours = ("LIVE-1",)
+
+    def stuck(self, plans: int, left: list[str]) -> Violation:
+        return self.fail("LIVE-1", f"after {plans} plans requests {left[:5]} never finished")
+
+
+class RuntimeEventOracle(Oracle):
+    """REQ-2 (rejections change nothing), REQ-4 (abort ends holding nothing), REQ-5 (failed
+    writeback leaves no host copy)."""
+
+    name = "runtime-events"
+    behaviours = ("REQ-2", "REQ-4", "REQ-5")
+
+    def rejected(self, what: str, before, after) -> None:
+        if before is not None and after is not None and before != after:
+            raise self.fail("REQ-2", f"the rejected {what} changed the scheduler")
+
+    def accepted_illegal(self, what: str) -> Violation:
+        return self.fail("REQ-2", f"{what} was accepted")
+
+    def aborted(self, rid: str, after) -> None:
+        if after is None:
+            return
+        for v in after.requests:
+            if v.rid == rid and (v.state is not State.FINISHED or v.pages or v.lock is not None
+                                 or v.slot is not None):
+                raise self.fail("REQ-4", f"{rid} after Abort is {v.state} holding pages "
+                                f"{list(v.pages)}, lock {v.lock}, slot {v.slot}")
+
+    def failed_copy(self, op, after) -> None:
+        if after is None:
+            return
+        owners = after.cache.pools[Tier.HOST].owners
+        kept = [d for _s, d in op.pairs if owners[d] != "free"]
+        if kept:
+            raise self.fail("REQ-5", f"writeback {op.op_id} failed but its host pages {kept} "
+                            f"are kept ({[owners[d] for d in kept]})")

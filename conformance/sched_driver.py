@@ -1,0 +1,299 @@
+"""The scheduler-level driver: plays the model runtime for an engine that speaks plans and events.
+
+Per plan it submits the workload's arrivals, takes the plan, performs the loadbacks, "runs" the
+forward against its shadow memory (checking the tag of every position a row reads and writing the
+tag of every position it computes), samples tokens, reports results, finishes requests after their
+tokens, performs writebacks and acknowledges them as the workload says (now, a plan later, or as
+failed), aborts, and probes the engine with events it must reject. Every KV position holds a tag
+for (namespace, tokens[0..i]): a wrong reuse, a copy to the wrong page, a loadback after the
+forward or a namespace leak shows up as a wrong tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from conformance.errors import EngineRejected
+from conformance.features import Feature
+from conformance.oracles.base import Violation
+from conformance.oracles.scheduler import (
+    Live,
+    LivenessOracle,
+    PlanOracle,
+    RequestStateOracle,
+    ReuseOracle,
+    RuntimeEventOracle,
+)
+from conformance.sched_trace import SchedTrace
+from reference.plan import Abort, CopyOp, ExtendResult, Finish, Plan, RequestSpec, WritebackDone
+from reference.requests import TRANSITIONS, Event, State
+from reference.tiers import Tier
+
+POISON = -1
+ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes collide too
+
+
+def position_tags(ns: int, tokens: Sequence[int], start: int, prev: bytes | None) -> list[int]:
+    """Tags of positions ``start..``; tag i stands for (namespace, tokens[: i + 1])."""
+    out = []
+    h = prev if prev is not None else ns.to_bytes(8, "little", signed=True)
+    for t in tokens[start:]:
+        h = hashlib.blake2b(h + t.to_bytes(4, "little"), digest_size=8).digest()
+        out.append(int.from_bytes(h, "little"))
+    return out
+
+
+def sample(seed: int, rid: str, position: int) -> int:
+    """The runtime's token: a function of the request and position, not of the plan order."""
+    h = hashlib.blake2b(f"{seed}:{rid}:{position}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") % ALPHABET
+
+
+class _Req(Live):
+    pass
+
+
+class SchedulerDriver:
+    def __init__(self, engine, trace: SchedTrace) -> None:
+        self.engine = engine
+        self.trace = trace
+        self.config = trace.config
+        self.p = engine.page_size
+        feats = engine.features
+        self.white = Feature.SNAPSHOT in feats
+        self.plans = PlanOracle()
+        self.states = RequestStateOracle() if self.white else None
+        self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats
+                      and trace.config.publish_mid_flight else None)
+        self.events = RuntimeEventOracle()
+        self.live: dict[str, Live] = {}
+        self.tags: dict[str, list[int]] = {}
+        self.generated: dict[str, int] = {}
+        self.started: set[str] = set()
+        self.shadow: dict[tuple[Tier, int], list[int | None]] = {}
+        self.later: list[CopyOp] = []
+        self.acks = 0
+        self.log: list[Any] = []
+        self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
+        self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
+        self.snap = self._snapshot()
+
+    # ----------------------------------------------------------------- plumbing
+    def _snapshot(self):
+        return self.engine.snapshot() if self.white else None
+
+    def _call(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except EngineRejected as e:
+            raise Violation("faults", ("FAULT-2",), f"{what} rejected a legal call: {e}") from e
+        except Violation:
+            raise
+        except Exception as e:
+            raise Violation("faults", ("FAULT-2",),
+                            f"{what} raised {type(e).__name__}: {e}") from e
+
+    def _tag(self, rid: str, i: int) -> int:
+        req, tags = self.live[rid], self.tags[rid]
+        if i >= len(tags):
+            prev = tags[-1].to_bytes(8, "little") if tags else None
+            tags.extend(position_tags(req.ns, req.tokens, len(tags), prev))
+        return tags[i]
+
+    def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
+        after = self._snapshot()
+        if self.states is not None and after is not None:
+            self.states.check(phase, self.snap, after, self.live, self.p, external)
+        taken = getattr(self.engine, "transitions", None)
+        if taken is not None:
+            self.exercised.update(taken())
+        self.snap = after
+
+    # ----------------------------------------------------------------- the loop
+    def run(self) -> list[Any]:
+        arrivals = sorted(self.trace.arrivals, key=lambda a: a.at)
+        last_arrival = max((a.at for a in arrivals), default=0)
+        for step in range(self.trace.max_plans):
+            specs = [a for a in arrivals if a.at == step]
+            if specs:
+                self._submit(specs)
+            plan = self._call("next_plan", self.engine.next_plan)
+            self._plan(step, plan)
+            if step >= last_arrival and self._quiet():
+                return self.log
+        left = sorted(rid for rid, r in self.live.items() if not r.finished)
+        raise LivenessOracle().stuck(self.trace.max_plans, left)
+
+    def _quiet(self) -> bool:
+        if self.later or any(not r.finished or r.copying for r in self.live.values()):
+            return False
+        snap = self._snapshot()
+        return snap is None or all(v.state is State.FINISHED for v in snap.requests)
+
+    def _submit(self, arrivals) -> None:
+        specs = []
+        for a in arrivals:
+            self.live[a.rid] = _Req(a.rid, a.ns, list(a.tokens), len(a.tokens))
+            self.tags[a.rid] = []
+            self.generated[a.rid] = 0
+            specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns))
+        self._call("submit", self.engine.submit, specs)
+        self._states("submit", {})
+
+    def _plan(self, step: int, plan: Plan) -> None:
+        self.plans.check(plan, self.live, self.config, self.p)
+        self._states("plan", {})
+        self.log.append(("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused,
+                                         r.page_table) for r in plan.rows],
+                         [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]))
+        for op in plan.loadbacks:  # before the forward (PLAN-5)
+            for s, d in op.pairs:
+                self.shadow[(Tier.DEVICE, d)] = list(self.shadow.get((Tier.HOST, s),
+                                                                     [POISON] * self.p))
+        for row in plan.rows:
+            req = self.live[row.rid]
+            if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
+                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap)
+            self.started.add(row.rid)
+            self._forward(row, req)
+        events: list = []
+        external: dict[str, set[Event]] = {}
+        for row in plan.rows:
+            if not row.samples:
+                continue
+            req = self.live[row.rid]
+            token = sample(self.trace.seed, row.rid, len(req.tokens))
+            req.tokens.append(token)
+            events.append(ExtendResult(row.rid, token))
+            external.setdefault(row.rid, set()).add(Event.EXTEND_RESULT)
+            if row.kind == "prefill":  # its prompt is published now (again, after a recovery)
+                req.published_at = step
+            self.generated[row.rid] += 1
+            if self.generated[row.rid] >= self._budget(row.rid):
+                events.append(Finish(row.rid))
+                external[row.rid].add(Event.FINISH)
+                req.finished = True
+        due, failed = self._start_copies(plan.writebacks)
+        for a in self.trace.aborts:
+            # Also after Finish while its writeback is in flight (E-2): sent before the acks.
+            req = self.live.get(a.rid)
+            if a.at == step and req is not None and not req.aborted and (
+                not req.finished or req.copying
+            ):
+                events.append(Abort(a.rid))
+                external.setdefault(a.rid, set()).add(Event.ABORT)
+                req.finished = req.aborted = True
+        events.extend(self._land_copies(due, failed))
+        self._call("advance", self.engine.advance, events)
+        self._states("advance", external)
+        after = self.snap
+        for e in events:
+            if isinstance(e, Abort):
+                self.events.aborted(e.rid, after)
+        for op in failed:
+            self.events.failed_copy(op, after)
+        self._probe(step)
+
+    def _budget(self, rid: str) -> int:
+        return next(a.new_tokens for a in self.trace.arrivals if a.rid == rid)
+
+    def _forward(self, row, req: Live) -> None:
+        p, ns = self.p, req.ns
+        n = len(row.input_tokens)
+        if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
+            raise Violation("content", ("TREE-2",), f"row of {row.rid} computes tokens "
+                            f"{list(row.input_tokens)} at {row.start}, the sequence has "
+                            f"{req.tokens[row.start : row.start + n]}")
+        for i in range(row.start):
+            page = row.page_table[i // p]
+            got = self.shadow.get((Tier.DEVICE, page), [None] * p)[i % p]
+            if got != self._tag(row.rid, i):
+                what = ("nothing" if got is None else "the remains of an unfinished copy"
+                        if got == POISON else "the KV of another prefix")
+                raise Violation("content", ("TREE-2", "NS-1"), f"{row.kind} row of {row.rid} "
+                                f"(namespace {ns}) reads position {i} from device page {page}, "
+                                f"which holds {what}")
+        for i in range(row.start, row.start + n):
+            cell = self.shadow.setdefault((Tier.DEVICE, row.page_table[i // p]), [None] * p)
+            cell[i % p] = self._tag(row.rid, i)
+
+    def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list[CopyOp], list[CopyOp]]:
+        """This plan's writebacks are in flight; returns the copies acknowledged in this advance
+        (the ones held back last time included), split into landed and failed."""
+        failed: list[CopyOp] = []
+        due, self.later = self.later, []
+        for op in writebacks:
+            for _s, d in op.pairs:
+                self.shadow[(Tier.HOST, d)] = [POISON] * self.p
+            if op.rid in self.live:
+                self.live[op.rid].copying.add(op.op_id)
+                if op.retract:  # pushed off the device: its pins are gone
+                    self.live[op.rid].published_at = None
+            modes = self.trace.acks or ["now"]
+            mode = modes[self.acks % len(modes)]
+            self.acks += 1
+            if mode == "later":
+                self.later.append(op)
+            else:
+                due.append(op) if mode == "now" else failed.append(op)
+        return due, failed
+
+    def _land_copies(self, due: list[CopyOp], failed: list[CopyOp]) -> list:
+        out: list = []
+        for op in due:
+            for s, d in op.pairs:
+                self.shadow[(Tier.HOST, d)] = list(self.shadow.get((Tier.DEVICE, s),
+                                                                   [POISON] * self.p))
+            out.append(WritebackDone(op.op_id, True))
+        for op in failed:
+            out.append(WritebackDone(op.op_id, False))
+        for op in due + failed:
+            if op.rid in self.live:
+                self.live[op.rid].copying.discard(op.op_id)
+        return out
+
+    def _probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
+        """Illegal events to try: black-box ones always; with a snapshot, for every request one
+        runtime event its state does not allow (so each illegal pair gets tried)."""
+        out: list[tuple[str, list, tuple[str, str] | None]] = [
+            ("an acknowledgement of an unknown writeback",
+             [WritebackDone(10**9 + step, True)], None),
+            ("an Abort of a request never submitted", [Abort(f"nobody-{step}")], None),
+        ]
+        idle = [r for r in self.live.values() if not r.finished and not r.due]
+        if idle:
+            r = idle[step % len(idle)]
+            out.append((f"an ExtendResult for {r.rid}, which has no token due",
+                        [ExtendResult(r.rid, 0)], None))
+        if self.snap is not None:
+            for v in self.snap.requests:
+                for kind, ev in ((Event.EXTEND_RESULT, ExtendResult(v.rid, 0)),
+                                 (Event.FINISH, Finish(v.rid)), (Event.ABORT, Abort(v.rid))):
+                    ok = (v.state, kind) in TRANSITIONS
+                    if kind is Event.EXTEND_RESULT:
+                        ok = ok and v.awaiting
+                    if kind is Event.FINISH:
+                        ok = ok and not v.awaiting
+                    if not ok:
+                        out.append((f"{kind} for {v.rid} in {v.state}", [ev],
+                                    (v.state.value, kind.value)))
+        return out
+
+    def _probe(self, step: int) -> None:
+        """Events the engine must reject without changing anything (REQ-2)."""
+        probes = self._probes(step)
+        what, events, pair = probes[step % len(probes)]
+        if pair is not None:
+            self.illegal.add(pair)
+        before = self._snapshot()
+        try:
+            self.engine.advance(events)
+        except EngineRejected:
+            self.events.rejected(what, before, self._snapshot())
+            return
+        except Exception as e:
+            raise Violation("faults", ("FAULT-2",), f"{what} raised {type(e).__name__}: {e} "
+                            "instead of the engine's documented error") from e
+        raise self.events.accepted_illegal(what)

@@ -1,0 +1,82 @@
+"""Hand-written scheduler-level workloads, each aimed at named behaviours."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.features import Feature
+from conformance.sched_trace import AbortAt, Arrival, SchedConfig, SchedTrace
+
+SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]  # a shared "system prompt" of 4 pages at page size 2
+
+
+@dataclass(frozen=True)
+class SchedScenario:
+    name: str
+    behaviours: tuple[str, ...]
+    needs: frozenset[Feature]
+    trace: SchedTrace
+    doc: str
+
+
+def _t(name: str, behaviours: tuple[str, ...], **kw) -> SchedTrace:
+    return SchedTrace(name=name, behaviours=list(behaviours), **kw)
+
+
+SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
+    SchedScenario(
+        "sched-mid-flight-reuse", ("PLAN-7", "PLAN-4", "FIN-1"),
+        frozenset({Feature.MID_FLIGHT_PUBLISH}),
+        _t("sched-mid-flight-reuse", ("PLAN-7",),
+           arrivals=[Arrival(at=0, rid="first", tokens=[*SYSTEM, 0, 0], new_tokens=8),
+                     Arrival(at=3, rid="second", tokens=[*SYSTEM, 2, 2, 1], new_tokens=2),
+                     Arrival(at=4, rid="third", tokens=[*SYSTEM, 0, 0, 1], new_tokens=2,
+                             ns=1)]),
+        "A request arriving while another with its prompt decodes reuses the published pages; "
+        "another namespace does not (D381-1, D381-2).",
+    ),
+    SchedScenario(
+        "sched-retract-and-recover", ("PLAN-6", "LIVE-1", "REQ-1", "REQ-3"),
+        frozenset({Feature.SNAPSHOT}),
+        _t("sched-retract-and-recover", ("PLAN-6",),
+           config=SchedConfig(device_pages=9, host_pages=16, max_tokens=12),
+           arrivals=[Arrival(at=0, rid="a", tokens=[0, 1, 2, 0, 1], new_tokens=9),
+                     Arrival(at=0, rid="b", tokens=[2, 2, 1, 1], new_tokens=9, ns=1),
+                     Arrival(at=1, rid="c", tokens=[1, 0], new_tokens=7)]),
+        "A full device retracts the longest decode into its own namespace and recovers it.",
+    ),
+    SchedScenario(
+        "sched-abort-everywhere", ("REQ-4", "REQ-2", "FIN-2"),
+        frozenset(),
+        _t("sched-abort-everywhere", ("REQ-4",),
+           config=SchedConfig(max_tokens=8),
+           arrivals=[Arrival(at=0, rid="writing", tokens=[2, 2, 2, 2, 1], new_tokens=1),
+                     Arrival(at=0, rid="prefilling", tokens=[0, 1, 2, 0, 1, 2, 0, 1, 2]),
+                     Arrival(at=0, rid="queued", tokens=[2, 1]),
+                     Arrival(at=0, rid="decoding", tokens=[1, 1], new_tokens=6)],
+           aborts=[AbortAt(at=0, rid="prefilling"), AbortAt(at=0, rid="queued"),
+                   AbortAt(at=1, rid="writing"), AbortAt(at=3, rid="decoding")],
+           acks=["later", "later", "later"]),
+        "Abort is accepted while prefilling, queued, decoding and with a writeback in flight "
+        "(E-2).",
+    ),
+    SchedScenario(
+        "sched-failed-writebacks", ("REQ-5", "FIN-2", "LIVE-1"),
+        frozenset({Feature.HOST_TIER}),
+        _t("sched-failed-writebacks", ("REQ-5",),
+           arrivals=[Arrival(at=0, rid="a", tokens=[*SYSTEM, 1], new_tokens=2),
+                     Arrival(at=4, rid="b", tokens=[*SYSTEM, 2], new_tokens=2)],
+           acks=["fail"]),
+        "A writeback acknowledged as failed leaves no host copy; the request still finishes "
+        "(E-1).",
+    ),
+    SchedScenario(
+        "sched-no-mixed-batches", ("PLAN-2", "PLAN-3", "PLAN-1"),
+        frozenset(),
+        _t("sched-no-mixed-batches", ("PLAN-3",),
+           config=SchedConfig(mixed=False, max_tokens=6, max_batch=2),
+           arrivals=[Arrival(at=i, rid=f"r{i}", tokens=[i % 3, 1, 2, 0, i % 2], new_tokens=3)
+                     for i in range(5)]),
+        "Without mixed mode a forward is all prefill or all decode, within budget and batch.",
+    ),
+)

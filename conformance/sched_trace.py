@@ -1,0 +1,77 @@
+"""Scheduler-level traces: a workload the driver plays through an engine's plan/event loop.
+
+A workload fixes everything the runtime decides: which requests arrive at which plan, how many
+tokens each generates, which requests are aborted when, how every writeback is acknowledged, and
+the seed of the sampled tokens. The engine decides the rest. ``level = "scheduler"`` tells it
+apart from a cache-level trace in the same file format family.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Token = Annotated[int, Field(ge=0, lt=2**31)]
+
+
+class SchedConfig(BaseModel):
+    """The scheduler's configuration as the kit hands it to an engine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    page_size: int = Field(2, ge=1, le=64)
+    device_pages: int = Field(32, ge=1, le=1_000_000)
+    host_pages: int = Field(32, ge=0, le=1_000_000)
+    max_tokens: int = Field(16, ge=1)
+    max_batch: int = Field(4, ge=1)
+    max_slots: int = Field(8, ge=1)
+    mixed: bool = True
+    publish_mid_flight: bool = True
+
+
+class Arrival(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    at: int = Field(ge=0, description="plan index before which the request is submitted")
+    rid: str = Field(min_length=1)
+    ns: int = Field(0, ge=0, lt=2**31)
+    tokens: list[Token] = Field(min_length=1)
+    new_tokens: int = Field(1, ge=1, description="tokens to generate before Finish")
+
+
+class AbortAt(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    at: int = Field(ge=0, description="plan index after which Abort is sent")
+    rid: str
+
+
+class SchedTrace(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["kvconf-trace/1"] = "kvconf-trace/1"
+    level: Literal["scheduler"] = "scheduler"
+    name: str = ""
+    behaviours: list[str] = []
+    config: SchedConfig = SchedConfig()
+    seed: int = Field(0, description="seed of the tokens the runtime samples")
+    arrivals: list[Arrival] = []
+    aborts: list[AbortAt] = []
+    acks: list[Literal["now", "later", "fail"]] = Field(
+        default_factory=list,
+        description="how the i-th writeback is acknowledged (cycled); empty means all now",
+    )
+    max_plans: int = Field(400, ge=1, description="liveness bound (LIVE-1)")
+
+    @model_validator(mode="after")
+    def _unique(self) -> SchedTrace:
+        seen: set[str] = set()
+        for i, a in enumerate(self.arrivals):
+            if a.rid in seen:
+                raise ValueError(f"arrivals[{i}].rid: {a.rid!r} arrives twice")
+            seen.add(a.rid)
+        for i, a in enumerate(self.aborts):
+            if a.rid not in seen:
+                raise ValueError(f"aborts[{i}].rid: {a.rid!r} never arrives")
+        return self

@@ -1,0 +1,101 @@
+"""The request state machine (spec chapter requests, REQ-1..): states, events, the table.
+
+The table is data, not code spread over handlers, so the spec, the scheduler, the oracles and the
+coverage report all read the same thing: ``TRANSITIONS[(state, event)]`` is the state after a legal
+event; a pair that is not in the table is an error that changes nothing (REQ-2).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class State(str, Enum):
+    SUBMITTED = "Submitted"  # waiting for its first prefill chunk
+    PREFILLING = "Prefilling"  # some chunks computed, more of the prompt to go
+    PREFILL_DONE = "PrefillDone"  # last chunk scheduled; its sampled token not yet reported
+    DECODING = "Decoding"  # generating one token per plan
+    RETRACTING = "Retracting"  # pushed off the device; its writeback in flight
+    RETRACTED = "Retracted"  # off the device, waiting to be recomputed / loaded back
+    DRAINING = "Draining"  # finished; its writeback to host not yet planned
+    WRITING_BACK = "WritingBack"  # finished; its writeback in flight
+    FINISHED = "Finished"  # holds nothing; erased at the next plan
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Event(str, Enum):
+    # Scheduler decisions, taken while building a plan.
+    CHUNK = "chunk"  # a prefill chunk that does not complete the sequence is scheduled
+    LAST_CHUNK = "last_chunk"  # the chunk that completes the sequence is scheduled
+    DECODE = "decode"  # a decode row is scheduled
+    RETRACT = "retract"  # pushed off the device, its writeback started
+    RETRACT_NO_COPY = "retract_no_copy"  # pushed off with nothing to write back
+    WRITEBACK = "writeback"  # a draining request's writeback is planned
+    # What the runtime reports through advance().
+    EXTEND_RESULT = "ExtendResult"  # the token sampled from a completed row
+    FINISH = "Finish"
+    ABORT = "Abort"
+    WRITEBACK_DONE = "WriteBackDone"  # the request's writeback acknowledged (either outcome)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+S, E = State, Event
+
+# (state, event) -> next state. Finish resolves to DRAINING or FINISHED by whether the request's
+# KV needs a host copy; both targets are listed so the table stays a function of its inputs.
+TRANSITIONS: dict[tuple[State, Event], tuple[State, ...]] = {
+    (S.SUBMITTED, E.CHUNK): (S.PREFILLING,),
+    (S.SUBMITTED, E.LAST_CHUNK): (S.PREFILL_DONE,),
+    (S.SUBMITTED, E.ABORT): (S.FINISHED,),
+    (S.PREFILLING, E.CHUNK): (S.PREFILLING,),
+    (S.PREFILLING, E.LAST_CHUNK): (S.PREFILL_DONE,),
+    (S.PREFILLING, E.ABORT): (S.FINISHED,),
+    (S.PREFILL_DONE, E.EXTEND_RESULT): (S.DECODING,),
+    (S.PREFILL_DONE, E.ABORT): (S.FINISHED,),
+    (S.DECODING, E.DECODE): (S.DECODING,),
+    (S.DECODING, E.EXTEND_RESULT): (S.DECODING,),
+    (S.DECODING, E.FINISH): (S.DRAINING, S.FINISHED),
+    (S.DECODING, E.RETRACT): (S.RETRACTING,),
+    (S.DECODING, E.RETRACT_NO_COPY): (S.RETRACTED,),
+    (S.DECODING, E.ABORT): (S.FINISHED,),
+    (S.RETRACTING, E.WRITEBACK_DONE): (S.RETRACTED,),
+    (S.RETRACTING, E.ABORT): (S.FINISHED,),
+    (S.RETRACTED, E.CHUNK): (S.PREFILLING,),
+    (S.RETRACTED, E.LAST_CHUNK): (S.PREFILL_DONE,),
+    (S.RETRACTED, E.FINISH): (S.FINISHED,),
+    (S.RETRACTED, E.ABORT): (S.FINISHED,),
+    (S.DRAINING, E.WRITEBACK): (S.WRITING_BACK, S.FINISHED),  # finished when nothing to copy
+    (S.DRAINING, E.ABORT): (S.FINISHED,),
+    (S.WRITING_BACK, E.WRITEBACK_DONE): (S.FINISHED,),
+    (S.WRITING_BACK, E.ABORT): (S.FINISHED,),  # E-2: abort during a writeback finishes it
+}
+
+# What each state holds (REQ-3): a pin on its cached prefix and a pool slot exactly when listed;
+# request-local device pages only where "pages" is listed (possibly none: a request whose
+# sequence ends on a page boundary right after a mid-flight publish has all its pages shared).
+HOLDS: dict[State, frozenset[str]] = {
+    S.SUBMITTED: frozenset(),
+    S.PREFILLING: frozenset({"pin", "pages", "slot"}),
+    S.PREFILL_DONE: frozenset({"pin", "pages", "slot"}),
+    S.DECODING: frozenset({"pin", "pages", "slot"}),
+    S.RETRACTING: frozenset(),
+    S.RETRACTED: frozenset(),
+    S.DRAINING: frozenset({"pin"}),
+    S.WRITING_BACK: frozenset(),
+    S.FINISHED: frozenset(),
+}
+
+EXTERNAL = frozenset({E.EXTEND_RESULT, E.FINISH, E.ABORT, E.WRITEBACK_DONE})
+
+
+def next_states(state: State, event: Event) -> tuple[State, ...]:
+    """The states ``event`` may lead to from ``state``; empty when the event is illegal there."""
+    return TRANSITIONS.get((state, event), ())
+
+
+def legal(state: State, event: Event) -> bool:
+    return (state, event) in TRANSITIONS

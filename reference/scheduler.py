@@ -1,0 +1,474 @@
+"""The reference scheduler: requests over the prefix cache, one plan at a time (spec REQ, PLAN).
+
+Same loop as a real engine, so one driver serves both: ``submit(specs)``, ``next_plan()``,
+``advance(events)``, ``snapshot()``. Every page a request uses is owned explicitly: its cached
+prefix by the tree (pinned by the request's lock), the rest by the cache's caller account and
+listed as the request's local pages; every resource a state holds (``requests.HOLDS``) is
+released exactly once, by the transition that leaves it. A rejected ``advance`` changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from reference.errors import CacheError
+from reference.plan import (
+    Abort,
+    CopyOp,
+    ExtendResult,
+    Finish,
+    ForwardRow,
+    Plan,
+    RequestSpec,
+    RuntimeEvent,
+    WritebackDone,
+)
+from reference.prefix_cache import CacheConfig, PrefixCache
+from reference.requests import Event, State, legal, next_states
+from reference.tiers import Tier
+
+
+class SchedulerError(Exception):
+    """An event the state machine does not allow (REQ-2). Names the request, state and event."""
+
+    def __init__(self, code: str, message: str, rid: str | None = None,
+                 state: State | None = None, event: str | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+        self.rid, self.state, self.event = rid, state, event
+
+
+@dataclass(slots=True, frozen=True)
+class SchedulerConfig:
+    page_size: int = 2
+    device_pages: int = 32
+    host_pages: int = 32
+    max_tokens: int = 16  # token budget of one forward (PLAN-2)
+    max_batch: int = 4  # rows of one forward (PLAN-2)
+    max_slots: int = 8  # request pool slots: requests holding device pages at once
+    mixed: bool = True  # decode rows may join a forward that has prefill rows (PLAN-3)
+    publish_mid_flight: bool = True  # publish a prompt's full pages when its prefill completes
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_batch", "max_slots"):
+            if getattr(self, name) < 1:
+                raise CacheError("bad_config", f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(slots=True)
+class Request:
+    spec: RequestSpec
+    arrival: int
+    state: State = State.SUBMITTED
+    tokens: list[int] = field(default_factory=list)  # prompt, then every reported token
+    computed: int = 0  # leading positions whose KV is in ``pages``
+    pages: list[int] = field(default_factory=list)  # device page table
+    shared: int = 0  # leading pages of ``pages`` owned by the tree, pinned by ``lock``
+    lock: int | None = None
+    node: int | None = None  # the node ``lock`` pins
+    slot: int | None = None
+    awaiting: bool = False  # a row that samples was planned; its ExtendResult is due
+    op: int | None = None  # the writeback in flight for this request
+
+    @property
+    def rid(self) -> str:
+        return self.spec.rid
+
+    @property
+    def local(self) -> list[int]:
+        return self.pages[self.shared :]
+
+
+@dataclass(slots=True, frozen=True)
+class RequestView:
+    rid: str
+    state: State
+    namespace: int
+    length: int
+    computed: int
+    pages: tuple[int, ...]
+    shared: int
+    lock: int | None
+    slot: int | None
+    awaiting: bool
+    op: int | None
+
+
+@dataclass(slots=True, frozen=True)
+class SchedulerSnapshot:
+    step: int
+    requests: tuple[RequestView, ...]
+    cache: object  # reference.snapshot.CacheSnapshot
+    free_slots: tuple[int, ...]
+    ops: tuple[tuple[int, str], ...]  # writebacks in flight: (op id, request id)
+
+
+class Scheduler:
+    """Deterministic: requests are ordered by arrival, pages and slots come from stacks."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        c = self.config
+        self.p = c.page_size
+        self.cache = PrefixCache(CacheConfig(c.page_size, c.device_pages, c.host_pages))
+        self.requests: dict[str, Request] = {}
+        self._arrivals = 0
+        self._slots = list(range(c.max_slots - 1, -1, -1))
+        self._ops: dict[int, str] = {}  # writeback op id -> request id
+        self.step = 0
+        self.transitions: list[tuple[str, State, Event, State]] = []
+
+    # ----------------------------------------------------------------- submit
+    def submit(self, specs: Sequence[RequestSpec]) -> None:
+        """Queue new requests; a repeated or empty request is rejected, and then none is queued."""
+        seen = set(self.requests)
+        for s in specs:
+            if s.rid in seen:
+                raise SchedulerError("duplicate_request", f"request {s.rid!r} is already known",
+                                     s.rid)
+            if not s.tokens:
+                raise SchedulerError("bad_request", f"request {s.rid!r} has an empty prompt",
+                                     s.rid)
+            self.cache._check_tokens(s.tokens, whole_pages=False)
+            seen.add(s.rid)
+        for s in specs:
+            self._arrivals += 1
+            self.requests[s.rid] = Request(s, self._arrivals, tokens=list(s.tokens))
+
+    # ----------------------------------------------------------------- transitions
+    def _move(self, r: Request, event: Event, to: State) -> None:
+        assert to in next_states(r.state, event), (r.rid, r.state, event, to)
+        self.transitions.append((r.rid, r.state, event, to))
+        r.state = to
+
+    def _release_slot(self, r: Request) -> None:
+        if r.slot is not None:
+            self._slots.append(r.slot)
+            r.slot = None
+
+    def _unlock(self, r: Request) -> None:
+        """Release the request's pin; its shared pages are then the tree's alone, so the
+        request stops listing them (REQ-3: a state without a pin holds no pages)."""
+        if r.lock is not None:
+            self.cache.unlock(r.lock)
+            r.lock = r.node = None
+        r.pages = r.pages[r.shared :]
+        r.shared = 0
+
+    def _drop_pages(self, r: Request) -> None:
+        """Give back everything the request holds on device: local pages, its pin, its slot."""
+        if r.local:
+            self.cache.free(r.local)
+        r.pages, r.shared, r.computed = [], 0, 0
+        self._unlock(r)
+        self._release_slot(r)
+
+    # ----------------------------------------------------------------- plan
+    def next_plan(self) -> Plan:
+        """Erase finished requests, plan writebacks of draining ones, then schedule rows."""
+        self.step += 1
+        self.cache.tick()
+        for rid in [rid for rid, r in self.requests.items() if r.state is State.FINISHED]:
+            del self.requests[rid]
+        writebacks: list[CopyOp] = []
+        for r in self._ordered(State.DRAINING):
+            writebacks.extend(self._plan_writeback(r))
+        rows: list[ForwardRow] = []
+        loadbacks: list[CopyOp] = []
+        budget = self.config.max_tokens
+        order = (
+            self._ordered(State.PREFILLING)
+            + self._ordered(State.SUBMITTED)
+            + self._ordered(State.RETRACTED)
+        )
+        for r in order:
+            if len(rows) >= self.config.max_batch or budget <= 0:
+                break
+            row = self._prefill_row(r, budget, loadbacks)
+            if row is not None:
+                rows.append(row)
+                budget -= len(row.input_tokens)
+        if self.config.mixed or not rows:
+            for r in self._ordered(State.DECODING):
+                if r.awaiting or r.state is not State.DECODING:
+                    continue
+                if len(rows) >= self.config.max_batch or budget <= 0:
+                    break
+                row = self._decode_row(r, writebacks, rows)
+                if row is not None:
+                    rows.append(row)
+                    budget -= 1
+        return Plan(self.step, tuple(rows), tuple(loadbacks), tuple(writebacks))
+
+    def _ordered(self, state: State) -> list[Request]:
+        return sorted((r for r in self.requests.values() if r.state is state),
+                      key=lambda r: r.arrival)
+
+    def _alloc(self, n: int) -> list[int] | None:
+        """``n`` device pages, evicting unpinned cache if the pool is short (EVICT-4)."""
+        if n == 0:
+            return []
+        short = n - self.cache.available()
+        if short > 0:
+            self.cache.evict(Tier.DEVICE, short)
+        return self.cache.alloc(n)
+
+    def _admit(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> bool:
+        """First chunk of a new or retracted request: match, pin, load back what is on host.
+
+        Room for the loadback and the first chunk together is made (evicting unpinned cache)
+        before anything is committed, so a loadback is planned only for a row that runs (PLAN-5).
+        """
+        if not self._slots:
+            return False
+        ns, p = r.spec.namespace, self.p
+        m = self.cache.match(ns, r.tokens[:-1])  # the last token is always computed (PLAN-4)
+        dev_lock = self.cache.lock(m.device_node, Tier.DEVICE)
+        deeper = m.host_len > m.device_len
+        host_lock = self.cache.lock(m.host_node, Tier.HOST) if deeper else None
+        base = m.host_len if deeper else m.device_len
+        load = (base - m.device_len) // p
+        n = min(len(r.tokens) - base, budget)
+        need = load + -(-(base + n) // p) - base // p
+        if self.cache.available() < need:
+            self.cache.evict(Tier.DEVICE, need - self.cache.available())
+        room = self.cache.available() >= need
+        t = self.cache.start_loadback(m.host_node) if room and deeper else None
+        if host_lock is not None:
+            self.cache.unlock(host_lock)
+        if not room or (deeper and t is None):
+            self.cache.unlock(dev_lock)
+            return False
+        node, length, pages = m.device_node, m.device_len, list(m.device_pages)
+        if t is not None:
+            # A loadback in a plan lands before that plan's forward (PLAN-5): it is complete
+            # as far as the tree is concerned, and the runtime copies before computing.
+            loadbacks.append(CopyOp(t.op_id, "loadback", r.rid, tuple(t.pairs)))
+            self.cache.finish_transfer(t.op_id, True)
+            m = self.cache.match(ns, r.tokens[:-1])
+            node, length, pages = m.device_node, m.device_len, list(m.device_pages)
+            lock = self.cache.lock(node, Tier.DEVICE)
+            self.cache.unlock(dev_lock)
+            dev_lock = lock
+        r.lock, r.node = dev_lock, node
+        r.pages, r.shared, r.computed = pages, len(pages), length
+        r.slot = self._slots.pop()
+        return True
+
+    def _prefill_row(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> ForwardRow | None:
+        fresh = r.state in (State.SUBMITTED, State.RETRACTED)
+        if fresh and not self._admit(r, budget, loadbacks):
+            return None
+        reused = r.computed if fresh else 0
+        n = min(len(r.tokens) - r.computed, budget)
+        need = -(-(r.computed + n) // self.p) - len(r.pages)
+        new = self._alloc(need)
+        if new is None:
+            if fresh:  # back to where it was: nothing held, nothing computed
+                self._drop_pages(r)
+            return None
+        start = r.computed
+        r.pages.extend(new)
+        r.computed += n
+        last = r.computed == len(r.tokens)
+        self._move(r, Event.LAST_CHUNK if last else Event.CHUNK,
+                   State.PREFILL_DONE if last else State.PREFILLING)
+        r.awaiting = last
+        return ForwardRow(r.rid, "prefill", r.spec.namespace, start,
+                          tuple(r.tokens[start : start + n]), reused, tuple(r.pages),
+                          tuple(new), r.slot if r.slot is not None else -1, last)
+
+    def _decode_row(self, r: Request, writebacks: list[CopyOp],
+                    rows: list[ForwardRow]) -> ForwardRow | None:
+        pos = r.computed  # the KV of the last reported token is computed by this row
+        new: list[int] = []
+        if pos >= len(r.pages) * self.p:
+            got = self._alloc(1)
+            if got is None:
+                self._retract_longest(writebacks, {row.rid for row in rows})
+                return None
+            new = got
+            r.pages.extend(new)
+        r.computed += 1
+        r.awaiting = True
+        self._move(r, Event.DECODE, State.DECODING)
+        return ForwardRow(r.rid, "decode", r.spec.namespace, pos, (r.tokens[pos],), 0,
+                          tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
+
+    def _retract_longest(self, writebacks: list[CopyOp], busy: set[str]) -> None:
+        """Device full: push the longest decoding request off the device (PLAN-6)."""
+        cands = [r for r in self._ordered(State.DECODING) if not r.awaiting and r.rid not in busy]
+        if not cands:
+            return
+        victim = max(cands, key=lambda r: (len(r.tokens), -r.arrival))
+        node = self._publish(victim, victim.computed)
+        if victim.local:
+            self.cache.free(victim.local)  # the partial page: recomputed on recovery
+        self._release_slot(victim)
+        t = self.cache.start_writeback(node) if node is not None else None
+        self._unlock(victim)
+        victim.pages, victim.shared, victim.computed = [], 0, 0
+        if t is None:
+            self._move(victim, Event.RETRACT_NO_COPY, State.RETRACTED)
+            return
+        victim.op = t.op_id
+        self._ops[t.op_id] = victim.rid
+        writebacks.append(CopyOp(t.op_id, "writeback", victim.rid, tuple(t.pairs), retract=True))
+        self._move(victim, Event.RETRACT, State.RETRACTING)
+
+    def _publish(self, r: Request, upto: int) -> int | None:
+        """Insert the full pages of ``tokens[:upto]`` into the request's namespace, free the
+        duplicates and the partial page beyond, keep the rest of the table; re-pin the request
+        on the new deepest node. Returns that node (None when nothing is cached)."""
+        full = upto // self.p
+        if full == 0:
+            return None
+        ns = r.spec.namespace
+        ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
+        freed = set(ins.freed)
+        m = self.cache.match(ns, r.tokens[: full * self.p])
+        # Pages the tree already held are now the tree's copies; ours went back free.
+        r.pages[:full] = list(m.device_pages)
+        assert not freed & set(r.pages[:full])
+        old = r.lock
+        r.lock, r.node = self.cache.lock(m.device_node, Tier.DEVICE), m.device_node
+        if old is not None:
+            self.cache.unlock(old)
+        r.shared = full
+        return m.device_node
+
+    def _plan_writeback(self, r: Request) -> list[CopyOp]:
+        """A draining request's KV goes to host; declined (host full even after eviction, or
+        nothing to copy) means it simply finishes."""
+        node = r.node
+        t = None
+        if node is not None and r.shared:
+            m = self.cache.match(r.spec.namespace, r.tokens[: r.shared * self.p])
+            need = (m.device_len - m.host_len) // self.p
+            if need > self.cache.available(Tier.HOST):
+                self.cache.evict(Tier.HOST, need - self.cache.available(Tier.HOST))
+            t = self.cache.start_writeback(node)
+        self._unlock(r)
+        if t is None:
+            self._move(r, Event.WRITEBACK, State.FINISHED)
+            return []
+        r.op = t.op_id
+        self._ops[t.op_id] = r.rid
+        self._move(r, Event.WRITEBACK, State.WRITING_BACK)
+        return [CopyOp(t.op_id, "writeback", r.rid, tuple(t.pairs))]
+
+    # ----------------------------------------------------------------- advance
+    def advance(self, events: Sequence[RuntimeEvent]) -> None:
+        """Apply what the runtime observed; the whole list is checked first (REQ-2)."""
+        self._check(events)
+        for ev in events:
+            self._apply(ev)
+
+    def _check(self, events: Sequence[RuntimeEvent]) -> None:
+        states = {rid: (r.state, r.awaiting) for rid, r in self.requests.items()}
+        ops = dict(self._ops)
+        for ev in events:
+            if isinstance(ev, WritebackDone):
+                rid = ops.pop(ev.op_id, None)
+                if rid is None:
+                    raise SchedulerError("unknown_op", f"writeback {ev.op_id} is not in flight",
+                                         event="WriteBackDone")
+                if rid not in states or self.requests[rid].op != ev.op_id:
+                    continue
+                state, aw = states[rid]
+                if state in (State.RETRACTING, State.WRITING_BACK):
+                    states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
+                continue
+            rid = ev.rid
+            kind = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH,
+                    Abort: Event.ABORT}[type(ev)]
+            if rid not in states:
+                raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
+                                     rid, None, str(kind))
+            state, aw = states[rid]
+            ok = legal(state, kind)
+            if kind is Event.EXTEND_RESULT:
+                ok = ok and aw
+                if isinstance(ev.token, bool) or not isinstance(ev.token, int) or ev.token < 0:
+                    raise SchedulerError("bad_token", f"token {ev.token!r} for {rid!r}", rid,
+                                         state, str(kind))
+            if kind is Event.FINISH:
+                ok = ok and not aw
+            if not ok:
+                why = " (its sampled token is still due)" if aw else ""
+                raise SchedulerError(
+                    "invalid_transition",
+                    f"{kind} is not allowed for request {rid!r} in state {state}{why}",
+                    rid, state, str(kind),
+                )
+            nxt = (self._finish_target(self.requests[rid], state) if kind is Event.FINISH
+                   else next_states(state, kind)[0])
+            states[rid] = (nxt, aw and kind is not Event.EXTEND_RESULT)
+
+    def _finish_target(self, r: Request, state: State) -> State:
+        """Finish drains to host when there is a host tier and a full page to keep (FIN-2)."""
+        if state is State.DECODING and self.config.host_pages and r.computed >= self.p:
+            return State.DRAINING
+        return State.FINISHED
+
+    def _apply(self, ev: RuntimeEvent) -> None:
+        if isinstance(ev, WritebackDone):
+            rid = self._ops.pop(ev.op_id)
+            self.cache.finish_transfer(ev.op_id, ev.success)  # a failure frees the copy (E-1)
+            r = self.requests.get(rid)
+            if r is not None and r.op == ev.op_id:
+                r.op = None
+                if r.state is State.RETRACTING:
+                    self._move(r, Event.WRITEBACK_DONE, State.RETRACTED)
+                elif r.state is State.WRITING_BACK:
+                    self._move(r, Event.WRITEBACK_DONE, State.FINISHED)
+            return
+        r = self.requests[ev.rid]
+        if isinstance(ev, ExtendResult):
+            r.tokens.append(ev.token)
+            r.awaiting = False
+            if r.state is State.PREFILL_DONE:
+                if self.config.publish_mid_flight:
+                    self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
+                self._move(r, Event.EXTEND_RESULT, State.DECODING)
+            else:
+                self._move(r, Event.EXTEND_RESULT, State.DECODING)
+        elif isinstance(ev, Finish):
+            self._finish(r)
+        else:
+            self._abort(r)
+
+    def _finish(self, r: Request) -> None:
+        if r.state is State.RETRACTED:
+            self._move(r, Event.FINISH, State.FINISHED)
+            return
+        self._publish(r, r.computed)
+        if r.local:
+            self.cache.free(r.local)  # the partial last page (FIN-1)
+        r.pages = r.pages[: r.shared]
+        self._release_slot(r)
+        to = self._finish_target(r, r.state)
+        if to is State.FINISHED:
+            self._unlock(r)
+        self._move(r, Event.FINISH, to)
+
+    def _abort(self, r: Request) -> None:
+        """From any live state: release what the state holds; a writeback in flight carries on
+        under the cache's own pins and its acknowledgement is still accepted (E-2)."""
+        self._drop_pages(r)
+        r.awaiting = False
+        self._move(r, Event.ABORT, State.FINISHED)
+
+    # ----------------------------------------------------------------- views
+    def drain_events(self):
+        return self.cache.drain_events()
+
+    def snapshot(self) -> SchedulerSnapshot:
+        views = tuple(
+            RequestView(r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed,
+                        tuple(r.pages), r.shared, r.lock, r.slot, r.awaiting, r.op)
+            for r in sorted(self.requests.values(), key=lambda r: r.arrival)
+        )
+        return SchedulerSnapshot(self.step, views, self.cache.snapshot(),
+                                 tuple(self._slots), tuple(sorted(self._ops.items())))

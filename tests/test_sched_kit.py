@@ -1,0 +1,120 @@
+"""The scheduler-level kit tested on itself: the reference passes, planted defects are caught.
+
+Each class in ``planted_sched.PLANTED_SCHED`` is the reference scheduler with one defect. The
+hand-written workloads must catch each, and so must the workload fuzzer within a small budget;
+``CATCHES`` records which oracle reports it, so a change in attribution is a test failure.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+from planted_sched import PLANTED_SCHED
+
+from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from conformance.engine_config import EngineConfig
+from conformance.generators.sched_traces import fuzz_sched, play_sched
+from conformance.oracles import Violation
+from conformance.profiles import get_profile, parse_budget
+from conformance.runner import run_suite, select_cases
+from conformance.sched_scenarios import SCHED_SCENARIOS
+from conformance.sched_trace import SchedConfig, SchedTrace
+from reference.requests import TRANSITIONS
+
+TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4)
+
+# Defect -> (a workload that catches it, the oracle reporting it, a behaviour it cites).
+CATCHES = {
+    "ReusesPinnedPage": ("sched-mid-flight-reuse", "requests", "REQ-3"),
+    "LoadbackAfterForward": ("sched-retract-and-recover", "content", "TREE-2"),
+    "FailedWritebackIsDone": ("sched-failed-writebacks", "runtime-events", "REQ-5"),
+    "PublishOnlyAtFinish": ("sched-mid-flight-reuse", "reuse", "PLAN-7"),
+    # The reference rejects the Abort, so the driver sees a legal call refused.
+    "AbortRaisesWhileWritingBack": ("sched-abort-everywhere", "faults", "FAULT-2"),
+    "OverBudget": ("sched-abort-everywhere", "plan", "PLAN-2"),
+}
+
+
+def factory(cls=None):
+    return ReferenceSchedulerAdapter if cls is None else partial(ReferenceSchedulerAdapter,
+                                                                 scheduler_cls=cls)
+
+
+@pytest.mark.behaviours("REQ-1", "REQ-2", "REQ-3", "REQ-4", "REQ-5", "PLAN-1", "PLAN-2",
+                        "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-6", "PLAN-7", "FIN-1", "FIN-2",
+                        "LIVE-1", "DET-1")
+@pytest.mark.parametrize("sc", SCHED_SCENARIOS, ids=lambda s: s.name)
+def test_reference_passes_every_workload(sc) -> None:
+    driver = play_sched(factory(), sc.trace)
+    assert driver.log, "the workload produced no plans"
+
+
+@pytest.mark.behaviours("REQ-1", "REQ-3", "PLAN-1", "PLAN-2", "PLAN-4", "LIVE-1")
+@pytest.mark.parametrize("config", [SchedConfig(), TIGHT], ids=["default", "tight"])
+def test_reference_survives_fuzzing(config) -> None:
+    fuzz_sched(factory(), config, 60, None, 7, {})
+
+
+def test_every_planted_defect_has_an_expected_catch() -> None:
+    assert set(CATCHES) == set(PLANTED_SCHED)
+
+
+@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2")
+@pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
+def test_a_workload_catches_planted_defect(name: str) -> None:
+    workload, oracle, behaviour = CATCHES[name]
+    sc = next(s for s in SCHED_SCENARIOS if s.name == workload)
+    with pytest.raises(Violation) as e:
+        play_sched(factory(PLANTED_SCHED[name]), sc.trace)
+    assert e.value.oracle == oracle and behaviour in e.value.behaviours, e.value
+    play_sched(factory(), sc.trace)  # and the same workload passes on the reference
+
+
+@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "PLAN-2")
+@pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
+def test_the_fuzzer_catches_planted_defect(name: str) -> None:
+    for config, seed in ((SchedConfig(), 0), (TIGHT, 1), (SchedConfig(), 2)):
+        try:
+            fuzz_sched(factory(PLANTED_SCHED[name]), config, 150, None, seed, {})
+        except Violation:
+            return
+    pytest.fail(f"{name}: 3 x 150 workloads did not catch it")
+
+
+@pytest.mark.behaviours("REQ-1", "REQ-2")
+def test_the_run_reports_transition_coverage(tmp_path: Path) -> None:
+    names = [c.name for c in select_cases(None) if c.name.startswith("sched-")]
+    profile = get_profile("ci")
+    report = run_suite("reference", EngineConfig(), seed_value=0, profile=profile,
+                       budget=parse_budget("20", profile), report_path=tmp_path / "r.json",
+                       cases=select_cases([*names, "fuzz-scheduler-tight"]))
+    assert report.ok, [r.message for r in report.results if r.status.value != "PASS"]
+    cov = json.loads((tmp_path / "r.json").read_text())["run_info"]["coverage"]
+    assert cov["legal"]["total"] == sum(1 for _ in TRANSITIONS)
+    assert cov["legal"]["exercised"] >= cov["legal"]["total"] * 2 // 3, cov["legal"]
+    assert cov["illegal"]["tried"] >= 5, cov["illegal"]
+
+
+@pytest.mark.behaviours("REQ-1")
+def test_the_chapter_table_is_the_reference_table() -> None:
+    chapter = Path(__file__).resolve().parent.parent / "spec" / "chapters" / "requests.md"
+    text = chapter.read_text()
+    section = text.split("## The transition table", 1)[1].split("{{", 1)[0]
+    rows = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("state", "") and not cells[0].startswith("-"):
+            rows.add((cells[0], cells[1], tuple(cells[2].split(" or "))))
+    table = {(s.value, e.value, tuple(t.value for t in to)) for (s, e), to in TRANSITIONS.items()}
+    assert rows == table
+
+
+def test_a_saved_workload_replays(tmp_path: Path) -> None:
+    sc = SCHED_SCENARIOS[0]
+    path = tmp_path / "w.json"
+    path.write_text(sc.trace.model_dump_json(indent=2))
+    again = SchedTrace.model_validate_json(path.read_text())
+    assert play_sched(factory(), again).log == play_sched(factory(), sc.trace).log
