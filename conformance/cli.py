@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conformance.errors import KitError
+from conformance.errors import EngineUnavailable, KitError
 
 app = typer.Typer(
     name="kvconf",
@@ -181,7 +181,7 @@ def replay(
     ] = False,
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks."""
-    from conformance.adapters import engine_factory, sched_engine_factory
+    from conformance.adapters import check_engine, engine_factory, sched_engine_factory
     from conformance.generators.sched_traces import play_sched
     from conformance.oracles import Violation
     from conformance.runner import play
@@ -189,7 +189,8 @@ def replay(
 
     try:
         t = load_any_trace(trace)
-        factory = engine_factory(engine)
+        check_engine(engine)
+        factory = engine_factory(engine) if isinstance(t, Trace) else None
         sched = None if isinstance(t, Trace) else sched_engine_factory(engine)
         if not isinstance(t, Trace) and sched is None:
             raise KitError(f"{trace}: a scheduler-level trace, and engine {engine} speaks only "
@@ -203,6 +204,8 @@ def replay(
             log = play_sched(sched, t, determinism=not no_determinism).log
     except KitError as e:
         _die(f"{trace}: {e}")
+    except EngineUnavailable as e:
+        _die(f"engine {engine} is not available: {e}")
     except Violation as v:
         step = f"step {v.step}" if v.step is not None else "the run"
         out.print(f"[bold red]FAIL[/] {trace} on {engine} at {step}: [{v.oracle}] "

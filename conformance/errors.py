@@ -11,3 +11,8 @@ class EngineRejected(Exception):
     def __init__(self, code: str, message: str = "") -> None:
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
+
+
+class EngineUnavailable(Exception):
+    """The engine's package is not installed or cannot start here; its cases are NOT_SUPPORTED
+    with this reason, never passed."""

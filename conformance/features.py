@@ -17,6 +17,7 @@ class Feature(str, Enum):
     LOCK_HANDLES = "lock_handles"  # unlock names the lock it releases, so imbalance is detectable
     MID_FLIGHT_PUBLISH = "mid_flight_publish"  # prompts published when their prefill completes
     SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
+    CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
 
     def __str__(self) -> str:
         return self.value

@@ -19,10 +19,10 @@ from hypothesis.errors import HypothesisException
 from hypothesis.stateful import get_state_machine_test
 
 from conformance import __version__
-from conformance.adapters import engine_factory, sched_engine_factory
+from conformance.adapters import cache_engine_factory, check_engine, sched_engine_factory
 from conformance.cache_driver import CacheDriver
 from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
+from conformance.errors import EngineUnavailable, KitError
 from conformance.features import Feature
 from conformance.generators.cache_traces import TraceHolder, cache_machine
 from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
@@ -59,6 +59,7 @@ class RunContext:
     out_dir: Path | None
     saved: list[Path] = field(default_factory=list)
     sched_factory: Callable[[SchedConfig], object] | None = None
+    features: frozenset[Feature] = frozenset()
     exercised: set[tuple[str, str]] = field(default_factory=set)
     illegal: set[tuple[str, str]] = field(default_factory=set)
 
@@ -114,7 +115,7 @@ def scenario_case(sc) -> Case:
             message=sc.doc,
         )
 
-    return Case(sc.name, sc.behaviours, sc.needs, run)
+    return Case(sc.name, sc.behaviours, sc.needs | {Feature.CACHE}, run)
 
 
 def fuzz_settings(examples: int, steps: int) -> settings:
@@ -203,7 +204,7 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
             message=f"{doc}; ops played: {dict(sorted(holder.seen_ops.items()))}",
         )
 
-    return Case(name, FUZZ_BEHAVIOURS, frozenset(), run)
+    return Case(name, FUZZ_BEHAVIOURS, frozenset({Feature.CACHE}), run)
 
 
 def _tight(c: EngineConfig) -> EngineConfig:
@@ -247,7 +248,8 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str) -> Case:
         try:
             with _import_independent_draws():
                 fuzz_sched(ctx.sched_factory, config, ctx.budget.examples,
-                           ctx.budget.seconds, ctx.seed, holder, ctx)
+                           ctx.budget.seconds, ctx.seed, holder, ctx,
+                           namespaces=2 if Feature.NAMESPACES in ctx.features else 1)
         except Violation as v:
             trace = holder["trace"]
             found = len(trace.arrivals)
@@ -327,25 +329,39 @@ def run_suite(
     on_result: Callable[[CaseResult], None] | None = None,
 ) -> Report:
     """Run cases against ``engine``; the report is rewritten atomically after every case."""
-    factory = engine_factory(engine)
-    try:
-        probe = factory(config)
-    except KitError:
-        raise
-    except Exception as e:
-        raise KitError(
-            f"engine {engine}: cannot start with config {config.model_dump()}: {e}"
-        ) from None
-    features = probe.features
+    check_engine(engine)
+    factory = cache_engine_factory(engine)
     sched_factory = sched_engine_factory(engine)
-    if sched_factory is not None:
-        features = features | {Feature.SCHEDULER} | sched_factory(SchedConfig()).features
+    features: frozenset[Feature] = frozenset()
+    version = ""
+    unavailable: dict[Feature, str] = {}  # level -> why it cannot run here
+    for level, make, cfg in ((Feature.CACHE, factory, config),
+                             (Feature.SCHEDULER, sched_factory, SchedConfig())):
+        if make is None:
+            continue
+        try:
+            probe = make(cfg)
+        except EngineUnavailable as e:
+            unavailable[level] = f"engine {engine} is not available: {e}"
+            continue
+        except KitError:
+            raise
+        except Exception as e:
+            raise KitError(
+                f"engine {engine}: cannot start with config {cfg.model_dump()}: {e}"
+            ) from None
+        features = features | {level} | probe.features
+        version = version or str(probe.version)
+    if Feature.CACHE not in features:
+        factory = None
+    if Feature.SCHEDULER not in features:
+        sched_factory = None
     out_dir = report_path.parent if report_path is not None else None
     ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir,
-                     sched_factory=sched_factory)
+                     sched_factory=sched_factory, features=features)
     report = Report(
         run_info=RunInfo(
-            engine=engine, version=str(probe.version), kvconf=__version__,
+            engine=engine, version=version or "unavailable", kvconf=__version__,
             features=sorted(f.value for f in features), config=config.model_dump(),
             seed=seed_value, profile=profile.name, budget=str(budget), started=now(),
         )
@@ -358,7 +374,8 @@ def run_suite(
             if missing:
                 result = CaseResult(
                     case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
-                    message="engine lacks " + ", ".join(sorted(f.value for f in missing)),
+                    message=next((unavailable[f] for f in missing if f in unavailable),
+                                 "engine lacks " + ", ".join(sorted(f.value for f in missing))),
                     duration_s=0.0,
                 )
             else:

@@ -124,7 +124,17 @@ class SchedulerDriver:
             if step >= last_arrival and self._quiet():
                 return self.log
         left = sorted(rid for rid, r in self.live.items() if not r.finished)
-        raise LivenessOracle().stuck(self.trace.max_plans, left)
+        if self._fits():
+            raise LivenessOracle().stuck(self.trace.max_plans, left)
+        self.log.append(("unjudged", "a request needs more device pages than the pool has"))
+        return self.log
+
+    def _fits(self) -> bool:
+        """LIVE-1 applies when every request alone fits on the device: its whole sequence
+        (prompt and generated tokens) in pages, plus the page its next decode would need."""
+        c = self.config
+        return all(-(-(len(a.tokens) + a.new_tokens) // self.p) + 1 <= c.device_pages
+                   for a in self.trace.arrivals)
 
     def _quiet(self) -> bool:
         if self.later or any(not r.finished or r.copying for r in self.live.values()):
@@ -160,8 +170,13 @@ class SchedulerDriver:
             self._forward(row, req)
         events: list = []
         external: dict[str, set[Event]] = {}
+        due, failed = self._start_copies(plan.writebacks)
+        aborted = self._aborts(step)
+        for rid in aborted:  # first: an aborted request's pending result is never reported
+            events.append(Abort(rid))
+            external.setdefault(rid, set()).add(Event.ABORT)
         for row in plan.rows:
-            if not row.samples:
+            if not row.samples or row.rid in aborted:
                 continue
             req = self.live[row.rid]
             token = sample(self.trace.seed, row.rid, len(req.tokens))
@@ -175,16 +190,6 @@ class SchedulerDriver:
                 events.append(Finish(row.rid))
                 external[row.rid].add(Event.FINISH)
                 req.finished = True
-        due, failed = self._start_copies(plan.writebacks)
-        for a in self.trace.aborts:
-            # Also after Finish while its writeback is in flight (E-2): sent before the acks.
-            req = self.live.get(a.rid)
-            if a.at == step and req is not None and not req.aborted and (
-                not req.finished or req.copying
-            ):
-                events.append(Abort(a.rid))
-                external.setdefault(a.rid, set()).add(Event.ABORT)
-                req.finished = req.aborted = True
         events.extend(self._land_copies(due, failed))
         self._call("advance", self.engine.advance, events)
         self._states("advance", external)
@@ -195,6 +200,26 @@ class SchedulerDriver:
         for op in failed:
             self.events.failed_copy(op, after)
         self._probe(step)
+
+    def _aborts(self, step: int) -> list[str]:
+        """Requests the workload aborts after this plan. Also after Finish while the request
+        still has something in flight (E-2): its writeback, or (seen in a snapshot) its
+        Draining state. An engine without a snapshot gets aborts only where they are legal
+        from what the runtime itself knows."""
+        states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
+        out = []
+        for a in self.trace.aborts:
+            req = self.live.get(a.rid)
+            if a.at != step or req is None or req.aborted:
+                continue
+            if states is not None:
+                ok = states.get(a.rid, State.FINISHED) is not State.FINISHED
+            else:
+                ok = not req.finished or bool(req.copying)
+            if ok:
+                req.finished = req.aborted = True
+                out.append(a.rid)
+        return out
 
     def _budget(self, rid: str) -> int:
         return next(a.new_tokens for a in self.trace.arrivals if a.rid == rid)

@@ -26,7 +26,7 @@ def _t(name: str, behaviours: tuple[str, ...], **kw) -> SchedTrace:
 SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
     SchedScenario(
         "sched-mid-flight-reuse", ("PLAN-7", "PLAN-4", "FIN-1"),
-        frozenset({Feature.MID_FLIGHT_PUBLISH}),
+        frozenset({Feature.MID_FLIGHT_PUBLISH, Feature.NAMESPACES}),
         _t("sched-mid-flight-reuse", ("PLAN-7",),
            arrivals=[Arrival(at=0, rid="first", tokens=[*SYSTEM, 0, 0], new_tokens=8),
                      Arrival(at=3, rid="second", tokens=[*SYSTEM, 2, 2, 1], new_tokens=2),
@@ -37,7 +37,7 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
     ),
     SchedScenario(
         "sched-retract-and-recover", ("PLAN-6", "LIVE-1", "REQ-1", "REQ-3"),
-        frozenset({Feature.SNAPSHOT}),
+        frozenset({Feature.NAMESPACES}),
         _t("sched-retract-and-recover", ("PLAN-6",),
            config=SchedConfig(device_pages=9, host_pages=16, max_tokens=12),
            arrivals=[Arrival(at=0, rid="a", tokens=[0, 1, 2, 0, 1], new_tokens=9),

@@ -6,6 +6,7 @@ rejected call raises :class:`CacheError` and leaves the cache exactly as it was 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -168,8 +169,13 @@ class PrefixCache:
                 "bad_tokens",
                 f"{len(tokens)} tokens is not a whole number of pages of {self.page_size}",
             )
+        try:  # the common case at C speed: every token an int, none negative
+            if not tokens or min(array("q", tokens)) >= 0:
+                return
+        except (TypeError, OverflowError):
+            pass
         for t in tokens:
-            if not isinstance(t, int) or t < 0:
+            if not isinstance(t, int) or t < 0 or t >= 2**63:
                 raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
 
     # ----------------------------------------------------------------- match / insert

@@ -118,3 +118,14 @@ def test_a_saved_workload_replays(tmp_path: Path) -> None:
     path.write_text(sc.trace.model_dump_json(indent=2))
     again = SchedTrace.model_validate_json(path.read_text())
     assert play_sched(factory(), again).log == play_sched(factory(), sc.trace).log
+
+
+def test_an_engine_that_is_not_installed_is_not_supported(tmp_path: Path) -> None:
+    profile = get_profile("ci")
+    report = run_suite("tokenspeed", EngineConfig(), seed_value=0, profile=profile,
+                       budget=parse_budget("5", profile), report_path=tmp_path / "r.json")
+    statuses = {r.status.value for r in report.results}
+    assert statuses == {"NOT_SUPPORTED"}, statuses
+    sched = [r for r in report.results if r.case.startswith(("sched-", "fuzz-scheduler"))]
+    assert sched and all("tokenspeed_scheduler cannot be imported" in r.message for r in sched)
+    assert report.ok  # nothing failed, nothing passed by default

@@ -19,6 +19,7 @@ ENGINES: dict[str, str] = {
 # a conformance.sched_trace.SchedConfig.
 SCHED_ENGINES: dict[str, str] = {
     "reference": "conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter",
+    "tokenspeed": "conformance.adapters.tokenspeed:TokenSpeedAdapter",
 }
 
 
@@ -35,10 +36,25 @@ def sched_engine_factory(name: str) -> Callable | None:
     return getattr(import_module(module), attr)
 
 
-def engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine]:
-    """The factory for ``name``; unknown names are a one-line error listing the known ones."""
+def cache_engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine] | None:
+    """The cache-level factory for ``name``, or None when it offers only the scheduler level."""
     target = ENGINES.get(name)
     if target is None:
-        raise KitError(f"unknown engine {name!r} (known: {', '.join(known_engines())})")
+        return None
     module, attr = target.split(":")
     return getattr(import_module(module), attr)
+
+
+def check_engine(name: str) -> None:
+    """Unknown names are a one-line error listing the known ones."""
+    if name not in ENGINES and name not in SCHED_ENGINES:
+        raise KitError(f"unknown engine {name!r} (known: {', '.join(known_engines())})")
+
+
+def engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine]:
+    """The cache-level factory for ``name``; a one-line error when it has none."""
+    check_engine(name)
+    factory = cache_engine_factory(name)
+    if factory is None:
+        raise KitError(f"engine {name!r} offers no cache-level adapter")
+    return factory

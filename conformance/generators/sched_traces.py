@@ -22,7 +22,8 @@ ACKS = st.lists(st.sampled_from(["now", "now", "later", "fail"]), max_size=6)
 
 
 @st.composite
-def workloads(draw, config: SchedConfig, max_requests: int = 6) -> SchedTrace:
+def workloads(draw, config: SchedConfig, max_requests: int = 6,
+              namespaces: int = 2) -> SchedTrace:
     n = draw(st.integers(1, max_requests))
     prompts: list[list[int]] = []
     arrivals = []
@@ -35,10 +36,16 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6) -> SchedTrace:
         else:
             tokens = draw(st.lists(st.integers(0, 2), min_size=1,
                                    max_size=4 * config.page_size)) + suffix
+        new_tokens = draw(st.integers(1, 6))
+        # Most requests fit on the device alone, so liveness (LIVE-1) is judged; a few don't.
+        if draw(st.integers(0, 9)):
+            room = (config.device_pages - 1) * config.page_size - new_tokens
+            tokens = tokens[: max(1, room)]
         prompts.append(tokens)
         at += draw(st.integers(0, 2))
-        arrivals.append(Arrival(at=at, rid=f"r{i}", ns=draw(st.integers(0, 1)) if i else 0,
-                                tokens=tokens, new_tokens=draw(st.integers(1, 6))))
+        ns = draw(st.integers(0, namespaces - 1)) if i else 0
+        arrivals.append(Arrival(at=at, rid=f"r{i}", ns=ns,
+                                tokens=tokens, new_tokens=new_tokens))
     aborts = [
         AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}")
         for k in sorted(set(draw(st.lists(st.integers(0, n - 1), max_size=2))))
@@ -61,7 +68,7 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
 
 
 def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: float | None,
-               base_seed: int, holder: dict, ctx=None) -> None:
+               base_seed: int, holder: dict, ctx=None, namespaces: int = 2) -> None:
     """Generate workloads until the budget is spent; raise the first Violation (unshrunk)."""
     deadline = None if seconds is None else time.perf_counter() + seconds
     batches = [examples] if examples is not None else iter(lambda: 25, None)
@@ -69,7 +76,7 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
         @settings(max_examples=n, deadline=None, database=None, print_blob=False,
                   suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
-        @given(trace=workloads(config))
+        @given(trace=workloads(config, namespaces=namespaces))
         def test(trace: SchedTrace) -> None:
             holder["trace"] = trace
             holder["examples"] = holder.get("examples", 0) + 1

@@ -1,0 +1,86 @@
+"""Throughput of the reference scheduler: plans per second on a 10,000-request workload.
+
+Usage: python benchmarks/scheduler_plans.py [--requests 10000] [--seed 0]
+
+Requests arrive a few per plan with prompts drawn from a pool of shared system prompts plus a
+unique tail, each generates a few tokens and finishes; writebacks are acknowledged at once. The
+loop is the runtime's loop with no checks, so the figure is the scheduler (and its cache) alone.
+A second figure runs a shorter workload through the kit's scheduler driver with every oracle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from reference.plan import ExtendResult, Finish, RequestSpec, WritebackDone
+from reference.scheduler import Scheduler, SchedulerConfig
+
+
+def run(requests: int, seed: int) -> tuple[int, int, float]:
+    rng = random.Random(seed)
+    cfg = SchedulerConfig(page_size=16, device_pages=4096, host_pages=8192, max_tokens=2048,
+                          max_batch=64, max_slots=128)
+    s = Scheduler(cfg)
+    systems = [[rng.randrange(32000) for _ in range(rng.choice((64, 128, 256)))]
+               for _ in range(8)]
+    want: dict[str, int] = {}
+    made = plans = 0
+    t0 = time.perf_counter()
+    while made < requests or s.requests:
+        batch = []
+        for _ in range(min(4, requests - made)):
+            rid = f"r{made}"
+            tokens = rng.choice(systems) + [rng.randrange(32000) for _ in range(rng.randint(8, 64))]
+            batch.append(RequestSpec(rid, tuple(tokens)))
+            want[rid] = rng.randint(1, 16)
+            made += 1
+        if batch:
+            s.submit(batch)
+        plan = s.next_plan()
+        plans += 1
+        events: list = []
+        for row in plan.rows:
+            if row.samples:
+                events.append(ExtendResult(row.rid, rng.randrange(32000)))
+                want[row.rid] -= 1
+                if want[row.rid] <= 0:
+                    events.append(Finish(row.rid))
+        events.extend(WritebackDone(op.op_id, True) for op in plan.writebacks)
+        s.advance(events)
+    return requests, plans, time.perf_counter() - t0
+
+
+def driver_rate(seed: int) -> tuple[int, float]:
+    from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from conformance.sched_driver import SchedulerDriver
+    from conformance.sched_trace import Arrival, SchedConfig, SchedTrace
+
+    rng = random.Random(seed)
+    base = [rng.randrange(3) for _ in range(16)]
+    arrivals = [Arrival(at=i // 2, rid=f"r{i}", tokens=base[: rng.randint(0, 16)]
+                        + [rng.randrange(3) for _ in range(rng.randint(1, 8))],
+                        new_tokens=rng.randint(1, 8)) for i in range(300)]
+    trace = SchedTrace(config=SchedConfig(device_pages=64, host_pages=64), arrivals=arrivals,
+                       seed=seed, max_plans=5000)
+    t0 = time.perf_counter()
+    log = SchedulerDriver(ReferenceSchedulerAdapter(trace.config), trace).run()
+    return len(log), time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    n, plans, secs = run(a.requests, a.seed)
+    print(f"reference scheduler: {n} requests, {plans} plans in {secs:.2f} s = "
+          f"{plans / secs:,.0f} plans/s ({n / secs:,.0f} requests/s)")
+    plans, secs = driver_rate(a.seed)
+    print(f"kit scheduler driver, all oracles: {plans} plans in {secs:.2f} s = "
+          f"{plans / secs:,.0f} plans/s")
+
+
+if __name__ == "__main__":
+    main()
