@@ -8,7 +8,6 @@ differs between processes such as a memory address.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
 
 from reference.radix_tree import Node
 from reference.tiers import Tier
@@ -21,37 +20,46 @@ def is_candidate(node: Node, tier: Tier) -> bool:
     return all(c.pages(tier) is None for c in node.children.values())
 
 
-class VictimQueue:
-    """Candidates of one tier in eviction order, for the span of one ``evict`` call.
+class VictimIndex:
+    """Eviction candidates of both tiers in (access time, sequence number) order, kept across
+    calls so an eviction does not scan the whole tree (spec EVICT-2, EVICT-3).
 
-    Nothing else touches access times while an eviction runs, so one scan builds the queue and
-    only the parent of each victim can join it afterwards: O(n + k log n) for k victims instead
-    of a full scan per victim. The key (access, seq) is unique per node, so the order is total.
+    Lazy: ``offer`` is called for every node whose access time, pages, pins or children on a
+    tier may have changed, and pushes an entry for each tier it is a candidate on. ``pop``
+    discards entries that went stale (node gone, no longer a candidate) and re-files entries
+    whose access time moved, so the first valid entry is exactly the candidate with the
+    smallest (access, seq): the same victim a full scan would pick.
     """
 
-    __slots__ = ("_heap", "tier")
+    __slots__ = ("_heaps",)
 
-    def __init__(self, nodes: Iterable[Node], tier: Tier) -> None:
-        self.tier = tier
-        if tier is Tier.DEVICE:  # the scan runs on every eviction: attribute reads, no calls
-            heap = [
-                (n.device_access, n.seq, n) for n in nodes
-                if n.device is not None and not n.device_ref and n.parent is not None
-                and not any(c.device is not None for c in n.children.values())
-            ]
-        else:
-            heap = [
-                (n.host_access, n.seq, n) for n in nodes
-                if n.host is not None and not n.host_ref and n.parent is not None
-                and not any(c.host is not None for c in n.children.values())
-            ]
-        self._heap = heap
-        heapq.heapify(self._heap)
-
-    def pop(self) -> Node | None:
-        return heapq.heappop(self._heap)[2] if self._heap else None
+    def __init__(self) -> None:
+        self._heaps: dict[Tier, list[tuple[int, int, Node]]] = {Tier.DEVICE: [], Tier.HOST: []}
 
     def offer(self, node: Node | None) -> None:
-        """Queue ``node`` if it became a candidate (its last child on the tier just left)."""
-        if node is not None and is_candidate(node, self.tier):
-            heapq.heappush(self._heap, (node.access(self.tier), node.seq, node))
+        if node is None or node.parent is None:
+            return
+        for tier, heap in self._heaps.items():
+            if is_candidate(node, tier):
+                heapq.heappush(heap, (node.access(tier), node.seq, node))
+
+    def pop(self, tier: Tier, nodes: dict[int, Node]) -> Node | None:
+        heap = self._heaps[tier]
+        while heap:
+            access, seq, node = heapq.heappop(heap)
+            if nodes.get(node.id) is not node or not is_candidate(node, tier):
+                continue
+            if node.access(tier) != access:
+                heapq.heappush(heap, (node.access(tier), seq, node))
+                continue
+            return node
+        return None
+
+    def compact(self, nodes: dict[int, Node]) -> None:
+        """Rebuild from a scan when stale entries outnumber the nodes by far."""
+        if sum(len(h) for h in self._heaps.values()) <= 8 * len(nodes) + 64:
+            return
+        for tier in self._heaps:
+            heap = [(n.access(tier), n.seq, n) for n in nodes.values() if is_candidate(n, tier)]
+            heapq.heapify(heap)
+            self._heaps[tier] = heap

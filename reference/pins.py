@@ -37,7 +37,8 @@ class LockTable:
         self._locks[self._next] = Lock(node, tier, internal)
         return self._next
 
-    def release(self, handle: int, internal: bool = False) -> None:
+    def release(self, handle: int, internal: bool = False) -> Node:
+        """Release ``handle``; returns the node it pinned (whose path may now be evictable)."""
         lock = self._locks.get(handle)
         if lock is None or lock.internal != internal:
             raise CacheError("unbalanced_unlock", f"lock handle {handle} is not held")
@@ -47,6 +48,7 @@ class LockTable:
                 n.device_ref -= 1
             else:
                 n.host_ref -= 1
+        return lock.node
 
     def items(self) -> list[tuple[int, Lock]]:
         return list(self._locks.items())

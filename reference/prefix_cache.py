@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from reference.clock import LogicalClock
 from reference.errors import CacheError
-from reference.eviction import VictimQueue
+from reference.eviction import VictimIndex
 from reference.host_tier import Transfer, missing_path
 from reference.kv_events import EventKind, KVEvent, chain_hashes
 from reference.pages import CALLER, PagePool, node_owner, transfer_owner
@@ -80,6 +80,7 @@ class PrefixCache:
         self._locks = LockTable()
         self._transfers: dict[int, Transfer] = {}
         self._events: list[KVEvent] = []
+        self._victims = VictimIndex()
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -196,6 +197,7 @@ class PrefixCache:
         for n in node.path()[1:]:
             n.device_access = now
             n.host_access = now
+            self._victims.offer(n)
             if n.device is not None and dev_node is n.parent:
                 dev_node = n
                 device.extend(n.device)
@@ -274,6 +276,7 @@ class PrefixCache:
                     freed.extend(dups)
                 child.device_access = now
             child.host_access = now
+            self._victims.offer(child)
             node, pos = child, pos + len(child.key)
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed))
 
@@ -281,6 +284,7 @@ class PrefixCache:
         self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))
         node.device = pages
         node.device_access = now
+        self._victims.offer(node)
         self._emit(
             KVEvent(
                 kind=EventKind.STORED,
@@ -309,7 +313,9 @@ class PrefixCache:
 
     def unlock(self, handle: int) -> None:
         """Release a lock handle; a handle not held is rejected and changes nothing (PIN-3)."""
-        self._locks.release(handle)
+        node = self._locks.release(handle)
+        for n in node.path():
+            self._victims.offer(n)
 
     # ----------------------------------------------------------------- eviction
     def evict(self, tier: Tier, num_pages: int) -> int:
@@ -318,14 +324,14 @@ class PrefixCache:
         if num_pages < 0:
             raise CacheError("bad_count", f"cannot evict {num_pages} pages")
         freed = 0
-        queue = VictimQueue(self._nodes.values(), tier) if num_pages else None
+        self._victims.compact(self._nodes)
         while freed < num_pages:
-            victim = queue.pop()
+            victim = self._victims.pop(tier, self._nodes)
             if victim is None:
                 break
             parent = victim.parent
             freed += self._drop_tier(victim, tier)
-            queue.offer(parent)
+            self._victims.offer(parent)
         return freed
 
     def _drop_tier(self, node: Node, tier: Tier) -> int:
@@ -413,7 +419,10 @@ class PrefixCache:
         if leftover:
             self.pools[t.dst_tier].release(leftover, owner)
         for handle in t.locks:
-            self._locks.release(handle, internal=True)
+            for n in self._locks.release(handle, internal=True).path():
+                self._victims.offer(n)
+        for n in t.node.path():  # filled, stamped or unpinned: may be a victim now
+            self._victims.offer(n)
 
     # ----------------------------------------------------------------- events and views
     def _emit(self, event: KVEvent) -> None:

@@ -124,13 +124,23 @@ class Scheduler:
         """Queue new requests; a repeated or empty request is rejected, and then none is queued."""
         seen = set(self.requests)
         for s in specs:
+            if not isinstance(s, RequestSpec):
+                raise SchedulerError("bad_request", f"{s!r} is not a RequestSpec")
             if s.rid in seen:
                 raise SchedulerError("duplicate_request", f"request {s.rid!r} is already known",
                                      s.rid)
             if not s.tokens:
                 raise SchedulerError("bad_request", f"request {s.rid!r} has an empty prompt",
                                      s.rid)
-            self.cache._check_tokens(s.tokens, whole_pages=False)
+            try:
+                self.cache._check_tokens(s.tokens, whole_pages=False)
+            except CacheError as e:
+                raise SchedulerError("bad_request", f"request {s.rid!r}: {e.message}",
+                                     s.rid) from None
+            if isinstance(s.namespace, bool) or not isinstance(s.namespace, int) \
+                    or s.namespace < 0:
+                raise SchedulerError("bad_request", f"request {s.rid!r}: namespace "
+                                     f"{s.namespace!r} is not a non-negative int", s.rid)
             seen.add(s.rid)
         for s in specs:
             self._arrivals += 1
@@ -369,7 +379,12 @@ class Scheduler:
         states = {rid: (r.state, r.awaiting) for rid, r in self.requests.items()}
         ops = dict(self._ops)
         for ev in events:
+            if not isinstance(ev, (ExtendResult, Finish, Abort, WritebackDone)):
+                raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
             if isinstance(ev, WritebackDone):
+                if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
+                    raise SchedulerError("bad_event", f"writeback id {ev.op_id!r} is not an int",
+                                         event="WriteBackDone")
                 rid = ops.pop(ev.op_id, None)
                 if rid is None:
                     raise SchedulerError("unknown_op", f"writeback {ev.op_id} is not in flight",
@@ -390,7 +405,8 @@ class Scheduler:
             ok = legal(state, kind)
             if kind is Event.EXTEND_RESULT:
                 ok = ok and aw
-                if isinstance(ev.token, bool) or not isinstance(ev.token, int) or ev.token < 0:
+                if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
+                        or not 0 <= ev.token < 2**63:
                     raise SchedulerError("bad_token", f"token {ev.token!r} for {rid!r}", rid,
                                          state, str(kind))
             if kind is Event.FINISH:
