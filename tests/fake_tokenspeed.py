@@ -1,0 +1,146 @@
+"""A stand-in for the ``tokenspeed_scheduler`` extension, built on the reference scheduler.
+
+It offers the Python surface the engine facts describe (config attributes, ``RequestSpec``,
+``Scheduler.submit_requests / next_execution_plan / advance / drain_kv_events``, one
+``FlatForwardOp`` with flat per-row arrays, ``LoadBackOp`` / ``WriteBackOp`` with op ids and page
+lists, ``ExecutionEvent`` with ``ForwardEvent`` and ``Cache`` events, ``RuntimeError`` for an
+invalid transition, device page 0 reserved) so that the adapter's conversions run in tests. It
+proves the adapter consistent with that surface, not with the real engine.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from reference import plan as rp
+from reference.scheduler import Scheduler as RefScheduler
+from reference.scheduler import SchedulerConfig as RefConfig
+from reference.scheduler import SchedulerError
+
+__version__ = "fake-0"
+
+
+class SchedulerConfig:
+    Role = SimpleNamespace(P="P", D="D", Fused="Fused")
+
+    def __init__(self) -> None:
+        self.page_size = 1
+        self.max_scheduled_tokens = 8192
+        self.max_batch_size = 256
+        self.decode_input_tokens = 1
+        self.role = "Fused"
+        self.num_device_pages = 1024
+        self.num_host_pages = 0
+        self.disable_l2_cache = True
+        self.enable_kv_cache_events = False
+        self.enable_mixed_prefill_decode = False
+
+
+class RequestSpec:
+    def __init__(self) -> None:
+        self.request_id = ""
+        self.tokens: list[int] = []
+
+
+class FlatForwardOp:
+    def __init__(self, rows: tuple[rp.ForwardRow, ...]) -> None:
+        pre = [r for r in rows if r.kind == "prefill"]
+        dec = [r for r in rows if r.kind == "decode"]
+        ordered = pre + dec
+        self._n = len(pre)
+        self.request_ids = [r.rid for r in ordered]
+        self.request_pool_indices = [r.slot for r in ordered]
+        self.input_lengths = [len(r.input_tokens) for r in ordered]
+        self.occupied_pages = [[p + 1 for p in r.page_table] for r in ordered]
+        self.new_occupied_pages = [[p + 1 for p in r.new_pages] for r in ordered]
+        self.extend_prefix_lens = [r.start for r in pre]
+        self.prefill_lengths = [r.start + len(r.input_tokens) if r.samples
+                                else 1 << 30 for r in pre]
+        self.input_ids = [t for r in pre for t in r.input_tokens]
+        self.decode_input_ids = [r.input_tokens[0] for r in dec]
+        self.hist_token_lens = [r.start for r in dec]
+
+    def num_extends(self) -> int:
+        return self._n
+
+
+class LoadBackOp:
+    def __init__(self, ops: list[rp.CopyOp]) -> None:
+        self.op_ids = [o.op_id for o in ops]
+        self.src_pages = [[s for s, _d in o.pairs] for o in ops]  # host pages
+        self.dst_pages = [[d + 1 for _s, d in o.pairs] for o in ops]
+
+
+class WriteBackOp:
+    def __init__(self, ops: list[rp.CopyOp]) -> None:
+        self.op_ids = [o.op_id for o in ops]
+        self.src_pages = [[s + 1 for s, _d in o.pairs] for o in ops]
+        self.dst_pages = [[d for _s, d in o.pairs] for o in ops]
+        self.is_retract = [o.retract for o in ops]
+
+
+class ExecutionPlan:
+    def __init__(self, plan: rp.Plan) -> None:
+        self.forward = FlatForwardOp(plan.rows)
+        self.cache = []
+        if plan.loadbacks:
+            self.cache.append(LoadBackOp(list(plan.loadbacks)))
+        if plan.writebacks:
+            self.cache.append(WriteBackOp(list(plan.writebacks)))
+
+
+class ForwardEvent:
+    @staticmethod
+    def ExtendResult(rid: str, tokens: list[int]):
+        return rp.ExtendResult(rid, tokens[0])
+
+    @staticmethod
+    def Finish(rid: str):
+        return rp.Finish(rid)
+
+    @staticmethod
+    def Abort(rid: str):
+        return rp.Abort(rid)
+
+
+class Cache:
+    @staticmethod
+    def WriteBackDoneEvent(op_id: int, success: bool):
+        return rp.WritebackDone(op_id, success)
+
+
+class ExecutionEvent:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def add_event(self, e) -> None:
+        self.events.append(e)
+
+
+class Scheduler:
+    def __init__(self, c: SchedulerConfig) -> None:
+        self._s = RefScheduler(RefConfig(
+            page_size=c.page_size, device_pages=c.num_device_pages - 1,
+            host_pages=0 if c.disable_l2_cache else c.num_host_pages,
+            max_tokens=c.max_scheduled_tokens, max_batch=c.max_batch_size,
+            mixed=c.enable_mixed_prefill_decode,
+        ))
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except SchedulerError as e:
+            raise RuntimeError(f"FSM transition invalid: {e}") from None
+
+    def submit_requests(self, specs: list[RequestSpec]) -> None:
+        self._guard(self._s.submit, [rp.RequestSpec(s.request_id, tuple(s.tokens))
+                                     for s in specs])
+
+    def next_execution_plan(self) -> ExecutionPlan:
+        return ExecutionPlan(self._guard(self._s.next_plan))
+
+    def advance(self, ev: ExecutionEvent) -> None:
+        self._guard(self._s.advance, ev.events)
+
+    def drain_kv_events(self):
+        return self._s.drain_events()
