@@ -154,7 +154,11 @@ class SchedulerDriver:
 
     def _plan(self, step: int, plan: Plan) -> None:
         self.plans.check(plan, self.live, self.config, self.p)
+        for row in plan.rows:
+            if row.samples:
+                self.live[row.rid].due = True
         self._states("plan", {})
+        self._probe(step + 1)  # states that live only between a plan and its advance
         self.log.append(("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused,
                                          r.page_table) for r in plan.rows],
                          [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]))
@@ -179,6 +183,7 @@ class SchedulerDriver:
             if not row.samples or row.rid in aborted:
                 continue
             req = self.live[row.rid]
+            req.due = False
             token = sample(self.trace.seed, row.rid, len(req.tokens))
             req.tokens.append(token)
             events.append(ExtendResult(row.rid, token))
@@ -218,6 +223,7 @@ class SchedulerDriver:
                 ok = not req.finished or bool(req.copying)
             if ok:
                 req.finished = req.aborted = True
+                req.due = False
                 out.append(a.rid)
         return out
 
