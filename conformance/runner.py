@@ -237,7 +237,8 @@ SCHED_FUZZ_BEHAVIOURS = tuple(sorted({b for o in SCHED_ORACLES for b in o.behavi
                                      | {"DET-1", "TREE-2", "NS-1"}))
 
 
-def sched_fuzz_case(name: str, config: SchedConfig, doc: str) -> Case:
+def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
+                    needs: frozenset[Feature] = frozenset()) -> Case:
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
         holder: dict = {}
@@ -261,7 +262,7 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str) -> Case:
                           duration_s=round(time.perf_counter() - t0, 4),
                           examples=holder.get("examples"), message=doc)
 
-    return Case(name, SCHED_FUZZ_BEHAVIOURS, frozenset({Feature.SCHEDULER}), run)
+    return Case(name, SCHED_FUZZ_BEHAVIOURS, needs | {Feature.SCHEDULER}, run)
 
 
 def all_cases() -> list[Case]:
@@ -282,6 +283,10 @@ def all_cases() -> list[Case]:
         "fuzz-scheduler-unmixed",
         SchedConfig(mixed=False, publish_mid_flight=False, page_size=1, device_pages=16),
         "workloads without mixed batches or mid-flight publish, at page size 1"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-window", SchedConfig(sliding_window=3),
+        "workloads under a 3-token sliding window: nothing computed may be published",
+        frozenset({Feature.SLIDING_WINDOW})))
     return cases
 
 

@@ -25,6 +25,7 @@ from conformance.oracles.scheduler import (
     RequestStateOracle,
     ReuseOracle,
     RuntimeEventOracle,
+    SchedContentOracle,
 )
 from conformance.sched_trace import SchedTrace
 from reference.plan import Abort, CopyOp, ExtendResult, Finish, Plan, RequestSpec, WritebackDone
@@ -32,6 +33,7 @@ from reference.requests import TRANSITIONS, Event, State
 from reference.tiers import Tier
 
 POISON = -1
+DROPPED = -2  # KV the runtime dropped behind a sliding window
 ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes collide too
 
 
@@ -66,13 +68,16 @@ class SchedulerDriver:
         self.plans = PlanOracle()
         self.states = RequestStateOracle() if self.white else None
         self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats
-                      and trace.config.publish_mid_flight else None)
+                      and trace.config.publish_mid_flight and not trace.config.sliding_window
+                      else None)
         self.events = RuntimeEventOracle()
+        self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}
         self.tags: dict[str, list[int]] = {}
         self.generated: dict[str, int] = {}
         self.started: set[str] = set()
         self.shadow: dict[tuple[Tier, int], list[int | None]] = {}
+        self.base: dict[str, int] = {}  # positions a request reused at its last admission
         self.later: list[CopyOp] = []
         self.acks = 0
         self.log: list[Any] = []
@@ -105,7 +110,8 @@ class SchedulerDriver:
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
         if self.states is not None and after is not None:
-            self.states.check(phase, self.snap, after, self.live, self.p, external)
+            self.states.check(phase, self.snap, after, self.live, self.p, external,
+                              self.config.sliding_window)
         taken = getattr(self.engine, "transitions", None)
         if taken is not None:
             self.exercised.update(taken())
@@ -231,24 +237,32 @@ class SchedulerDriver:
         return next(a.new_tokens for a in self.trace.arrivals if a.rid == rid)
 
     def _forward(self, row, req: Live) -> None:
+        """Check what the row reads, write what it computes; under a sliding window W the row
+        reads only the W - 1 positions before it, and afterwards the runtime drops the
+        request's own KV more than W behind (positions it computed, not those it reused)."""
         p, ns = self.p, req.ns
         n = len(row.input_tokens)
+        w = self.config.sliding_window
         if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
-            raise Violation("content", ("TREE-2",), f"row of {row.rid} computes tokens "
-                            f"{list(row.input_tokens)} at {row.start}, the sequence has "
-                            f"{req.tokens[row.start : row.start + n]}")
-        for i in range(row.start):
+            raise self.content.tokens(row, req.tokens[row.start : row.start + n])
+        for i in range(max(0, row.start - w + 1) if w else 0, row.start):
             page = row.page_table[i // p]
             got = self.shadow.get((Tier.DEVICE, page), [None] * p)[i % p]
             if got != self._tag(row.rid, i):
+                if got == DROPPED:
+                    raise self.content.dropped(row, i, page)
                 what = ("nothing" if got is None else "the remains of an unfinished copy"
                         if got == POISON else "the KV of another prefix")
-                raise Violation("content", ("TREE-2", "NS-1"), f"{row.kind} row of {row.rid} "
-                                f"(namespace {ns}) reads position {i} from device page {page}, "
-                                f"which holds {what}")
+                raise self.content.wrong(row, ns, i, page, what)
         for i in range(row.start, row.start + n):
             cell = self.shadow.setdefault((Tier.DEVICE, row.page_table[i // p]), [None] * p)
             cell[i % p] = self._tag(row.rid, i)
+        if w:
+            if row.kind == "prefill" and row.start == row.reused:  # an admission
+                self.base[row.rid] = row.reused
+            for i in range(self.base.get(row.rid, 0), row.start + n - w):
+                key = (Tier.DEVICE, row.page_table[i // p])
+                self.shadow.setdefault(key, [None] * p)[i % p] = DROPPED
 
     def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list[CopyOp], list[CopyOp]]:
         """This plan's writebacks are in flight; returns the copies acknowledged in this advance

@@ -71,6 +71,17 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
         "(E-1).",
     ),
     SchedScenario(
+        "sched-sliding-window", ("PLAN-8", "TREE-2", "LIVE-1"),
+        frozenset({Feature.SLIDING_WINDOW}),
+        _t("sched-sliding-window", ("PLAN-8",),
+           config=SchedConfig(sliding_window=3),
+           arrivals=[Arrival(at=0, rid="first", tokens=[*SYSTEM, 0, 0], new_tokens=8),
+                     Arrival(at=3, rid="second", tokens=[*SYSTEM, 2, 2, 1], new_tokens=3),
+                     Arrival(at=12, rid="third", tokens=[*SYSTEM, 1], new_tokens=2)]),
+        "Under a sliding window nothing a request computed is published: later requests with "
+        "the same prefix recompute it instead of reading dropped KV (D381-4, D381-5).",
+    ),
+    SchedScenario(
         "sched-no-mixed-batches", ("PLAN-2", "PLAN-3", "PLAN-1"),
         frozenset(),
         _t("sched-no-mixed-batches", ("PLAN-3",),

@@ -28,6 +28,7 @@ class SchedConfig(BaseModel):
     max_slots: int = Field(8, ge=1)
     mixed: bool = True
     publish_mid_flight: bool = True
+    sliding_window: int = Field(0, ge=0, description="0 = full attention")
 
 
 class Arrival(BaseModel):

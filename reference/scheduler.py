@@ -49,11 +49,18 @@ class SchedulerConfig:
     max_slots: int = 8  # request pool slots: requests holding device pages at once
     mixed: bool = True  # decode rows may join a forward that has prefill rows (PLAN-3)
     publish_mid_flight: bool = True  # publish a prompt's full pages when its prefill completes
+    # Sliding-window attention (0 = full attention): the runtime may drop a request's KV more
+    # than this many positions behind the one it computes, so none of it may be published
+    # (PLAN-8, D381-4). An explicit switch, not inferred from any other object (D381-5).
+    sliding_window: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "max_batch", "max_slots"):
             if getattr(self, name) < 1:
                 raise CacheError("bad_config", f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.sliding_window < 0:
+            raise CacheError("bad_config", f"sliding_window must be >= 0, got "
+                             f"{self.sliding_window}")
 
 
 @dataclass(slots=True)
@@ -332,6 +339,10 @@ class Scheduler:
         duplicates and the partial page beyond, keep the rest of the table; re-pin the request
         on the new deepest node. Returns that node (None when nothing is cached)."""
         full = upto // self.p
+        if self.config.sliding_window:
+            # Computed here, it may have been dropped by the window: only what the request
+            # reused from the cache is known intact (PLAN-8).
+            full = min(full, r.shared)
         if full == 0:
             return None
         ns = r.spec.namespace
@@ -445,7 +456,7 @@ class Scheduler:
             r.tokens.append(ev.token)
             r.awaiting = False
             if r.state is State.PREFILL_DONE:
-                if self.config.publish_mid_flight:
+                if self.config.publish_mid_flight and not self.config.sliding_window:
                     self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
                 self._move(r, Event.EXTEND_RESULT, State.DECODING)
             else:

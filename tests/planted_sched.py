@@ -6,6 +6,8 @@ Built by subclassing, never by editing the reference; each docstring starts with
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reference.plan import Plan, WritebackDone
 from reference.requests import State
 from reference.scheduler import Scheduler, SchedulerError
@@ -78,3 +80,24 @@ PLANTED_SCHED = {
     for cls in (ReusesPinnedPage, LoadbackAfterForward, FailedWritebackIsDone,
                 PublishOnlyAtFinish, AbortRaisesWhileWritingBack, OverBudget)
 }
+
+
+class PublishesUnderWindow(Scheduler):
+    """PLAN-8 / D381-4 / D381-5: the window guard is skipped when publishing."""
+
+    def _unguarded(self, fn, *args):
+        saved = self.config
+        self.config = replace(saved, sliding_window=0)
+        try:
+            return fn(*args)
+        finally:
+            self.config = saved
+
+    def _publish(self, r, upto):
+        return self._unguarded(super()._publish, r, upto)
+
+    def _apply(self, ev):
+        return self._unguarded(super()._apply, ev)
+
+
+PLANTED_SCHED[PublishesUnderWindow.__name__] = PublishesUnderWindow

@@ -25,6 +25,7 @@ from conformance.sched_trace import SchedConfig, SchedTrace
 from reference.requests import TRANSITIONS
 
 TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4)
+WINDOW = SchedConfig(sliding_window=3)
 
 # Defect -> (a workload that catches it, the oracle reporting it, a behaviour it cites).
 CATCHES = {
@@ -35,6 +36,7 @@ CATCHES = {
     # The reference rejects the Abort, so the driver sees a legal call refused.
     "AbortRaisesWhileWritingBack": ("sched-abort-everywhere", "faults", "FAULT-2"),
     "OverBudget": ("sched-abort-everywhere", "plan", "PLAN-2"),
+    "PublishesUnderWindow": ("sched-sliding-window", "content", "PLAN-8"),
 }
 
 
@@ -53,7 +55,8 @@ def test_reference_passes_every_workload(sc) -> None:
 
 
 @pytest.mark.behaviours("REQ-1", "REQ-3", "PLAN-1", "PLAN-2", "PLAN-4", "LIVE-1")
-@pytest.mark.parametrize("config", [SchedConfig(), TIGHT], ids=["default", "tight"])
+@pytest.mark.parametrize("config", [SchedConfig(), TIGHT, WINDOW],
+                         ids=["default", "tight", "window"])
 def test_reference_survives_fuzzing(config) -> None:
     fuzz_sched(factory(), config, 60, None, 7, {})
 
@@ -62,7 +65,7 @@ def test_every_planted_defect_has_an_expected_catch() -> None:
     assert set(CATCHES) == set(PLANTED_SCHED)
 
 
-@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2")
+@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2", "PLAN-8")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_a_workload_catches_planted_defect(name: str) -> None:
     workload, oracle, behaviour = CATCHES[name]
@@ -73,10 +76,10 @@ def test_a_workload_catches_planted_defect(name: str) -> None:
     play_sched(factory(), sc.trace)  # and the same workload passes on the reference
 
 
-@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "PLAN-2")
+@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "PLAN-2", "PLAN-8")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_the_fuzzer_catches_planted_defect(name: str) -> None:
-    for config, seed in ((SchedConfig(), 0), (TIGHT, 1), (SchedConfig(), 2)):
+    for config, seed in ((SchedConfig(), 0), (TIGHT, 1), (WINDOW, 2)):
         try:
             fuzz_sched(factory(PLANTED_SCHED[name]), config, 150, None, seed, {})
         except Violation:

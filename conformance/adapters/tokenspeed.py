@@ -63,6 +63,10 @@ class TokenSpeedAdapter:
         c.enable_mixed_prefill_decode = config.mixed
         if not config.publish_mid_flight:
             self.features = self.features - {Feature.MID_FLIGHT_PUBLISH}
+        if hasattr(c, "has_sliding_window"):  # only the mid-flight publish branch has these
+            c.has_sliding_window = config.sliding_window > 0
+            c.sliding_window_size = config.sliding_window
+            self.features = self.features | {Feature.SLIDING_WINDOW}
         self.sched = ts.Scheduler(c)
         self._step = 0
 

@@ -15,6 +15,7 @@ from conformance.oracles.scheduler import (
     RequestStateOracle,
     ReuseOracle,
     RuntimeEventOracle,
+    SchedContentOracle,
 )
 
 # Oracles the driver runs on every step, in this order.
@@ -30,6 +31,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
+    SchedContentOracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle)
 

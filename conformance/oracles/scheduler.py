@@ -102,7 +102,7 @@ class RequestStateOracle(Oracle):
     needs = frozenset({Feature.SNAPSHOT})
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
-              external: dict[str, set[Event]]) -> None:
+              external: dict[str, set[Event]], window: int = 0) -> None:
         prev = {v.rid: v for v in before.requests} if before is not None else {}
         tree = TreeView(after.cache)
         owners = after.cache.pools[Tier.DEVICE].owners
@@ -141,6 +141,8 @@ class RequestStateOracle(Oracle):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
             req = live.get(v.rid)
             full = (v.computed // page_size) * page_size
+            if window:  # only what it reused is known intact (PLAN-8)
+                full = min(full, v.shared * page_size)
             if req is None:
                 continue
             toks = req.tokens[:full]
@@ -233,3 +235,23 @@ class RuntimeEventOracle(Oracle):
         if kept:
             raise self.fail("REQ-5", f"writeback {op.op_id} failed but its host pages {kept} "
                             f"are kept ({[owners[d] for d in kept]})")
+
+
+class SchedContentOracle(Oracle):
+    """TREE-2, NS-1, PLAN-8 at the scheduler level: every position a forward reads holds the tag
+    of its own (namespace, prefix), and none holds KV a sliding window dropped."""
+
+    name = "content"
+    behaviours = ("TREE-2", "NS-1", "PLAN-8")
+
+    def dropped(self, row, i: int, page: int) -> Violation:
+        return self.fail(("PLAN-8", "TREE-2"), f"{row.kind} row of {row.rid} reads position {i} "
+                         f"from device page {page}, whose KV the sliding window had dropped")
+
+    def wrong(self, row, ns: int, i: int, page: int, what: str) -> Violation:
+        return self.fail(("TREE-2", "NS-1"), f"{row.kind} row of {row.rid} (namespace {ns}) "
+                         f"reads position {i} from device page {page}, which holds {what}")
+
+    def tokens(self, row, want) -> Violation:
+        return self.fail("TREE-2", f"row of {row.rid} computes tokens {list(row.input_tokens)} "
+                         f"at {row.start}, the sequence has {list(want)}")
