@@ -70,6 +70,36 @@ def _shorter_tokens(trace: Trace, i: int) -> Trace | None:
     return _valid(trace, steps)
 
 
+class Attempts:
+    """Replays candidates within a budget and keeps the smallest that breaks the same rule."""
+
+    def __init__(self, trace, violation: Violation, replay: Callable, max_replays: int,
+                 max_seconds: float) -> None:
+        self.want = signature(violation)
+        self.best, self.best_v = trace, violation
+        self.replay = replay
+        self.left = max_replays
+        self.deadline = time.monotonic() + max_seconds
+
+    def spent(self) -> bool:
+        return self.left <= 0 or time.monotonic() >= self.deadline
+
+    def fails(self, candidate) -> bool:
+        """True (and ``candidate`` becomes the best) when it still breaks the same rule."""
+        if candidate is None or self.spent():
+            return False
+        self.left -= 1
+        try:
+            self.replay(candidate)
+        except Violation as v:
+            if signature(v) == self.want:
+                self.best, self.best_v = candidate, v
+                return True
+        except KitError:
+            pass  # the cut left a step that no longer makes sense (an ack of nothing)
+        return False
+
+
 def shrink(
     trace: Trace,
     violation: Violation,
@@ -78,35 +108,15 @@ def shrink(
     max_seconds: float = 120.0,
 ) -> tuple[Trace, Violation]:
     """Reduce ``trace`` while ``replay`` keeps raising a Violation with the same signature."""
-    want = signature(violation)
-    deadline = time.monotonic() + max_seconds
-    best, best_v = trace, violation
-    replays = 0
+    a = Attempts(trace, violation, replay, max_replays, max_seconds)
+    fails, out_of_budget = a.fails, a.spent
 
-    def out_of_budget() -> bool:
-        return replays >= max_replays or time.monotonic() >= deadline
-
-    def fails(candidate: Trace | None) -> bool:
-        nonlocal best, best_v, replays
-        if candidate is None or out_of_budget():
-            return False
-        replays += 1
-        try:
-            replay(candidate)
-        except Violation as v:
-            if signature(v) == want:
-                best, best_v = candidate, v
-                return True
-        except KitError:
-            pass  # the cut left a step that no longer makes sense (an ack of nothing)
-        return False
-
-    chunk = max(1, len(best.steps) // 2)
+    chunk = max(1, len(a.best.steps) // 2)
     while chunk >= 1 and not out_of_budget():
         start, progress = 0, False
-        while start < len(best.steps) and not out_of_budget():
-            drop = set(range(start, min(start + chunk, len(best.steps))))
-            if fails(_without(best, drop)):
+        while start < len(a.best.steps) and not out_of_budget():
+            drop = set(range(start, min(start + chunk, len(a.best.steps))))
+            if fails(_without(a.best, drop)):
                 progress = True  # the same start now names the steps that followed
             else:
                 start += chunk
@@ -115,9 +125,9 @@ def shrink(
     changed = True
     while changed and not out_of_budget():
         changed = False
-        for i in range(len(best.steps)):
+        for i in range(len(a.best.steps)):
             if out_of_budget():
                 break
-            while fails(_shorter_tokens(best, i)):
+            while fails(_shorter_tokens(a.best, i)):
                 changed = True
-    return best, best_v
+    return a.best, a.best_v

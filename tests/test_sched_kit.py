@@ -16,7 +16,7 @@ from planted_sched import PLANTED_SCHED
 
 from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from conformance.engine_config import EngineConfig
-from conformance.generators.sched_traces import fuzz_sched, play_sched
+from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
 from conformance.oracles import Violation
 from conformance.profiles import get_profile, parse_budget
 from conformance.runner import run_suite, select_cases
@@ -156,3 +156,19 @@ def test_the_tokenspeed_adapter_speaks_the_documented_surface(tmp_path: Path, mo
                        and r.status.value != "NOT_SUPPORTED"]
     assert by["sched-mid-flight-reuse"].status.value == "NOT_SUPPORTED"  # needs namespaces
     assert by["match-longest-whole-pages"].status.value == "NOT_SUPPORTED"  # no cache level
+
+
+@pytest.mark.behaviours("PLAN-2", "DET-1")
+def test_a_fuzzed_workload_shrinks_and_still_fails() -> None:
+    planted = factory(PLANTED_SCHED["OverBudget"])
+    holder: dict = {}
+    with pytest.raises(Violation) as e:
+        fuzz_sched(planted, TIGHT, 200, None, 3, holder)
+    found = holder["trace"]
+    small, v = shrink_sched(found, e.value, lambda t: play_sched(planted, t), 200)
+    assert (v.oracle, v.behaviours) == (e.value.oracle, e.value.behaviours)
+    assert len(small.arrivals) <= len(found.arrivals)
+    assert len(small.arrivals) <= 2, small.arrivals  # one long prompt is enough to overrun
+    with pytest.raises(Violation):
+        play_sched(planted, small)
+    play_sched(factory(), small)  # the reference passes the same workload

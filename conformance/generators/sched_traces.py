@@ -94,44 +94,26 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
 def shrink_sched(trace: SchedTrace, v: Violation, replay, max_replays: int = 300) -> tuple[
         SchedTrace, Violation]:
     """Drop arrivals, aborts and generated tokens while the same rule still breaks."""
-    from conformance.shrink import signature
+    from conformance.shrink import Attempts
 
-    want = signature(v)
-    best, best_v, budget = trace, v, max_replays
-
-    def fails(t: SchedTrace) -> bool:
-        nonlocal best, best_v, budget
-        if budget <= 0:
-            return False
-        budget -= 1
-        try:
-            replay(t)
-        except Violation as e:
-            if signature(e) == want:
-                best, best_v = t, e
-                return True
-        return False
-
+    a = Attempts(trace, v, replay, max_replays, max_seconds=120.0)
     changed = True
-    while changed and budget > 0:
+    while changed and not a.spent():
         changed = False
-        for i in range(len(best.arrivals)):
-            rid = best.arrivals[i].rid if i < len(best.arrivals) else None
-            if rid is None:
-                break
-            cand = best.model_copy(update={
-                "arrivals": [a for a in best.arrivals if a.rid != rid],
-                "aborts": [a for a in best.aborts if a.rid != rid]})
-            if cand.arrivals and fails(cand):
+        for rid in [x.rid for x in a.best.arrivals]:
+            cand = a.best.model_copy(update={
+                "arrivals": [x for x in a.best.arrivals if x.rid != rid],
+                "aborts": [x for x in a.best.aborts if x.rid != rid]})
+            if cand.arrivals and a.fails(cand):
                 changed = True
-        for i in range(len(best.aborts)):
-            if i < len(best.aborts) and fails(best.model_copy(
-                    update={"aborts": best.aborts[:i] + best.aborts[i + 1:]})):
+        for i in range(len(a.best.aborts) - 1, -1, -1):
+            if i < len(a.best.aborts) and a.fails(a.best.model_copy(
+                    update={"aborts": a.best.aborts[:i] + a.best.aborts[i + 1:]})):
                 changed = True
-        for i, a in enumerate(list(best.arrivals)):
-            if a.new_tokens > 1:
-                arr = list(best.arrivals)
-                arr[i] = a.model_copy(update={"new_tokens": 1})
-                if fails(best.model_copy(update={"arrivals": arr})):
+        for i, x in enumerate(list(a.best.arrivals)):
+            if x.new_tokens > 1 and i < len(a.best.arrivals):
+                arr = list(a.best.arrivals)
+                arr[i] = arr[i].model_copy(update={"new_tokens": 1})
+                if a.fails(a.best.model_copy(update={"arrivals": arr})):
                     changed = True
-    return best, best_v
+    return a.best, a.best_v
