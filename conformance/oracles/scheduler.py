@@ -54,7 +54,15 @@ class PlanOracle(Oracle):
     name = "plan"
     behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5")
 
+    def __init__(self) -> None:
+        self.op_ids: set[Any] = set()  # every copy id handed out so far
+
     def check(self, plan: Plan, live: dict[str, Live], config, page_size: int) -> None:
+        for op in (*plan.loadbacks, *plan.writebacks):
+            if op.op_id in self.op_ids:
+                raise self.fail("PLAN-5", f"plan {plan.step} reuses copy id {op.op_id}: its "
+                                "acknowledgement could not be told apart")
+            self.op_ids.add(op.op_id)
         rows = plan.rows
         count = Counter(r.rid for r in rows)
         twice = sorted(rid for rid, n in count.items() if n > 1)
