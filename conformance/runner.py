@@ -284,6 +284,11 @@ def all_cases() -> list[Case]:
         SchedConfig(mixed=False, publish_mid_flight=False, page_size=1, device_pages=16),
         "workloads without mixed batches or mid-flight publish, at page size 1"))
     cases.append(sched_fuzz_case(
+        "fuzz-scheduler-unpublished",
+        SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3,
+                    publish_mid_flight=False),
+        "workloads on a tiny device without mid-flight publish: retraction of unshared KV"))
+    cases.append(sched_fuzz_case(
         "fuzz-scheduler-window", SchedConfig(sliding_window=3),
         "workloads under a 3-token sliding window: nothing computed may be published",
         frozenset({Feature.SLIDING_WINDOW})))

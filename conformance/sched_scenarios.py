@@ -46,6 +46,18 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
         "A full device retracts the longest decode into its own namespace and recovers it.",
     ),
     SchedScenario(
+        "sched-retract-own-namespace", ("PLAN-6", "NS-1", "TREE-2"),
+        frozenset({Feature.NAMESPACES}),
+        _t("sched-retract-own-namespace", ("PLAN-6",),
+           config=SchedConfig(device_pages=9, host_pages=16, max_tokens=12,
+                              publish_mid_flight=False),
+           arrivals=[Arrival(at=0, rid="adapter", ns=1, tokens=[0, 1, 2, 0, 1], new_tokens=9),
+                     Arrival(at=0, rid="base", tokens=[2, 2, 1], new_tokens=8),
+                     Arrival(at=1, rid="later", tokens=[1, 0], new_tokens=7)]),
+        "A retracted request's pages go into its own namespace, where its recovery finds them "
+        "(D268-2).",
+    ),
+    SchedScenario(
         "sched-abort-everywhere", ("REQ-4", "REQ-2", "FIN-2"),
         frozenset(),
         _t("sched-abort-everywhere", ("REQ-4",),

@@ -314,7 +314,11 @@ class Scheduler:
                           tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
 
     def _retract_longest(self, writebacks: list[CopyOp], busy: set[str]) -> None:
-        """Device full: push the longest decoding request off the device (PLAN-6)."""
+        """Device full: push the longest decoding request off the device (PLAN-6). One per
+        plan: its pages come free only once its copy is acknowledged, so retracting more in
+        the same plan would push requests off for nothing."""
+        if any(op.retract for op in writebacks):
+            return
         cands = [r for r in self._ordered(State.DECODING) if not r.awaiting and r.rid not in busy]
         if not cands:
             return

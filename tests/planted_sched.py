@@ -101,3 +101,27 @@ class PublishesUnderWindow(Scheduler):
 
 
 PLANTED_SCHED[PublishesUnderWindow.__name__] = PublishesUnderWindow
+
+
+class RetractsIntoBaseModel(Scheduler):
+    """PLAN-6 / D268-2: a retracted request's own pages are inserted into namespace 0."""
+
+    def _retract_longest(self, writebacks, busy):
+        self._retracting = True
+        try:
+            super()._retract_longest(writebacks, busy)
+        finally:
+            self._retracting = False
+
+    def _publish(self, r, upto):
+        if getattr(self, "_retracting", False) and r.shared == 0:
+            real = r.spec
+            r.spec = replace(real, namespace=0)
+            try:
+                return super()._publish(r, upto)
+            finally:
+                r.spec = real
+        return super()._publish(r, upto)
+
+
+PLANTED_SCHED[RetractsIntoBaseModel.__name__] = RetractsIntoBaseModel

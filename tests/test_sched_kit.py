@@ -26,6 +26,8 @@ from reference.requests import TRANSITIONS
 
 TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4)
 WINDOW = SchedConfig(sliding_window=3)
+UNPUBLISHED = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3,
+                          publish_mid_flight=False)
 
 # Defect -> (a workload that catches it, the oracle reporting it, a behaviour it cites).
 CATCHES = {
@@ -37,6 +39,7 @@ CATCHES = {
     "AbortRaisesWhileWritingBack": ("sched-abort-everywhere", "faults", "FAULT-2"),
     "OverBudget": ("sched-abort-everywhere", "plan", "PLAN-2"),
     "PublishesUnderWindow": ("sched-sliding-window", "content", "PLAN-8"),
+    "RetractsIntoBaseModel": ("sched-retract-own-namespace", "requests", "PLAN-6"),
 }
 
 
@@ -65,7 +68,8 @@ def test_every_planted_defect_has_an_expected_catch() -> None:
     assert set(CATCHES) == set(PLANTED_SCHED)
 
 
-@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2", "PLAN-8")
+@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2", "PLAN-8",
+                        "PLAN-6")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_a_workload_catches_planted_defect(name: str) -> None:
     workload, oracle, behaviour = CATCHES[name]
@@ -79,12 +83,12 @@ def test_a_workload_catches_planted_defect(name: str) -> None:
 @pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "PLAN-2", "PLAN-8")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_the_fuzzer_catches_planted_defect(name: str) -> None:
-    for config, seed in ((SchedConfig(), 0), (TIGHT, 1), (WINDOW, 2)):
+    for config, seed in ((SchedConfig(), 0), (TIGHT, 1), (WINDOW, 2), (UNPUBLISHED, 3)):
         try:
             fuzz_sched(factory(PLANTED_SCHED[name]), config, 150, None, seed, {})
         except Violation:
             return
-    pytest.fail(f"{name}: 3 x 150 workloads did not catch it")
+    pytest.fail(f"{name}: 4 x 150 workloads did not catch it")
 
 
 @pytest.mark.behaviours("REQ-1", "REQ-2")

@@ -148,9 +148,11 @@ class RequestStateOracle(Oracle):
                 if not owners[pg].startswith("node:"):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
             req = live.get(v.rid)
-            full = (v.computed // page_size) * page_size
+            # What it had computed before this call (a retraction resets the count to zero).
+            was = old if old is not None and old.state is not v.state else v
+            full = (was.computed // page_size) * page_size
             if window:  # only what it reused is known intact (PLAN-8)
-                full = min(full, v.shared * page_size)
+                full = min(full, was.shared * page_size)
             if req is None:
                 continue
             toks = req.tokens[:full]
