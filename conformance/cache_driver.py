@@ -29,6 +29,7 @@ from conformance.trace import (
     Step,
     TickStep,
     Trace,
+    UnloadStep,
     UnlockStep,
     WritebackStep,
 )
@@ -252,6 +253,13 @@ class CacheDriver:
             return {"op": step.op, "started": True, "pairs": [list(x) for x in op.pairs]}
         if isinstance(step, TickStep):
             return {"op": "tick"}
+        if isinstance(step, UnloadStep):
+            freed = self._call("unload", self.engine.unload, step.ns)
+            self._notify("on_unload", step.ns)
+            for rec in self.ledger.live_locks():
+                if rec.namespace == step.ns:
+                    rec.detached = True
+            return {"op": "unload", "freed": freed}
         if isinstance(step, AckStep):
             op = self.ledger.transfers.pop(step.step, None)
             if op is None:

@@ -18,6 +18,7 @@ class Feature(str, Enum):
     MID_FLIGHT_PUBLISH = "mid_flight_publish"  # prompts published when their prefill completes
     SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
     CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
+    UNLOAD = "unload"  # a namespace (adapter) can be unloaded
 
     def __str__(self) -> str:
         return self.value

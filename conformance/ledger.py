@@ -19,6 +19,7 @@ class LockRecord:
     pages: tuple[int, ...]  # its pages on the locked tier
     node: Any
     live: bool = True
+    detached: bool = False  # its namespace was unloaded: valid for the kit, matched by nobody
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from conformance.trace import (
     Step,
     TickStep,
     Trace,
+    UnloadStep,
     UnlockStep,
     WritebackStep,
 )
@@ -267,6 +268,25 @@ SCENARIOS: tuple[Scenario, ...] = (
             MatchStep(ns=1, tokens=A, expect=E(device_len=6)),
         ),
         "The same tokens under two namespaces never share pages or hashes; each reuses its own.",
+    ),
+    Scenario(
+        "unload-adapter",
+        ("NS-2", "PIN-2", "EVENT-2", "EVENT-6"),
+        frozenset({Feature.NAMESPACES, Feature.UNLOAD}),
+        (
+            InsertStep(ns=1, tokens=A),
+            InsertStep(ns=1, tokens=A[:2] + B),
+            InsertStep(ns=0, tokens=A),
+            MatchStep(ns=1, tokens=A, lock=D, expect=E(device_len=6)),
+            UnloadStep(ns=1),
+            MatchStep(ns=1, tokens=A, expect=E(device_len=0)),
+            MatchStep(ns=0, tokens=A, expect=E(device_len=6)),
+            EvictStep(pages=100, expect=E(evicted=6)),
+            UnlockStep(step=3),
+            EvictStep(pages=100, expect=E(evicted=0)),
+            InsertStep(ns=1, tokens=A, expect=E(cached_len=0)),
+        ),
+        "Unloading an adapter frees what nobody holds at once and the rest when released (D268-4).",
     ),
     Scenario(
         "events-follow-the-device-tier",

@@ -96,6 +96,13 @@ class TickStep(_Step):
     op: Literal["tick"] = "tick"
 
 
+class UnloadStep(_Step):
+    """Unload the adapter of namespace ``ns`` (NS-2); the kit's own locks in it stay held."""
+
+    op: Literal["unload"] = "unload"
+    ns: Namespace
+
+
 class AckStep(_Step):
     op: Literal["ack"] = "ack"
     step: int = Field(ge=0, description="index of the writeback or loadback step")
@@ -104,7 +111,7 @@ class AckStep(_Step):
 
 Step = Annotated[
     MatchStep | InsertStep | ExtendStep | UnlockStep | EvictStep | WritebackStep | LoadbackStep
-    | AckStep | TickStep,
+    | AckStep | TickStep | UnloadStep,
     Field(discriminator="op"),
 ]
 
@@ -211,7 +218,7 @@ def load_any_trace(path: str | Path):
 
 
 _OPS = frozenset(("match", "insert", "extend", "unlock", "evict", "writeback", "loadback", "ack",
-                  "tick"))
+                  "tick", "unload"))
 
 
 def _format_loc(loc: tuple) -> str:

@@ -82,9 +82,20 @@ class TreeView:
                 )
         return out
 
+    def reachable(self) -> set[int]:
+        """Nodes of some namespace's tree; the rest belong to unloaded adapters (NS-2)."""
+        out: set[int] = set(self.snap.roots.values())
+        for n in self.snap.nodes:  # parents come before children
+            if n.parent in out:
+                out.add(n.id)
+        return out
+
     def device_hashes(self) -> set[int]:
+        """Hashes of the blocks cached on device: what the published events must add up to."""
+        live = self.reachable()
         return {
-            h for n in self.snap.nodes if n.device is not None and n.parent is not None
+            h for n in self.snap.nodes
+            if n.device is not None and n.parent is not None and n.id in live
             for h in n.hashes
         }
 

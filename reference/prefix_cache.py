@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from reference.clock import LogicalClock
 from reference.errors import CacheError
-from reference.eviction import VictimIndex
+from reference.eviction import VictimIndex, is_candidate
 from reference.host_tier import Transfer, missing_path
 from reference.kv_events import EventKind, KVEvent, chain_hashes
 from reference.pages import CALLER, PagePool, node_owner, transfer_owner
@@ -81,6 +81,7 @@ class PrefixCache:
         self._transfers: dict[int, Transfer] = {}
         self._events: list[KVEvent] = []
         self._victims = VictimIndex()
+        self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -285,6 +286,8 @@ class PrefixCache:
         node.device = pages
         node.device_access = now
         self._victims.offer(node)
+        if self._ghosts and self._detached(node):
+            return  # a loadback landing for a holder of an unloaded adapter: not cached
         self._emit(
             KVEvent(
                 kind=EventKind.STORED,
@@ -316,6 +319,8 @@ class PrefixCache:
         node = self._locks.release(handle)
         for n in node.path():
             self._victims.offer(n)
+        if self._ghosts:
+            self._sweep_ghosts()
 
     # ----------------------------------------------------------------- eviction
     def evict(self, tier: Tier, num_pages: int) -> int:
@@ -340,9 +345,10 @@ class PrefixCache:
         self.pools[tier].release(list(pages), node_owner(node.id))
         if tier is Tier.DEVICE:
             node.device = None
-            self._emit(
-                KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0)
-            )
+            if not (self._ghosts and self._detached(node)):
+                self._emit(
+                    KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0)
+                )
         else:
             node.host = None
         if node.device is None and node.host is None:
@@ -350,6 +356,52 @@ class PrefixCache:
             del node.parent.children[node.key[: self.page_size]]
             del self._nodes[node.id]
         return len(pages)
+
+    # ----------------------------------------------------------------- adapters
+    def unload(self, namespace: int) -> int:
+        """Unload an adapter: its namespace starts empty at once (NS-2, D268-4).
+
+        Unpinned cached blocks are freed now (device blocks announced as removed); pinned ones,
+        and those a transfer is copying, stay reachable only by their holders, detached from the
+        namespace, and are freed the moment nothing holds them. Returns the pages freed now.
+        """
+        root = self._roots.pop(namespace, None)
+        if root is None:
+            return 0
+        self._ghosts.append(root)
+        for node in self._subtree(root):  # nothing of it can be matched any more
+            if node.device is not None and node is not root:
+                self._emit(KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace,
+                                   None, (), 0))
+        return self._sweep_ghosts()
+
+    def _detached(self, node: Node) -> bool:
+        """Part of an unloaded namespace's tree: announced as removed already, never again."""
+        root = node.path()[0]
+        return self._roots.get(root.namespace) is not root
+
+    def _sweep_ghosts(self) -> int:
+        """Free every block of an unloaded tree that nothing pins or copies any more."""
+        freed = 0
+        for ghost in list(self._ghosts):
+            for node in reversed(self._subtree(ghost)):  # children before their parents
+                if node.pending is not None:
+                    continue
+                for tier in (Tier.DEVICE, Tier.HOST):
+                    if node.id in self._nodes and is_candidate(node, tier):
+                        freed += self._drop_tier(node, tier)
+            if not ghost.children and ghost.device_ref == 0 and ghost.host_ref == 0:
+                del self._nodes[ghost.id]
+                self._ghosts.remove(ghost)
+        return freed
+
+    def _subtree(self, root: Node) -> list[Node]:
+        out, stack = [], [root]
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(n.children[k] for k in sorted(n.children))
+        return out
 
     # ----------------------------------------------------------------- host tier
     def start_writeback(self, node_id: int) -> Transfer | None:
@@ -423,6 +475,8 @@ class PrefixCache:
                 self._victims.offer(n)
         for n in t.node.path():  # filled, stamped or unpinned: may be a victim now
             self._victims.offer(n)
+        if self._ghosts:
+            self._sweep_ghosts()
 
     # ----------------------------------------------------------------- events and views
     def _emit(self, event: KVEvent) -> None:

@@ -34,7 +34,13 @@ def test_citations(tests_dir: Path) -> dict[str, list[str]]:
     """IDs cited by ``pytest.mark.behaviours("ID", ...)`` anywhere under ``tests_dir``."""
     cited: dict[str, list[str]] = {}
     for path in sorted(tests_dir.rglob("test_*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError) as e:
+            line = getattr(e, "lineno", None)
+            cited.setdefault("<unreadable>", []).append(
+                f"{path.name}:{line}: cannot parse ({type(e).__name__})")
+            continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
@@ -67,6 +73,8 @@ def audit(registry: Registry, tests_dir: Path | None) -> AuditResult:
         res.gaps.append(f"tests directory not found ({tests_dir}); run from a source checkout")
     else:
         res.tests = test_citations(tests_dir)
+        for where in res.tests.pop("<unreadable>", []):
+            res.gaps.append(f"test file {where}: its markers could not be read")
         for bid, where in sorted(res.tests.items()):
             if bid not in known:
                 res.gaps.append(f"test {where[0]} cites unknown behaviour {bid}")

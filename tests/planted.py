@@ -185,13 +185,47 @@ class WritebackParentUnpinned(PrefixCache):
         return t
 
 
+class UnloadKeepsUnpinned(PrefixCache):
+    """NS-2 / D268-4: unloading detaches the namespace but frees nothing, now or later."""
+
+    def _sweep_ghosts(self):
+        return 0
+
+
+class UnloadFreesPinned(PrefixCache):
+    """NS-2 / PIN-2 / D268-4: unloading frees every block, the ones a request holds included."""
+
+    def unload(self, namespace):
+        root = self._roots.get(namespace)
+        if root is not None:
+            for node in reversed(self._subtree(root)):
+                if node is root or node.pending is not None:
+                    continue
+                for tier in (Tier.DEVICE, Tier.HOST):
+                    if node.pages(tier) is not None and not any(
+                        c.pages(tier) is not None for c in node.children.values()
+                    ):
+                        self._drop_tier(node, tier)
+        return super().unload(namespace)
+
+
+class UnloadSilent(PrefixCache):
+    """NS-2 / EVENT-6 / D268-4: unloading frees blocks without announcing their removal."""
+
+    def unload(self, namespace):
+        before = len(self._events)
+        freed = super().unload(namespace)
+        del self._events[before:]
+        return freed
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
         EvictsPinned, NewestFirst, TieByNewestSeq, LeaksDuplicates, SplitDropsPins,
         IgnoresFailedAck, NoHostRefresh, MatchOnePageLong, HashWithoutNamespace,
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
-        WritebackParentUnpinned,
+        WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
     )
 }
 _ = node_owner

@@ -158,3 +158,11 @@ def test_spec_audit_reports_gaps(tmp_path: Path) -> None:
 def test_engines_lists_reference() -> None:
     r = kvconf("engines")
     assert r.exit_code == 0 and "reference" in r.output.split()
+
+
+def test_spec_audit_names_a_test_file_it_cannot_parse(tmp_path: Path) -> None:
+    (tmp_path / "test_broken.py").write_text("def test_x(:\n    pass\n")
+    r = kvconf("spec", "audit", "--json", "--tests", str(tmp_path))
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    gaps = json.loads(r.output)["gaps"]
+    assert any(g.startswith("test file test_broken.py:1: cannot parse") for g in gaps), gaps

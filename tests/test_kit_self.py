@@ -149,6 +149,9 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     # Its expectation (nothing evictable on host) fires first; without it the ownership oracle
     # reports HOST-1 at the ack, when the copied pages land under a parent with no host copy.
     "WritebackParentUnpinned": ("writeback-keeps-host-parent", "expect", "HOST-2"),
+    "UnloadKeepsUnpinned": ("unload-adapter", "unload", "NS-2"),
+    "UnloadFreesPinned": ("unload-adapter", "pinning", "PIN-2"),
+    "UnloadSilent": ("unload-adapter", "events", "EVENT-6"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.
@@ -179,6 +182,7 @@ def test_every_planted_defect_names_real_behaviours():
 @pytest.mark.behaviours(
     "PIN-2", "EVICT-1", "EVICT-2", "EVICT-3", "TREE-5", "POOL-4", "PIN-1", "TREE-4", "HOST-4",
     "HOST-6", "TREE-1", "TREE-2", "EVENT-5", "EVENT-1", "PIN-3", "NS-1", "HOST-3", "HOST-2",
+    "NS-2", "EVENT-6",
 )
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_scenarios_catch_planted_defect(name):

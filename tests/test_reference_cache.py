@@ -928,3 +928,25 @@ def test_a_failure_on_a_legal_call_is_a_fault_2_violation(cls, ns, words):
     assert words in v.message
     assert v.step == (2 if cls is _CrashingMatch else 1)
     play(ReferenceCacheAdapter, trace)  # the clean engine plays the same trace
+
+
+@pytest.mark.behaviours("NS-2", "PIN-2", "EVENT-2")
+def test_unload_frees_what_nobody_holds_now_and_the_rest_on_release():
+    c = PrefixCache(CacheConfig(page_size=1, device_pages=16, host_pages=8))
+    for ns, toks in ((1, [1, 2, 3]), (1, [1, 2, 9]), (0, [1, 2, 3])):
+        c.insert(ns, toks, c.alloc(len(toks)))
+    handle = c.lock(c.match(1, [1, 2, 3]).device_node, Tier.DEVICE)
+    c.drain_events()
+    free_before = c.available()
+    freed = c.unload(1)
+    removed = [e for e in c.drain_events() if e.kind is EventKind.REMOVED]
+    assert freed == 1 and c.available() == free_before + 1  # the unpinned [9] only
+    # Every device block of the namespace ([1], [2], [3], [9]) is announced at once.
+    assert sum(len(e.block_hashes) for e in removed) == 4
+    assert 1 not in c.snapshot().roots
+    assert c.match(1, [1, 2, 3]).device_len == 0  # a fresh, empty tree
+    assert c.match(0, [1, 2, 3]).device_len == 3  # another namespace untouched
+    c.unlock(handle)
+    assert c.available() == free_before + 4  # the held path went when its lock did
+    assert c.drain_events() == []  # and was not announced twice
+    assert c.unload(7) == 0  # a namespace never used: nothing to do

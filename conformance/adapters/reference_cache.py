@@ -24,6 +24,7 @@ class ReferenceCacheAdapter:
             Feature.NAMESPACES,
             Feature.KV_EVENTS,
             Feature.LOCK_HANDLES,
+            Feature.UNLOAD,
         }
     )
 
@@ -88,6 +89,9 @@ class ReferenceCacheAdapter:
 
     def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
         return block_hash(parent, namespace, tokens)
+
+    def unload(self, namespace: int) -> int:
+        return self._call(self.cache.unload, namespace)
 
     def snapshot(self) -> CacheSnapshot:
         return self.cache.snapshot()

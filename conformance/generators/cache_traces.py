@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from conformance.cache_driver import CacheDriver
 from conformance.engine_config import EngineConfig
+from conformance.features import Feature
 from conformance.oracles.determinism import DeterminismOracle
 from conformance.protocol import CacheEngine
 from conformance.trace import (
@@ -29,6 +30,7 @@ from conformance.trace import (
     Step,
     TickStep,
     Trace,
+    UnloadStep,
     UnlockStep,
     WritebackStep,
 )
@@ -207,6 +209,14 @@ def cache_machine(
                 self.evict(Tier.DEVICE, config.device_pages)
             self.match(n, tokens, Tier.HOST)
             self._transfer(LoadbackStep, Tier.HOST, len(self.live[Tier.HOST]) - 1, later, True)
+
+        @precondition(lambda self: Feature.UNLOAD in self.engine.features and self.prompts)
+        @rule(k=pick)
+        def unload(self, k: int) -> None:
+            """Unload the adapter of a namespace in use; the kit's locks in it stay held."""
+            n, _tokens = self.prompts[k % len(self.prompts)]
+            self._do(UnloadStep(ns=n))
+            self.prompts = [(m, t) for m, t in self.prompts if m != n] or self.prompts[:0]
 
         @rule()
         def tick(self) -> None:

@@ -17,6 +17,7 @@ from conformance.oracles.scheduler import (
     RuntimeEventOracle,
     SchedContentOracle,
 )
+from conformance.oracles.unload import UnloadOracle
 
 # Oracles the driver runs on every step, in this order.
 STEP_ORACLES: tuple[type[Oracle], ...] = (
@@ -27,6 +28,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     EvictionOracle,
     EventOracle,
     FaultOracle,
+    UnloadOracle,
 )
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (

@@ -30,7 +30,9 @@ class PinOracle(Oracle):
 
     def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
         for rec in ctx.ledger.live_locks():
-            if rec.namespace != ns or tuple(tokens[: len(rec.tokens)]) != rec.tokens:
+            if rec.detached or rec.namespace != ns:
+                continue
+            if tuple(tokens[: len(rec.tokens)]) != rec.tokens:
                 continue
             got = m.device_pages if rec.tier is Tier.DEVICE else m.host_pages
             if tuple(got[: len(rec.pages)]) != rec.pages:

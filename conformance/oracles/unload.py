@@ -1,0 +1,58 @@
+"""Unload oracle (NS-2, D268-4), white-box: an unloaded namespace leaves only what is still held.
+
+After every step, a node reachable from no namespace root belongs to an unloaded adapter. Each
+such node must still be held: pinned on a tier where it has pages, copied by a transfer in
+flight, or above such a node. Anything else should have been freed in the call that let it go.
+Black-box, the kit checks the other half: a match in an unloaded namespace finds nothing.
+"""
+
+from __future__ import annotations
+
+from conformance.features import Feature
+from conformance.oracles.base import Ctx, Oracle
+from conformance.tree_view import TreeView
+from reference.tiers import Tier
+
+
+class UnloadOracle(Oracle):
+    name = "unload"
+    behaviours = ("NS-2",)
+    needs = frozenset({Feature.UNLOAD})
+
+    def __init__(self) -> None:
+        self.unloaded: set[int] = set()  # namespaces unloaded and not used since
+
+    def on_unload(self, ctx: Ctx, ns: int) -> None:
+        self.unloaded.add(ns)
+
+    def on_insert(self, ctx, ns, tokens, pages, r) -> None:
+        self.unloaded.discard(ns)
+
+    def on_match(self, ctx, ns, tokens, m) -> None:
+        if ns in self.unloaded and (m.device_len or m.host_len):
+            raise self.fail("NS-2", f"a match in unloaded namespace {ns} found "
+                            f"{max(m.device_len, m.host_len)} tokens")
+
+    def after_step(self, ctx: Ctx) -> None:
+        snap = ctx.after
+        if snap is None:
+            return
+        reachable = TreeView(snap).reachable()
+        held: set[int] = set()
+        kids: dict[int, list[int]] = {}
+        for n in snap.nodes:
+            if n.parent is not None:
+                kids.setdefault(n.parent, []).append(n.id)
+        nodes = snap.node_map()
+        for n in reversed(snap.nodes):  # children before parents
+            if n.id in reachable:
+                continue
+            own = n.pending is not None or any(
+                n.ref(t) and (n.pages(t) is not None) for t in (Tier.DEVICE, Tier.HOST))
+            if own or any(k in held for k in kids.get(n.id, ())):
+                held.add(n.id)
+                continue
+            what = "root" if n.parent is None else f"node {n.id}"
+            raise self.fail("NS-2", f"{what} of unloaded namespace {n.namespace} is held by "
+                            f"nothing but was not freed (pages device {nodes[n.id].device}, "
+                            f"host {nodes[n.id].host})")
