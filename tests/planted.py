@@ -219,6 +219,28 @@ class UnloadSilent(PrefixCache):
         return freed
 
 
+class NegativeDepthAtRoot(PrefixCache):
+    """TREE-3 / D268-8: a miss in an adapter's namespace reports a negative depth (the
+    namespace offset is not removed when the match falls back to the root)."""
+
+    def match(self, namespace, tokens):
+        m = super().match(namespace, tokens)
+        if namespace and not m.device_len:
+            return type(m)(m.namespace, -self.page_size, m.host_len, m.device_pages,
+                           m.host_pages, m.device_node, m.host_node)
+        return m
+
+
+class RootNotLockableOnHost(PrefixCache):
+    """PIN-1 / D268-6: a namespace's root cannot be locked on the host tier."""
+
+    def lock(self, node_id, tier=Tier.DEVICE):
+        node = self._node(node_id)
+        if node.is_root and Tier(tier) is Tier.HOST:
+            raise CacheError("not_on_tier", f"root {node_id} holds no host pages")
+        return super().lock(node_id, tier)
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
@@ -226,6 +248,7 @@ PLANTED = {
         IgnoresFailedAck, NoHostRefresh, MatchOnePageLong, HashWithoutNamespace,
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
+        NegativeDepthAtRoot, RootNotLockableOnHost,
     )
 }
 _ = node_owner

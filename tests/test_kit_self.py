@@ -152,10 +152,15 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "UnloadKeepsUnpinned": ("unload-adapter", "unload", "NS-2"),
     "UnloadFreesPinned": ("unload-adapter", "pinning", "PIN-2"),
     "UnloadSilent": ("unload-adapter", "events", "EVENT-6"),
+    "NegativeDepthAtRoot": ("namespace-isolation", "match", "TREE-3"),
+    # The driver sees a legal lock refused: FAULT-2, with the scenario that locks a root on host.
+    "RootNotLockableOnHost": ("pinned-never-evicted", "faults", "FAULT-2"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.
 REPORTED_UNDER: dict[str, set[str]] = {
+    # A refused legal lock is a fault of the call, not a miscount of pins.
+    "RootNotLockableOnHost": {"FAULT-2"},
     # The eviction oracle sees it first and cites both rules ("not pinned" is part of EVICT-1).
     "EvictsPinned": {"EVICT-1", "PIN-2"},
     # The same tokens in two namespaces give one hash: the second store is a duplicate
