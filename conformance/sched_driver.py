@@ -53,10 +53,6 @@ def sample(seed: int, rid: str, position: int) -> int:
     return int.from_bytes(h, "little") % ALPHABET
 
 
-class _Req(Live):
-    pass
-
-
 class SchedulerDriver:
     def __init__(self, engine, trace: SchedTrace) -> None:
         self.engine = engine
@@ -74,7 +70,7 @@ class SchedulerDriver:
         self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}
         self.tags: dict[str, list[int]] = {}
-        self.generated: dict[str, int] = {}
+        self.left: dict[str, int] = {}  # tokens each request still generates before Finish
         self.started: set[str] = set()
         self.shadow: dict[tuple[Tier, int], list[int | None]] = {}
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
@@ -145,15 +141,15 @@ class SchedulerDriver:
     def _quiet(self) -> bool:
         if self.later or any(not r.finished or r.copying for r in self.live.values()):
             return False
-        snap = self._snapshot()
-        return snap is None or all(v.state is State.FINISHED for v in snap.requests)
+        # self.snap is the state after this plan's advance: a rejected probe changes nothing.
+        return self.snap is None or all(v.state is State.FINISHED for v in self.snap.requests)
 
     def _submit(self, arrivals) -> None:
         specs = []
         for a in arrivals:
-            self.live[a.rid] = _Req(a.rid, a.ns, list(a.tokens), len(a.tokens))
+            self.live[a.rid] = Live(a.rid, a.ns, list(a.tokens), len(a.tokens))
             self.tags[a.rid] = []
-            self.generated[a.rid] = 0
+            self.left[a.rid] = a.new_tokens
             specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns))
         self._call("submit", self.engine.submit, specs)
         self._states("submit", {})
@@ -196,8 +192,8 @@ class SchedulerDriver:
             external.setdefault(row.rid, set()).add(Event.EXTEND_RESULT)
             if row.kind == "prefill":  # its prompt is published now (again, after a recovery)
                 req.published_at = step
-            self.generated[row.rid] += 1
-            if self.generated[row.rid] >= self._budget(row.rid):
+            self.left[row.rid] -= 1
+            if self.left[row.rid] <= 0:
                 events.append(Finish(row.rid))
                 external[row.rid].add(Event.FINISH)
                 req.finished = True
@@ -232,9 +228,6 @@ class SchedulerDriver:
                 req.due = False
                 out.append(a.rid)
         return out
-
-    def _budget(self, rid: str) -> int:
-        return next(a.new_tokens for a in self.trace.arrivals if a.rid == rid)
 
     def _forward(self, row, req: Live) -> None:
         """Check what the row reads, write what it computes; under a sliding window W the row

@@ -459,12 +459,10 @@ class Scheduler:
         if isinstance(ev, ExtendResult):
             r.tokens.append(ev.token)
             r.awaiting = False
-            if r.state is State.PREFILL_DONE:
-                if self.config.publish_mid_flight and not self.config.sliding_window:
-                    self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
-                self._move(r, Event.EXTEND_RESULT, State.DECODING)
-            else:
-                self._move(r, Event.EXTEND_RESULT, State.DECODING)
+            mid_flight = self.config.publish_mid_flight and not self.config.sliding_window
+            if r.state is State.PREFILL_DONE and mid_flight:
+                self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
+            self._move(r, Event.EXTEND_RESULT, State.DECODING)
         elif isinstance(ev, Finish):
             self._finish(r)
         else:
