@@ -1,9 +1,9 @@
 """The cache-level driver: plays a trace against an engine, feeding every call to the oracles.
 
 The driver is the caller a real serving runtime would be: it allocates pages, fills them (writes
-content tags into its shadow memory), inserts them, locks what it uses, performs the copies of
-transfers when they land, and acknowledges them. It never looks inside the engine except through
-``snapshot()`` for white-box oracles.
+content tags into its KV memory, ``conformance.memory``), inserts them, locks what it uses,
+performs the copies of transfers when they land, and acknowledges them. It never looks inside the
+engine except through ``snapshot()`` for white-box oracles.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.content import POISON, page_tags
+from conformance.content import page_tags
 from conformance.engine_config import EngineConfig
 from conformance.errors import EngineRejected, KitError
 from conformance.features import Feature
 from conformance.ledger import Ledger, LockRecord
+from conformance.memory import MemoryFactory, shadow_memory
 from conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from conformance.oracles.content import ContentOracle
 from conformance.protocol import CacheEngine, CopyOp, Match
@@ -53,6 +54,7 @@ class CacheDriver:
         oracles: Sequence[type[Oracle]] = STEP_ORACLES,
         behaviours: Sequence[str] = (),
         clock: str = "per_step",
+        memory: MemoryFactory = shadow_memory,
     ) -> None:
         self.engine = engine
         self.tick_every_step = clock == "per_step"
@@ -62,7 +64,10 @@ class CacheDriver:
         self.events_on = Feature.KV_EVENTS in engine.features
         self.oracles = [o() for o in oracles if o.applies(engine)]
         self.content = next((o for o in self.oracles if isinstance(o, ContentOracle)), None)
-        self.ledger = Ledger(engine.page_size)
+        self.ledger = Ledger(
+            engine.page_size,
+            memory(engine.page_size, config.device_pages, config.host_pages),
+        )
         self.log: list[dict[str, Any]] = []
         self._snap = self._snapshot()
         self.ctx = Ctx(-1, "init", engine, self.ledger)
@@ -114,8 +119,7 @@ class CacheDriver:
         tags = page_tags(ns, tokens, self.engine.page_size)
         if self.content is not None:
             self.content.remember(ns, tags)
-        for i, page in enumerate(pages):
-            self.ledger.shadow[(Tier.DEVICE, page)] = tags[first + i]
+        self.ledger.memory.write_pages(Tier.DEVICE, pages, tags[first : first + len(pages)])
 
     def _match(self, ns: int, tokens: Sequence[int]) -> Match:
         m = self._call("match", self.engine.match, ns, list(tokens))
@@ -146,12 +150,9 @@ class CacheDriver:
         self._notify("on_evict", tier, n, freed, before, after)
         return freed
 
-    def _ack(self, op: CopyOp, success: bool) -> None:
+    def _ack(self, op: CopyOp, handle: Any, success: bool) -> None:
         """The copy lands (or fails, leaving poison), then the engine hears of it."""
-        src, dst = (Tier.DEVICE, Tier.HOST) if op.kind == "writeback" else (Tier.HOST, Tier.DEVICE)
-        for s, d in op.pairs:
-            tag = self.ledger.shadow.get((src, s), POISON) if success else POISON
-            self.ledger.shadow[(dst, d)] = tag
+        self.ledger.memory.finish_copy(handle, success)
         self._call("finish_transfer", self.engine.finish_transfer, op.op_id, success)
         self.ctx.acks.append((op, success))
 
@@ -242,14 +243,16 @@ class CacheDriver:
                              self._snapshot())
                 return {"op": step.op, "started": False}
             # Until the copy lands its destination holds nothing usable: an engine that serves
-            # it early must be seen serving garbage, not the stale KV a page held before.
-            dst = Tier.HOST if op.kind == "writeback" else Tier.DEVICE
-            for _s, d in op.pairs:
-                self.ledger.shadow[(dst, d)] = POISON
+            # it early must be seen serving garbage, not the stale KV a page held before. A
+            # source overwritten before the copy lands poisons its destination too.
+            src, dst = ((Tier.DEVICE, Tier.HOST) if op.kind == "writeback"
+                        else (Tier.HOST, Tier.DEVICE))
+            handle = self.ledger.memory.start_copy(src, dst, op.pairs)
             if step.ack == "now":
-                self._ack(op, step.success)
+                self._ack(op, handle, step.success)
             else:
                 self.ledger.transfers[i] = op
+                self.ledger.copies[i] = handle
             return {"op": step.op, "started": True, "pairs": [list(x) for x in op.pairs]}
         if isinstance(step, TickStep):
             return {"op": "tick"}
@@ -265,7 +268,7 @@ class CacheDriver:
             if op is None:
                 raise KitError(f"steps[{i}].step: transfer of step {step.step} is not in flight "
                                "(declined, or acknowledged already)")
-            self._ack(op, step.success)
+            self._ack(op, self.ledger.copies.pop(step.step), step.success)
             return {"op": "ack", "success": step.success}
         raise KitError(f"steps[{i}].op: unknown operation {step.op!r}")
 
@@ -292,8 +295,8 @@ class CacheDriver:
         index = len(self.log)
         self.ctx = Ctx(index, "drain", self.engine, self.ledger, before=self._snap)
         try:
-            for _ref, op in sorted(self.ledger.transfers.items()):
-                self._ack(op, True)
+            for ref, op in sorted(self.ledger.transfers.items()):
+                self._ack(op, self.ledger.copies.pop(ref), True)
             self.ledger.transfers.clear()
             for rec in self.ledger.live_locks():
                 self._unlock(rec)

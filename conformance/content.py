@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-POISON = -1  # what a failed or torn copy leaves in its destination
-
 
 def page_tags(namespace: int, tokens: Sequence[int], page_size: int) -> list[int]:
     """Tag of each whole page of ``tokens``: tag i stands for (namespace, tokens[: (i+1)*P])."""

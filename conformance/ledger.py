@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.memory import KVMemory
 from conformance.protocol import CopyOp
 from reference.tiers import Tier
 
@@ -25,10 +26,11 @@ class LockRecord:
 @dataclass(slots=True)
 class Ledger:
     page_size: int
-    shadow: dict[tuple[Tier, int], int] = field(default_factory=dict)  # page -> content tag
+    memory: KVMemory  # the runtime's KV: a content tag per token slot
     held: set[int] = field(default_factory=set)  # device pages the caller holds
     locks: dict[int, LockRecord] = field(default_factory=dict)  # by step index
     transfers: dict[int, CopyOp] = field(default_factory=dict)  # started, not yet acknowledged
+    copies: dict[int, Any] = field(default_factory=dict)  # by step index: the memory's copy
 
     def live_locks(self) -> list[LockRecord]:
         return [r for r in self.locks.values() if r.live]

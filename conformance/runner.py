@@ -8,7 +8,7 @@ kit or of the engine's setup is ERROR. An interrupted run still writes what it f
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +26,8 @@ from conformance.errors import EngineUnavailable, KitError
 from conformance.features import Feature
 from conformance.generators.cache_traces import TraceHolder, cache_machine
 from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
-from conformance.oracles import SCHED_ORACLES, STEP_ORACLES, Violation
+from conformance.memory import MemoryFactory, shadow_memory
+from conformance.oracles import SCHED_ORACLES, STEP_ORACLES, Oracle, Violation
 from conformance.oracles.determinism import DeterminismOracle
 from conformance.profiles import Budget, Profile
 from conformance.report import CaseResult, Report, RunInfo, Status, write_report
@@ -62,6 +63,8 @@ class RunContext:
     features: frozenset[Feature] = frozenset()
     exercised: set[tuple[str, str]] = field(default_factory=set)
     illegal: set[tuple[str, str]] = field(default_factory=set)
+    memory: MemoryFactory = shadow_memory  # the runtime's KV: a dict, or gpu_harness's tensors
+    oracles: Sequence[type[Oracle]] = STEP_ORACLES  # cache-level oracles
 
     def save_trace(self, case: str, trace: Trace | SchedTrace) -> str | None:
         if self.out_dir is None:
@@ -74,14 +77,17 @@ class RunContext:
         return str(path.relative_to(self.out_dir))
 
 
-def play(factory, trace: Trace, *, determinism: bool = True) -> list[dict]:
-    """Play ``trace`` on a fresh engine with every oracle, bring it to rest, then replay it."""
-    driver = CacheDriver(factory(trace.config), trace.config, behaviours=trace.behaviours,
-                         clock=trace.clock)
+def play(factory, trace: Trace, *, determinism: bool = True,
+         memory: MemoryFactory = shadow_memory,
+         oracles: Sequence[type[Oracle]] = STEP_ORACLES) -> list[dict]:
+    """Play ``trace`` on a fresh engine with the oracles, bring it to rest, then replay it."""
+    driver = CacheDriver(factory(trace.config), trace.config, oracles, behaviours=trace.behaviours,
+                         clock=trace.clock, memory=memory)
     driver.run(trace)
     driver.drain()
     if determinism:
-        again = CacheDriver(factory(trace.config), trace.config, oracles=(), clock=trace.clock)
+        again = CacheDriver(factory(trace.config), trace.config, oracles=(), clock=trace.clock,
+                            memory=memory)
         again.run(trace)
         DeterminismOracle().compare(driver.log, again.log)
     return driver.log
@@ -106,7 +112,7 @@ def scenario_case(sc) -> Case:
         t0 = time.perf_counter()
         trace = sc.trace(ctx.config)
         try:
-            log = play(ctx.factory, trace)
+            log = play(ctx.factory, trace, memory=ctx.memory, oracles=ctx.oracles)
         except Violation as v:
             return _fail(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, trace))
         return CaseResult(
@@ -156,15 +162,17 @@ def _import_independent_draws() -> Iterator[None]:
 
 
 def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
-             base_seed: int) -> None:
+             base_seed: int, memory: MemoryFactory = shadow_memory,
+             oracles: Sequence[type[Oracle]] = STEP_ORACLES) -> None:
     """Run the stateful generator under the budget; raises the first Violation found."""
     with _import_independent_draws():
-        _run_fuzz(factory, config, holder, budget, steps, base_seed)
+        _run_fuzz(factory, config, holder, budget, steps, base_seed, memory, oracles)
 
 
 def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
-              base_seed: int) -> None:
-    machine = cache_machine(factory, config, holder)
+              base_seed: int, memory: MemoryFactory,
+              oracles: Sequence[type[Oracle]]) -> None:
+    machine = cache_machine(factory, config, holder, memory=memory, oracles=oracles)
     if budget.examples is not None:
         batches: Iterator[int] = iter([budget.examples])
         deadline = None
@@ -185,11 +193,13 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
         config = tweak(ctx.config)
         holder = TraceHolder()
         try:
-            run_fuzz(ctx.factory, config, holder, ctx.budget, ctx.profile.steps, ctx.seed)
+            run_fuzz(ctx.factory, config, holder, ctx.budget, ctx.profile.steps, ctx.seed,
+                     ctx.memory, ctx.oracles)
         except Violation as v:
             trace = holder.last or Trace(config=config)
             found = len(trace.steps)
-            trace, v = shrink(trace, v, lambda t: play(ctx.factory, t),
+            trace, v = shrink(trace, v, lambda t: play(ctx.factory, t, memory=ctx.memory,
+                                                       oracles=ctx.oracles),
                               max_replays=ctx.profile.shrink_replays)
             return _fail(name, FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
                          examples=holder.examples, steps=len(trace.steps),
@@ -213,7 +223,7 @@ def _tight(c: EngineConfig) -> EngineConfig:
 
 
 def _sched_play(ctx: RunContext, trace: SchedTrace) -> list:
-    driver = play_sched(ctx.sched_factory, trace)
+    driver = play_sched(ctx.sched_factory, trace, memory=ctx.memory)
     ctx.exercised |= driver.exercised
     ctx.illegal |= driver.illegal
     return driver.log

@@ -1,12 +1,12 @@
 """The scheduler-level driver: plays the model runtime for an engine that speaks plans and events.
 
 Per plan it submits the workload's arrivals, takes the plan, performs the loadbacks, "runs" the
-forward against its shadow memory (checking the tag of every position a row reads and writing the
-tag of every position it computes), samples tokens, reports results, finishes requests after their
-tokens, performs writebacks and acknowledges them as the workload says (now, a plan later, or as
-failed), aborts, and probes the engine with events it must reject. Every KV position holds a tag
-for (namespace, tokens[0..i]): a wrong reuse, a copy to the wrong page, a loadback after the
-forward or a namespace leak shows up as a wrong tag.
+forward against its KV memory (``conformance.memory``), checking the tag of every position a row
+reads and writing the tag of every position it computes; it samples tokens, reports results,
+finishes requests after their tokens, performs writebacks and acknowledges them as the workload
+says (now, a plan later, or as failed), aborts, and probes the engine with events it must reject.
+Every KV position holds a tag for (namespace, tokens[0..i]): a wrong reuse, a copy to the wrong
+page, a loadback after the forward or a namespace leak shows up as a wrong tag.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from conformance.errors import EngineRejected
 from conformance.features import Feature
+from conformance.memory import DROPPED, MemoryFactory, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.oracles.scheduler import (
     Live,
@@ -32,8 +33,6 @@ from reference.plan import Abort, CopyOp, ExtendResult, Finish, Plan, RequestSpe
 from reference.requests import TRANSITIONS, Event, State
 from reference.tiers import Tier
 
-POISON = -1
-DROPPED = -2  # KV the runtime dropped behind a sliding window
 ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes collide too
 
 
@@ -54,7 +53,7 @@ def sample(seed: int, rid: str, position: int) -> int:
 
 
 class SchedulerDriver:
-    def __init__(self, engine, trace: SchedTrace) -> None:
+    def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory) -> None:
         self.engine = engine
         self.trace = trace
         self.config = trace.config
@@ -72,9 +71,9 @@ class SchedulerDriver:
         self.tags: dict[str, list[int]] = {}
         self.left: dict[str, int] = {}  # tokens each request still generates before Finish
         self.started: set[str] = set()
-        self.shadow: dict[tuple[Tier, int], list[int | None]] = {}
+        self.memory = memory(self.p, trace.config.device_pages, trace.config.host_pages)
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
-        self.later: list[CopyOp] = []
+        self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
         self.log: list[Any] = []
         self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
@@ -100,7 +99,9 @@ class SchedulerDriver:
         req, tags = self.live[rid], self.tags[rid]
         if i >= len(tags):
             prev = tags[-1].to_bytes(8, "little") if tags else None
-            tags.extend(position_tags(req.ns, req.tokens, len(tags), prev))
+            new = position_tags(req.ns, req.tokens, len(tags), prev)
+            tags.extend(new)
+            self.content.origin.update(dict.fromkeys(new, req.ns))
         return tags[i]
 
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
@@ -164,10 +165,10 @@ class SchedulerDriver:
         self.log.append(("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused,
                                          r.page_table) for r in plan.rows],
                          [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]))
-        for op in plan.loadbacks:  # before the forward (PLAN-5)
-            for s, d in op.pairs:
-                self.shadow[(Tier.DEVICE, d)] = list(self.shadow.get((Tier.HOST, s),
-                                                                     [POISON] * self.p))
+        loads = [self.memory.start_copy(Tier.HOST, Tier.DEVICE, op.pairs)
+                 for op in plan.loadbacks]
+        for handle in loads:  # landed before the forward (PLAN-5)
+            self.memory.finish_copy(handle, True)
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
@@ -204,7 +205,7 @@ class SchedulerDriver:
         for e in events:
             if isinstance(e, Abort):
                 self.events.aborted(e.rid, after)
-        for op in failed:
+        for op, _handle in failed:
             self.events.failed_copy(op, after)
         self._probe(step)
 
@@ -238,33 +239,34 @@ class SchedulerDriver:
         w = self.config.sliding_window
         if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
             raise self.content.tokens(row, req.tokens[row.start : row.start + n])
-        for i in range(max(0, row.start - w + 1) if w else 0, row.start):
-            page = row.page_table[i // p]
-            got = self.shadow.get((Tier.DEVICE, page), [None] * p)[i % p]
-            if got != self._tag(row.rid, i):
-                if got == DROPPED:
+        first = max(0, row.start - w + 1) if w else 0
+        reads = range(first, row.start)
+        got = self.memory.read(Tier.DEVICE, [row.page_table[i // p] for i in reads],
+                               [i % p for i in reads])
+        for i, tag in zip(reads, got, strict=True):
+            if tag != self._tag(row.rid, i):
+                page = row.page_table[i // p]
+                if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
-                what = ("nothing" if got is None else "the remains of an unfinished copy"
-                        if got == POISON else "the KV of another prefix")
-                raise self.content.wrong(row, ns, i, page, what)
-        for i in range(row.start, row.start + n):
-            cell = self.shadow.setdefault((Tier.DEVICE, row.page_table[i // p]), [None] * p)
-            cell[i % p] = self._tag(row.rid, i)
+                raise self.content.wrong(row, ns, i, page, tag)
+        writes = range(row.start, row.start + n)
+        self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in writes],
+                          [i % p for i in writes], [self._tag(row.rid, i) for i in writes])
         if w:
             if row.kind == "prefill" and row.start == row.reused:  # an admission
                 self.base[row.rid] = row.reused
-            for i in range(self.base.get(row.rid, 0), row.start + n - w):
-                key = (Tier.DEVICE, row.page_table[i // p])
-                self.shadow.setdefault(key, [None] * p)[i % p] = DROPPED
+            drops = range(self.base.get(row.rid, 0), row.start + n - w)
+            self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
+                              [i % p for i in drops], [DROPPED] * len(drops))
 
-    def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list[CopyOp], list[CopyOp]]:
+    def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list, list]:
         """This plan's writebacks are in flight; returns the copies acknowledged in this advance
-        (the ones held back last time included), split into landed and failed."""
-        failed: list[CopyOp] = []
+        (the ones held back last time included), split into landed and failed, each with the
+        memory's copy."""
+        failed: list[tuple[CopyOp, Any]] = []
         due, self.later = self.later, []
         for op in writebacks:
-            for _s, d in op.pairs:
-                self.shadow[(Tier.HOST, d)] = [POISON] * self.p
+            handle = self.memory.start_copy(Tier.DEVICE, Tier.HOST, op.pairs)
             if op.rid in self.live:
                 self.live[op.rid].copying.add(op.op_id)
                 if op.retract:  # pushed off the device: its pins are gone
@@ -273,21 +275,20 @@ class SchedulerDriver:
             mode = modes[self.acks % len(modes)]
             self.acks += 1
             if mode == "later":
-                self.later.append(op)
+                self.later.append((op, handle))
             else:
-                due.append(op) if mode == "now" else failed.append(op)
+                (due if mode == "now" else failed).append((op, handle))
         return due, failed
 
-    def _land_copies(self, due: list[CopyOp], failed: list[CopyOp]) -> list:
+    def _land_copies(self, due: list, failed: list) -> list:
         out: list = []
-        for op in due:
-            for s, d in op.pairs:
-                self.shadow[(Tier.HOST, d)] = list(self.shadow.get((Tier.DEVICE, s),
-                                                                   [POISON] * self.p))
+        for op, handle in due:
+            self.memory.finish_copy(handle, True)
             out.append(WritebackDone(op.op_id, True))
-        for op in failed:
+        for op, handle in failed:
+            self.memory.finish_copy(handle, False)
             out.append(WritebackDone(op.op_id, False))
-        for op in due + failed:
+        for op, _handle in due + failed:
             if op.rid in self.live:
                 self.live[op.rid].copying.discard(op.op_id)
         return out

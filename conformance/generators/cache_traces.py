@@ -8,7 +8,7 @@ small so eviction, declined transfers and allocation failures are common.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -17,6 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from conformance.cache_driver import CacheDriver
 from conformance.engine_config import EngineConfig
 from conformance.features import Feature
+from conformance.memory import MemoryFactory, shadow_memory
+from conformance.oracles import STEP_ORACLES, Oracle
 from conformance.oracles.determinism import DeterminismOracle
 from conformance.protocol import CacheEngine
 from conformance.trace import (
@@ -66,6 +68,8 @@ def cache_machine(
     alphabet: int = 3,
     max_pages: int = 6,
     determinism: bool = True,
+    memory: MemoryFactory = shadow_memory,
+    oracles: Sequence[type[Oracle]] = STEP_ORACLES,
 ) -> type[RuleBasedStateMachine]:
     """Build a state machine class bound to one engine factory and config."""
     p = config.page_size
@@ -81,7 +85,8 @@ def cache_machine(
         def __init__(self) -> None:
             super().__init__()
             self.engine = factory(config)
-            self.driver = CacheDriver(self.engine, config, clock="explicit")
+            self.driver = CacheDriver(self.engine, config, oracles, clock="explicit",
+                                      memory=memory)
             self.trace = Trace(config=config, name="fuzz", clock="explicit")
             self.failed = False
             self.live: dict[Tier, list[int]] = {Tier.DEVICE: [], Tier.HOST: []}
@@ -259,7 +264,8 @@ def cache_machine(
                 return
             self.driver.drain()
             if determinism:
-                again = CacheDriver(factory(config), config, oracles=(), clock="explicit")
+                again = CacheDriver(factory(config), config, oracles=(), clock="explicit",
+                                    memory=memory)
                 for i, s in enumerate(self.trace.steps):
                     again.step(i, s)
                 DeterminismOracle().compare(self.driver.log, again.log)

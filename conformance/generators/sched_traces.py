@@ -14,6 +14,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from conformance.memory import MemoryFactory, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.sched_driver import SchedulerDriver
 from conformance.sched_trace import AbortAt, Arrival, SchedConfig, SchedTrace
@@ -55,14 +56,15 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
 
 
 def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
-               determinism: bool = True) -> SchedulerDriver:
+               determinism: bool = True,
+               memory: MemoryFactory = shadow_memory) -> SchedulerDriver:
     """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
-    driver = SchedulerDriver(factory(trace.config), trace)
+    driver = SchedulerDriver(factory(trace.config), trace, memory)
     log = driver.run()
     if determinism:
         from conformance.oracles.determinism import DeterminismOracle
 
-        again = SchedulerDriver(factory(trace.config), trace).run()
+        again = SchedulerDriver(factory(trace.config), trace, memory).run()
         DeterminismOracle().compare(log, again)
     return driver
 
@@ -80,7 +82,7 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
         def test(trace: SchedTrace) -> None:
             holder["trace"] = trace
             holder["examples"] = holder.get("examples", 0) + 1
-            driver = play_sched(factory, trace)
+            driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory))
             if ctx is not None:  # transition coverage for the report
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.content import POISON, page_tags
+from conformance.content import page_tags
+from conformance.memory import POISON, TORN
 from conformance.oracles.base import Ctx, Oracle
 from conformance.protocol import Match
 from reference.tiers import Tier
@@ -25,14 +26,18 @@ class ContentOracle(Oracle):
         p = ctx.ledger.page_size
         want = page_tags(ns, tokens[: max(m.device_len, m.host_len)], p)
         for tier, pages in ((Tier.DEVICE, m.device_pages), (Tier.HOST, m.host_pages)):
-            for i, page in enumerate(pages):
-                got = ctx.ledger.shadow.get((tier, page))
+            if not pages:
+                continue
+            for i, (page, got) in enumerate(zip(pages, ctx.ledger.memory.read_pages(tier, pages),
+                                                strict=True)):
                 if got == want[i]:
                     continue
                 if got is None:
                     seen = "nothing the kit ever wrote"
                 elif got == POISON:
                     seen = "the remains of a failed or unfinished copy"
+                elif got == TORN:
+                    seen = "slots of different prefixes (a torn page)"
                 else:
                     other = self.origin.get(got)
                     if other and other[0] != ns:

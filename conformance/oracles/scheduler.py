@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.features import Feature
+from conformance.memory import POISON
 from conformance.oracles.base import Oracle, Violation
 from conformance.tree_view import TreeView
 from reference.plan import Plan
@@ -258,9 +259,19 @@ class SchedContentOracle(Oracle):
         return self.fail(("PLAN-8", "TREE-2"), f"{row.kind} row of {row.rid} reads position {i} "
                          f"from device page {page}, whose KV the sliding window had dropped")
 
-    def wrong(self, row, ns: int, i: int, page: int, what: str) -> Violation:
-        return self.fail(("TREE-2", "NS-1"), f"{row.kind} row of {row.rid} (namespace {ns}) "
-                         f"reads position {i} from device page {page}, which holds {what}")
+    def __init__(self) -> None:
+        self.origin: dict[int, int] = {}  # tag -> the namespace whose KV it is
+
+    def wrong(self, row, ns: int, i: int, page: int, got: int | None) -> Violation:
+        other = self.origin.get(got) if got is not None else None
+        if other is not None and other != ns:
+            return self.fail(("TREE-2", "NS-1"), f"{row.kind} row of {row.rid} (namespace {ns}) "
+                             f"reads position {i} from device page {page}, which holds KV of "
+                             f"namespace {other}")
+        what = ("nothing" if got is None else "the remains of an unfinished copy"
+                if got == POISON else "the KV of another prefix")
+        return self.fail("TREE-2", f"{row.kind} row of {row.rid} (namespace {ns}) reads "
+                         f"position {i} from device page {page}, which holds {what}")
 
     def tokens(self, row, want) -> Violation:
         return self.fail("TREE-2", f"row of {row.rid} computes tokens {list(row.input_tokens)} "

@@ -1,0 +1,135 @@
+"""The runtime's KV memory as the drivers see it: a content tag in every token slot of every page.
+
+The drivers never keep KV themselves; they write and read tags through a ``KVMemory``. The
+kit's default is ``ShadowMemory`` (a dict); ``gpu_harness`` gives the same interface over real
+torch pools, so the same traces run against tensors and copies the hardware performs.
+
+Copies have the shape a serving runtime gives them: ``start_copy`` takes the source as it is
+then (a real copy may read it at any time until it lands, so the source must stay pinned);
+``finish_copy`` makes it land. A source that changed in between, or a copy that failed, leaves
+``POISON`` in its destination: what a torn copy leaves is garbage, never the old KV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from reference.tiers import Tier
+
+POISON = -1  # what a failed, raced or unfinished copy leaves in its destination
+DROPPED = -2  # KV the runtime dropped behind a sliding window
+TORN = -3  # a page whose slots disagree, where one tag per page was expected
+RESERVED = frozenset({POISON, DROPPED, TORN})
+
+
+@runtime_checkable
+class KVMemory(Protocol):
+    """Token slots of the device and host KV pools, each holding one content tag or None."""
+
+    page_size: int
+
+    def write(self, tier: Tier, pages: Sequence[int], slots: Sequence[int],
+              tags: Sequence[int]) -> None:
+        """Slot ``slots[k]`` of page ``pages[k]`` now holds ``tags[k]`` (one forward's writes)."""
+
+    def read(self, tier: Tier, pages: Sequence[int], slots: Sequence[int]) -> list[int | None]:
+        """The tag of each (page, slot); None where nothing was ever written."""
+
+    def write_pages(self, tier: Tier, pages: Sequence[int], tags: Sequence[int]) -> None:
+        """Every slot of page ``pages[k]`` holds ``tags[k]`` (a page-granular fill)."""
+
+    def read_pages(self, tier: Tier, pages: Sequence[int]) -> list[int | None]:
+        """One tag per page: its slots' common tag, ``TORN`` if they differ, None if unwritten."""
+
+    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> Any:
+        """Begin copying whole pages (source, destination); the destinations read ``POISON``
+        until the copy lands. Returns a handle for ``finish_copy``."""
+
+    def finish_copy(self, handle: Any, success: bool) -> list[int]:
+        """Land the copy (or fail it). Returns the source pages that changed while it was in
+        flight; their destinations hold ``POISON``."""
+
+
+MemoryFactory = Callable[[int, int, int], KVMemory]  # (page_size, device pages, host pages)
+
+
+@dataclass(slots=True)
+class _Copy:
+    src: Tier
+    dst: Tier
+    pairs: tuple[tuple[int, int], ...]
+    content: list[tuple[int | None, ...] | None]  # each source page as the copy found it
+    done: bool = False
+
+
+@dataclass(slots=True)
+class ShadowMemory:
+    """The kit's own memory: a dict from (tier, page) to the page's slot tags."""
+
+    page_size: int
+    cells: dict[tuple[Tier, int], list[int | None]] = field(default_factory=dict)
+
+    def _cell(self, tier: Tier, page: int) -> list[int | None]:
+        cell = self.cells.get((tier, page))
+        if cell is None:
+            cell = self.cells[(tier, page)] = [None] * self.page_size
+        return cell
+
+    def write(self, tier: Tier, pages: Sequence[int], slots: Sequence[int],
+              tags: Sequence[int]) -> None:
+        for page, slot, tag in zip(pages, slots, tags, strict=True):
+            self._cell(tier, page)[slot] = tag
+
+    def read(self, tier: Tier, pages: Sequence[int], slots: Sequence[int]) -> list[int | None]:
+        out: list[int | None] = []
+        for page, slot in zip(pages, slots, strict=True):
+            cell = self.cells.get((tier, page))
+            out.append(None if cell is None else cell[slot])
+        return out
+
+    def write_pages(self, tier: Tier, pages: Sequence[int], tags: Sequence[int]) -> None:
+        for page, tag in zip(pages, tags, strict=True):
+            self.cells[(tier, page)] = [tag] * self.page_size
+
+    def read_pages(self, tier: Tier, pages: Sequence[int]) -> list[int | None]:
+        out: list[int | None] = []
+        for page in pages:
+            cell = self.cells.get((tier, page))
+            if cell is None:
+                out.append(None)
+            else:
+                first = cell[0]
+                out.append(first if all(t == first for t in cell) else TORN)
+        return out
+
+    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> _Copy:
+        content = [self._content(src, s) for s, _d in pairs]
+        for _s, d in pairs:
+            self.cells[(dst, d)] = [POISON] * self.page_size
+        return _Copy(src, dst, tuple(pairs), content)
+
+    def _content(self, tier: Tier, page: int) -> tuple[int | None, ...] | None:
+        cell = self.cells.get((tier, page))
+        return None if cell is None else tuple(cell)
+
+    def finish_copy(self, handle: _Copy, success: bool) -> list[int]:
+        if handle.done:
+            raise ValueError("this copy has landed already")
+        handle.done = True
+        raced: list[int] = []
+        for (s, d), seen in zip(handle.pairs, handle.content, strict=True):
+            now = self._content(handle.src, s)
+            if now != seen:
+                raced.append(s)
+            if success and now == seen and seen is not None:
+                self.cells[(handle.dst, d)] = list(seen)
+            else:
+                self.cells[(handle.dst, d)] = [POISON] * self.page_size
+        return raced
+
+
+def shadow_memory(page_size: int, device_pages: int = 0, host_pages: int = 0) -> ShadowMemory:
+    """The default ``MemoryFactory``: pool sizes do not matter to a dict."""
+    return ShadowMemory(page_size)
