@@ -18,7 +18,6 @@ from conformance.features import Feature
 from conformance.ledger import Ledger, LockRecord
 from conformance.memory import MemoryFactory, shadow_memory
 from conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
-from conformance.oracles.content import ContentOracle
 from conformance.protocol import CacheEngine, CopyOp, Match
 from conformance.trace import (
     AckStep,
@@ -63,7 +62,6 @@ class CacheDriver:
         self.white = Feature.SNAPSHOT in engine.features
         self.events_on = Feature.KV_EVENTS in engine.features
         self.oracles = [o() for o in oracles if o.applies(engine)]
-        self.content = next((o for o in self.oracles if isinstance(o, ContentOracle)), None)
         self.ledger = Ledger(
             engine.page_size,
             memory(engine.page_size, config.device_pages, config.host_pages),
@@ -117,8 +115,7 @@ class CacheDriver:
     def _fill(self, ns: int, tokens: Sequence[int], pages: Sequence[int], first: int) -> None:
         """Write the tags of pages ``first..`` of ``tokens`` (the forward that computes them)."""
         tags = page_tags(ns, tokens, self.engine.page_size)
-        if self.content is not None:
-            self.content.remember(ns, tags)
+        self.ledger.remember(ns, tokens, tags)
         self.ledger.memory.write_pages(Tier.DEVICE, pages, tags[first : first + len(pages)])
 
     def _match(self, ns: int, tokens: Sequence[int]) -> Match:
