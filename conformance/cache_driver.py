@@ -16,7 +16,7 @@ from conformance.engine_config import EngineConfig
 from conformance.errors import EngineRejected, KitError
 from conformance.features import Feature
 from conformance.ledger import Ledger, LockRecord
-from conformance.memory import MemoryFactory, shadow_memory
+from conformance.memory import MemoryFactory, page_id_space, shadow_memory
 from conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from conformance.protocol import CacheEngine, CopyOp, Match
 from conformance.trace import (
@@ -64,7 +64,8 @@ class CacheDriver:
         self.oracles = [o() for o in oracles if o.applies(engine)]
         self.ledger = Ledger(
             engine.page_size,
-            memory(engine.page_size, config.device_pages, config.host_pages),
+            memory(engine.page_size,
+                   *page_id_space(engine, config.device_pages, config.host_pages)),
         )
         self.log: list[dict[str, Any]] = []
         self._snap = self._snapshot()

@@ -17,7 +17,7 @@ from typing import Any
 
 from conformance.errors import EngineRejected
 from conformance.features import Feature
-from conformance.memory import DROPPED, MemoryFactory, shadow_memory
+from conformance.memory import DROPPED, MemoryFactory, page_id_space, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.oracles.scheduler import (
     Live,
@@ -71,7 +71,8 @@ class SchedulerDriver:
         self.tags: dict[str, list[int]] = {}
         self.left: dict[str, int] = {}  # tokens each request still generates before Finish
         self.started: set[str] = set()
-        self.memory = memory(self.p, trace.config.device_pages, trace.config.host_pages)
+        self.memory = memory(self.p, *page_id_space(engine, trace.config.device_pages,
+                                                    trace.config.host_pages))
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
