@@ -155,8 +155,8 @@ class ShadowMemory:
             now = self._content(handle.src, s)
             if now != seen:
                 raced.append(s)
-            if success and now == seen and seen is not None:
-                self.cells[(handle.dst, d)] = list(seen)
+            if success and now == seen:  # a page nothing wrote copies as one
+                self.cells[(handle.dst, d)] = list(seen) if seen else [None] * self.page_size
             else:
                 self.cells[(handle.dst, d)] = [POISON] * self.page_size
         return raced

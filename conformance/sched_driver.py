@@ -53,16 +53,21 @@ def sample(seed: int, rid: str, position: int) -> int:
 
 
 class SchedulerDriver:
-    def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory) -> None:
+    def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory,
+                 memory_only: bool = False) -> None:
+        """``memory_only`` keeps the checks that read the KV memory (and liveness) and drops
+        the ones that read plans, snapshots and events: a defect caught then was seen in the
+        memory itself."""
         self.engine = engine
         self.trace = trace
         self.config = trace.config
         self.p = engine.page_size
         feats = engine.features
         self.white = Feature.SNAPSHOT in feats
-        self.plans = PlanOracle()
-        self.states = RequestStateOracle() if self.white else None
-        self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats
+        self.memory_only = memory_only
+        self.plans = None if memory_only else PlanOracle()
+        self.states = RequestStateOracle() if self.white and not memory_only else None
+        self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats and not memory_only
                       and trace.config.publish_mid_flight and not trace.config.sliding_window
                       else None)
         self.events = RuntimeEventOracle()
@@ -157,7 +162,8 @@ class SchedulerDriver:
         self._states("submit", {})
 
     def _plan(self, step: int, plan: Plan) -> None:
-        self.plans.check(plan, self.live, self.config, self.p)
+        if self.plans is not None:
+            self.plans.check(plan, self.live, self.config, self.p)
         for row in plan.rows:
             if row.samples:
                 self.live[row.rid].due = True
@@ -203,11 +209,12 @@ class SchedulerDriver:
         self._call("advance", self.engine.advance, events)
         self._states("advance", external)
         after = self.snap
-        for e in events:
-            if isinstance(e, Abort):
-                self.events.aborted(e.rid, after)
-        for op, _handle in failed:
-            self.events.failed_copy(op, after)
+        if not self.memory_only:
+            for e in events:
+                if isinstance(e, Abort):
+                    self.events.aborted(e.rid, after)
+            for op, _handle in failed:
+                self.events.failed_copy(op, after)
         self._probe(step)
 
     def _aborts(self, step: int) -> list[str]:
@@ -323,6 +330,8 @@ class SchedulerDriver:
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
+        if self.memory_only:
+            return
         probes = self._probes(step)
         what, events, pair = probes[step % len(probes)]
         if pair is not None:
