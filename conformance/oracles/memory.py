@@ -6,6 +6,7 @@ torch pools, so they judge what the copies and the forward really left in the te
 
 from __future__ import annotations
 
+from conformance.content import page_tags
 from conformance.features import Feature
 from conformance.memory import RESERVED
 from conformance.oracles.base import Ctx, Oracle
@@ -23,26 +24,33 @@ class PinnedContentOracle(Oracle):
     behaviours = ("PIN-2",)
 
     def __init__(self) -> None:
-        self.seen: dict[tuple[int, Tier, int], int | None] = {}  # (lock step, tier, page) -> tag
+        self.want: dict[tuple[int, Tier], list[int]] = {}  # (lock step, tier) -> page tags
+
+    def on_forward(self, ctx: Ctx, pages) -> None:
+        self.after_step(ctx)  # a forward into a pinned page shows before the engine hears of it
 
     def after_step(self, ctx: Ctx) -> None:
         live = ctx.ledger.live_locks()
-        keep: dict[tuple[int, Tier, int], int | None] = {}
+        keep: dict[tuple[int, Tier], list[int]] = {}
         for tier in (Tier.DEVICE, Tier.HOST):
-            held = [(r.step, p) for r in live if r.tier is tier for p in r.pages]
-            if not held:
+            recs = [r for r in live if r.tier is tier and r.pages]
+            if not recs:
                 continue
-            tags = ctx.ledger.memory.read_pages(tier, [p for _s, p in held])
-            for (step, page), tag in zip(held, tags, strict=True):
-                key = (step, tier, page)
-                before = self.seen.get(key, tag)
-                if tag != before:
-                    raise self.fail(
-                        "PIN-2", f"{tier} page {page}, pinned by the lock taken at step {step}, "
-                        "changed content while the lock was held: the engine handed it out again"
-                    )
-                keep[key] = tag
-        self.seen = keep
+            got = iter(ctx.ledger.memory.read_pages(tier, [p for r in recs for p in r.pages]))
+            for r in recs:
+                key = (r.step, tier)
+                want = self.want.get(key)
+                if want is None:  # what the match served (the content oracle checked it)
+                    want = page_tags(r.namespace, r.tokens, ctx.ledger.page_size)
+                keep[key] = want
+                for k, page in enumerate(r.pages):
+                    if next(got) != want[k]:
+                        raise self.fail(
+                            "PIN-2", f"{tier} page {page}, pinned by the lock taken at step "
+                            f"{r.step}, no longer holds the KV it held when locked: the engine "
+                            "handed it out again while the lock was held"
+                        )
+        self.want = keep
 
 
 class PageHashOracle(Oracle):
