@@ -289,6 +289,24 @@ SCENARIOS: tuple[Scenario, ...] = (
         "Unloading an adapter frees what nobody holds at once and the rest when released (D268-4).",
     ),
     Scenario(
+        "reload-adapter-while-held",
+        ("NS-2", "TREE-4", "PIN-2"),
+        frozenset({Feature.NAMESPACES, Feature.UNLOAD}),
+        (
+            InsertStep(ns=1, tokens=A),
+            MatchStep(ns=1, tokens=A[:2], lock=D, expect=E(device_len=2)),
+            MatchStep(ns=1, tokens=A, lock=D, expect=E(device_len=6)),
+            UnloadStep(ns=1),
+            InsertStep(ns=1, tokens=A, expect=E(cached_len=0)),
+            MatchStep(ns=1, tokens=A[:2], lock=D, expect=E(device_len=2)),
+            UnlockStep(step=1),
+            UnlockStep(step=2),
+            MatchStep(ns=1, tokens=A, expect=E(device_len=6)),
+        ),
+        "An adapter reloaded while requests still hold its old blocks caches the same prefix "
+        "anew; a match that splits the new blocks leaves the old ones as they were.",
+    ),
+    Scenario(
         "events-follow-the-device-tier",
         ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-6"),
         frozenset({Feature.KV_EVENTS}),

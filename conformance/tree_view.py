@@ -62,17 +62,22 @@ class TreeView:
             total += k * self.p
         return total
 
-    def blocks(self) -> dict[tuple[int, tuple[int, ...]], Block]:
-        """(namespace, full prefix to the end of the block) -> the block."""
-        out: dict[tuple[int, tuple[int, ...]], Block] = {}
+    def blocks(self) -> dict[tuple, Block]:
+        """(namespace, full prefix to the end of the block) -> the block. Blocks of unloaded
+        adapters (NS-2) can repeat a prefix a live tree holds again; nothing matches or splits
+        them, so they are told apart by their node: (namespace, prefix, node id)."""
+        out: dict[tuple, Block] = {}
         prefix: dict[int, tuple[int, ...]] = {}
+        live = self.reachable()
         for n in self.snap.nodes:  # parents come before children
             base = prefix[n.parent] if n.parent is not None else ()
             full = base + n.key
             prefix[n.id] = full
             for i in range(len(n.key) // self.p):
                 end = len(base) + (i + 1) * self.p
-                out[(n.namespace, full[:end])] = Block(
+                key = (n.namespace, full[:end]) if n.id in live else (
+                    n.namespace, full[:end], n.id)
+                out[key] = Block(
                     n.id,
                     n.device[i] if n.device is not None else None,
                     n.host[i] if n.host is not None else None,

@@ -54,6 +54,7 @@ class TagPool:
     def write(self, rows: Sequence[int], cols: Sequence[int], tags: Sequence[int]) -> None:
         if not rows:
             return
+        rows, cols, tags = _last_wins(zip(rows, cols, strict=True), tags)
         r, c, w = self.index(rows), self.index(cols), self._words(tags)
         for v in self.views:
             v[r, c] = w[:, None]
@@ -68,7 +69,8 @@ class TagPool:
     def write_rows(self, rows: Sequence[int], tags: Sequence[int]) -> None:
         if not rows:
             return
-        r, w = self.index(rows), self._words(tags)
+        cells, _cols, tags = _last_wins(((r, 0) for r in rows), tags)
+        r, w = self.index(cells), self._words(tags)
         for v in self.views:
             v[r] = w[:, None, None]
         self.touched(rows)
@@ -87,3 +89,10 @@ class TagPool:
         for v in self.views:
             v.index_fill_(0, r, POISON)
         self.touched(rows)
+
+
+def _last_wins(cells, tags: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """One write per cell, the last one: a scatter with repeated indices keeps an arbitrary
+    one on CUDA, and the outcome must not depend on the device (DET-1)."""
+    last = dict(zip(cells, tags, strict=True))
+    return [r for r, _c in last], [c for _r, c in last], list(last.values())

@@ -120,6 +120,19 @@ def test_a_copy_lands_whole_pages_and_poisons_until_then(device):
         mem.finish_copy(h, True)
 
 
+@pytest.mark.behaviours("DET-1")
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_batch_that_writes_one_slot_twice_keeps_the_last_tag(device):
+    """A page table that names one page twice makes a forward write a slot twice; CUDA keeps
+    an arbitrary one of repeated scatter indices, the harness the last, as the shadow does."""
+    mem = TensorMemory(2, 4, 0, KVLayout(), device)
+    for _ in range(20):
+        mem.write(D, [1, 2, 1, 1], [0, 0, 0, 1], [5, 6, 7, 8])
+        mem.write_pages(D, [3, 3, 0], [9, 10, 11])
+        assert mem.read(D, [1, 1, 2], [0, 1, 0]) == [7, 8, 6]
+        assert mem.read_pages(D, [3, 0]) == [10, 11]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_source_written_while_its_copy_is_in_flight_poisons_the_destination(device):
     mem = TensorMemory(2, 4, 4, KVLayout(), device)
