@@ -6,6 +6,7 @@ from conformance.oracles.determinism import DeterminismOracle
 from conformance.oracles.events import EventOracle
 from conformance.oracles.eviction import EvictionOracle
 from conformance.oracles.faults import FaultOracle
+from conformance.oracles.l3 import L3Oracle
 from conformance.oracles.matching import MatchOracle
 from conformance.oracles.ownership import OwnershipOracle
 from conformance.oracles.pinning import PinOracle
@@ -33,7 +34,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
-    SchedContentOracle,
+    SchedContentOracle, L3Oracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle)
 
