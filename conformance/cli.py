@@ -80,9 +80,16 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
+    from conformance.runner import run_suite
+
+    _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet)
+
+
+def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, **extra) -> None:
+    """Parse the common options, run the suite with ``runner``, print the table, exit."""
     from conformance.engine_config import EngineConfig, parse_overrides
     from conformance.profiles import get_profile, parse_budget
-    from conformance.runner import run_suite, select_cases
+    from conformance.runner import select_cases
 
     try:
         prof = get_profile(profile)
@@ -91,9 +98,9 @@ def run(
         cases = select_cases(case)
         _check_writable(report)
         with _progress(quiet, len(cases)) as (on_start, on_result):
-            result = run_suite(
+            result = runner(
                 engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
-                cases=cases, on_start=on_start, on_result=on_result,
+                cases=cases, on_start=on_start, on_result=on_result, **extra,
             )
     except KitError as e:
         _die(str(e))
@@ -103,6 +110,59 @@ def run(
     _print_results(result)
     out.print(f"report: {report}")
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
+@app.command()
+def gpu(
+    engine: Annotated[str, typer.Option(help="Engine adapter to test (see `kvconf engines`).")] = (
+        "reference"
+    ),
+    device: Annotated[
+        str, typer.Option(help="Where the KV pools live: auto (CUDA if present), cpu, cuda[:N].")
+    ] = "auto",
+    report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
+        "kvconf-report/gpu-report.json"
+    ),
+    dtype: Annotated[str, typer.Option(help="KV dtype: float16, bfloat16, float32, ...")] = (
+        "float16"
+    ),
+    layers: Annotated[int, typer.Option(help="Layers per KV page.")] = 2,
+    heads: Annotated[int, typer.Option(help="KV heads per layer.")] = 2,
+    head_dim: Annotated[int, typer.Option(help="Elements per head.")] = 8,
+    memory_only: Annotated[
+        bool, typer.Option("--memory-only",
+                           help="Judge by the oracles that read the pools alone.")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
+    ] = None,
+    config: Annotated[
+        list[str] | None,
+        typer.Option("--config", help="Engine config override key=value (repeatable)."),
+    ] = None,
+    case: Annotated[
+        list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+) -> None:
+    """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
+    try:
+        from gpu_harness.layout import KVLayout, parse_dtype
+        from gpu_harness.run import run_gpu
+    except ImportError as e:
+        _die(f"kvconf gpu needs torch ({e}); install the torch build for your machine first")
+    try:
+        layout = KVLayout(layers, heads, head_dim, parse_dtype(dtype))
+    except KitError as e:
+        _die(str(e))
+    _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, device=device,
+           layout=layout, memory_only=memory_only)
 
 
 def _check_writable(report: Path) -> None:

@@ -55,6 +55,25 @@ class KVMemory(Protocol):
 MemoryFactory = Callable[[int, int, int], KVMemory]  # (page_size, device pages, host pages)
 
 
+def page_id_space(engine: object, device_pages: int, host_pages: int) -> tuple[int, int]:
+    """How many page ids each tier has: the pool sizes, unless the engine numbers its pages
+    otherwise and says so with ``page_ids = (device, host)`` (TokenSpeed reserves device page 0).
+    """
+    ids = getattr(engine, "page_ids", None)
+    return (int(ids[0]), int(ids[1])) if ids is not None else (device_pages, host_pages)
+
+
+def out_of_pool(tier: Tier, pages: Sequence[int], size: int) -> Exception | None:
+    """A POOL-2 violation for the first page id outside a pool of ``size`` pages, if any."""
+    bad = next((p for p in pages if not 0 <= p < size), None)
+    if bad is None:
+        return None
+    from conformance.oracles.base import Violation  # the oracles import this module
+
+    return Violation("memory", ("POOL-2",),
+                     f"{tier} page {bad} is outside the pool of {size} pages")
+
+
 @dataclass(slots=True)
 class _Copy:
     src: Tier
@@ -69,7 +88,14 @@ class ShadowMemory:
     """The kit's own memory: a dict from (tier, page) to the page's slot tags."""
 
     page_size: int
+    sizes: dict[Tier, int] | None = None  # pool sizes, to reject page ids outside them
     cells: dict[tuple[Tier, int], list[int | None]] = field(default_factory=dict)
+
+    def _check(self, tier: Tier, pages: Sequence[int]) -> None:
+        if self.sizes is not None:
+            bad = out_of_pool(tier, pages, self.sizes[tier])
+            if bad is not None:
+                raise bad
 
     def _cell(self, tier: Tier, page: int) -> list[int | None]:
         cell = self.cells.get((tier, page))
@@ -79,10 +105,12 @@ class ShadowMemory:
 
     def write(self, tier: Tier, pages: Sequence[int], slots: Sequence[int],
               tags: Sequence[int]) -> None:
+        self._check(tier, pages)
         for page, slot, tag in zip(pages, slots, tags, strict=True):
             self._cell(tier, page)[slot] = tag
 
     def read(self, tier: Tier, pages: Sequence[int], slots: Sequence[int]) -> list[int | None]:
+        self._check(tier, pages)
         out: list[int | None] = []
         for page, slot in zip(pages, slots, strict=True):
             cell = self.cells.get((tier, page))
@@ -90,10 +118,12 @@ class ShadowMemory:
         return out
 
     def write_pages(self, tier: Tier, pages: Sequence[int], tags: Sequence[int]) -> None:
+        self._check(tier, pages)
         for page, tag in zip(pages, tags, strict=True):
             self.cells[(tier, page)] = [tag] * self.page_size
 
     def read_pages(self, tier: Tier, pages: Sequence[int]) -> list[int | None]:
+        self._check(tier, pages)
         out: list[int | None] = []
         for page in pages:
             cell = self.cells.get((tier, page))
@@ -105,6 +135,8 @@ class ShadowMemory:
         return out
 
     def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> _Copy:
+        self._check(src, [s for s, _d in pairs])
+        self._check(dst, [d for _s, d in pairs])
         content = [self._content(src, s) for s, _d in pairs]
         for _s, d in pairs:
             self.cells[(dst, d)] = [POISON] * self.page_size
@@ -123,13 +155,13 @@ class ShadowMemory:
             now = self._content(handle.src, s)
             if now != seen:
                 raced.append(s)
-            if success and now == seen and seen is not None:
-                self.cells[(handle.dst, d)] = list(seen)
+            if success and now == seen:  # a page nothing wrote copies as one
+                self.cells[(handle.dst, d)] = list(seen) if seen else [None] * self.page_size
             else:
                 self.cells[(handle.dst, d)] = [POISON] * self.page_size
         return raced
 
 
-def shadow_memory(page_size: int, device_pages: int = 0, host_pages: int = 0) -> ShadowMemory:
-    """The default ``MemoryFactory``: pool sizes do not matter to a dict."""
-    return ShadowMemory(page_size)
+def shadow_memory(page_size: int, device_pages: int, host_pages: int) -> ShadowMemory:
+    """The default ``MemoryFactory``."""
+    return ShadowMemory(page_size, {Tier.DEVICE: device_pages, Tier.HOST: host_pages})

@@ -53,6 +53,7 @@ class RunInfo(BaseModel):
     finished: str | None = None
     interrupted: bool = False
     coverage: dict | None = None  # request state machine pairs exercised (scheduler level)
+    memory: dict | None = None  # the KV memory the runtime used, when not the kit's own dict
 
 
 class Report(BaseModel):

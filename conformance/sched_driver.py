@@ -18,7 +18,7 @@ from typing import Any
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.l3_runtime import L3Runtime
-from conformance.memory import DROPPED, MemoryFactory, shadow_memory
+from conformance.memory import DROPPED, MemoryFactory, page_id_space, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.oracles.scheduler import (
     Live,
@@ -64,16 +64,21 @@ def sample(seed: int, rid: str, position: int) -> int:
 
 
 class SchedulerDriver:
-    def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory) -> None:
+    def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory,
+                 memory_only: bool = False) -> None:
+        """``memory_only`` keeps the checks that read the KV memory (and liveness) and drops
+        the ones that read plans, snapshots and events: a defect caught then was seen in the
+        memory itself."""
         self.engine = engine
         self.trace = trace
         self.config = trace.config
         self.p = engine.page_size
         feats = engine.features
         self.white = Feature.SNAPSHOT in feats
-        self.plans = PlanOracle()
-        self.states = RequestStateOracle() if self.white else None
-        self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats
+        self.memory_only = memory_only
+        self.plans = None if memory_only else PlanOracle()
+        self.states = RequestStateOracle() if self.white and not memory_only else None
+        self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats and not memory_only
                       and trace.config.publish_mid_flight and not trace.config.sliding_window
                       else None)
         self.events = RuntimeEventOracle()
@@ -82,7 +87,8 @@ class SchedulerDriver:
         self.tags: dict[str, list[int]] = {}
         self.left: dict[str, int] = {}  # tokens each request still generates before Finish
         self.started: set[str] = set()
-        self.memory = memory(self.p, trace.config.device_pages, trace.config.host_pages)
+        self.memory = memory(self.p, *page_id_space(engine, trace.config.device_pages,
+                                                    trace.config.host_pages))
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
@@ -90,7 +96,8 @@ class SchedulerDriver:
         self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
         self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
         # The L3 store and its transfers (spec chapter l3_store), when the config has one.
-        self.l3 = (L3Runtime(trace, self.memory, self.p, self.live, self._tag)
+        self.l3 = (L3Runtime(trace, self.memory, self.p, self.live, self._tag,
+                             checks=not memory_only)
                    if trace.config.l3_store else None)
         self.snap = self._snapshot()
 
@@ -176,7 +183,8 @@ class SchedulerDriver:
         self._states("submit", {})
 
     def _plan(self, step: int, plan: Plan) -> None:
-        self.plans.check(plan, self.live, self.config, self.p)
+        if self.plans is not None:
+            self.plans.check(plan, self.live, self.config, self.p)
         for row in plan.rows:
             if row.samples:
                 self.live[row.rid].due = True
@@ -230,11 +238,12 @@ class SchedulerDriver:
         self._call("advance", self.engine.advance, events)
         self._states("advance", external)
         after = self.snap
-        for e in events:
-            if isinstance(e, Abort):
-                self.events.aborted(e.rid, after)
-        for op, _handle in failed:
-            self.events.failed_copy(op, after)
+        if not self.memory_only:
+            for e in events:
+                if isinstance(e, Abort):
+                    self.events.aborted(e.rid, after)
+            for op, _handle in failed:
+                self.events.failed_copy(op, after)
         self._probe(step)
 
     def _aborts(self, step: int) -> list[str]:
@@ -357,6 +366,8 @@ class SchedulerDriver:
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
+        if self.memory_only:
+            return
         probes = self._probes(step)
         what, events, pair = probes[step % len(probes)]
         if pair is not None:

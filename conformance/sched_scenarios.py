@@ -54,9 +54,10 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
                               publish_mid_flight=False),
            arrivals=[Arrival(at=0, rid="adapter", ns=1, tokens=[0, 1, 2, 0, 1], new_tokens=9),
                      Arrival(at=0, rid="base", tokens=[2, 2, 1], new_tokens=8),
-                     Arrival(at=1, rid="later", tokens=[1, 0], new_tokens=7)]),
-        "A retracted request's pages go into its own namespace, where its recovery finds them "
-        "(D268-2).",
+                     Arrival(at=1, rid="later", tokens=[1, 0], new_tokens=7),
+                     Arrival(at=4, rid="base-twin", tokens=[0, 1, 2, 0, 1], new_tokens=2)]),
+        "A retracted request's pages go into its own namespace, where its recovery finds them, "
+        "and a base-model request with the same prompt never sees them (D268-2).",
     ),
     SchedScenario(
         "sched-abort-everywhere", ("REQ-4", "REQ-2", "FIN-2"),

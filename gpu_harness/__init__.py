@@ -1,6 +1,14 @@
-"""The GPU harness: torch KV and Mamba pools that replay the kit's traces with real copies.
+"""The GPU harness: the kit's traces replayed on real torch KV and Mamba pools.
 
-Not built yet: it will give the cache driver a memory backend whose pages are tensors (device
-pool, pinned host pool, Mamba state pools), so pinning, hashing and namespace isolation are checked
-on the tensors themselves, on CUDA when present and on CPU otherwise.
+``TensorMemory`` gives the drivers the same interface as the kit's shadow memory, over a device
+KV pool and a host KV pool (pinned on CUDA) laid out as an engine lays them out; copies are
+batched ``index_select`` / ``index_copy_`` with the transfers on a side stream. The memory
+oracles then judge the tensors: content and namespace of every page read, pinned pages that
+never change, block hashes recomputed from what the pages hold. Runs on CUDA when present and
+on CPU everywhere else.
 """
+
+import warnings
+
+# A CPU torch without NumPy warns at import; the harness never converts to NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

@@ -6,6 +6,7 @@ Built by subclassing, never by editing the reference; each names the behaviour i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from reference import PrefixCache, Tier
 from reference.errors import CacheError
@@ -241,6 +242,19 @@ class RootNotLockableOnHost(PrefixCache):
         return super().lock(node_id, tier)
 
 
+class CopiesToWrongPages(PrefixCache):
+    """HOST-3 / TREE-2: the copy a transfer hands out names its destinations in the wrong order
+    (rotated by one), so the runtime copies page i into the page the tree keeps for page i+1."""
+
+    def _start(self, node, kind):
+        t = super()._start(node, kind)
+        if t is None or len(t.pairs) < 2:
+            return t
+        src = [s for s, _d in t.pairs]
+        dst = [d for _s, d in t.pairs]
+        return dataclasses.replace(t, pairs=list(zip(src, dst[1:] + dst[:1], strict=True)))
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
@@ -248,7 +262,7 @@ PLANTED = {
         IgnoresFailedAck, NoHostRefresh, MatchOnePageLong, HashWithoutNamespace,
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
-        NegativeDepthAtRoot, RootNotLockableOnHost,
+        NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages,
     )
 }
 _ = node_owner

@@ -143,9 +143,10 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "UnbalancedUnlockAccepted": ("unbalanced-unlock-rejected", "faults", "PIN-3"),
     "StoresTwice": ("writeback-demote-loadback", "events", "EVENT-1"),
     "SharedNamespaces": ("namespace-isolation", "content", "NS-1"),
-    # The driver poisons a transfer's destination pages when it starts, so pages served before
-    # the copy landed hold "the remains of an unfinished copy", whatever they held before.
-    "LoadbackVisibleEarly": ("writeback-demote-loadback", "content", "TREE-2"),
+    # The driver poisons a transfer's destination pages when it starts, so device pages that
+    # join the tree before the copy landed hold garbage: the memory oracle sees it in the tree
+    # before any match serves it.
+    "LoadbackVisibleEarly": ("writeback-demote-loadback", "page-hashes", "TREE-2"),
     # Its expectation (nothing evictable on host) fires first; without it the ownership oracle
     # reports HOST-1 at the ack, when the copied pages land under a parent with no host copy.
     "WritebackParentUnpinned": ("writeback-keeps-host-parent", "expect", "HOST-2"),

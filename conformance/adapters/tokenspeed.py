@@ -57,6 +57,7 @@ class TokenSpeedAdapter:
         c.decode_input_tokens = 1
         c.role = ts.SchedulerConfig.Role.Fused
         c.num_device_pages = config.device_pages + 1  # page 0 is reserved on device
+        self.page_ids = (config.device_pages + 1, config.host_pages)  # device ids start at 1
         c.num_host_pages = config.host_pages
         c.disable_l2_cache = config.host_pages == 0
         c.enable_kv_cache_events = True

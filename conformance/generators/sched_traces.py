@@ -70,9 +70,10 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
 
 def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                determinism: bool = True,
-               memory: MemoryFactory = shadow_memory) -> SchedulerDriver:
+               memory: MemoryFactory = shadow_memory,
+               memory_only: bool = False) -> SchedulerDriver:
     """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
-    driver = SchedulerDriver(factory(trace.config), trace, memory)
+    driver = SchedulerDriver(factory(trace.config), trace, memory, memory_only)
     log = driver.run()
     if determinism:
         from conformance.oracles.determinism import DeterminismOracle
@@ -95,7 +96,8 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
         def test(trace: SchedTrace) -> None:
             holder["trace"] = trace
             holder["examples"] = holder.get("examples", 0) + 1
-            driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory))
+            driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory),
+                                memory_only=getattr(ctx, "memory_only", False))
             if ctx is not None:  # transition coverage for the report
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal

@@ -8,6 +8,7 @@ from conformance.oracles.eviction import EvictionOracle
 from conformance.oracles.faults import FaultOracle
 from conformance.oracles.l3 import L3Oracle
 from conformance.oracles.matching import MatchOracle
+from conformance.oracles.memory import PageHashOracle, PinnedContentOracle
 from conformance.oracles.ownership import OwnershipOracle
 from conformance.oracles.pinning import PinOracle
 from conformance.oracles.scheduler import (
@@ -30,7 +31,12 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     EventOracle,
     FaultOracle,
     UnloadOracle,
+    PinnedContentOracle,
+    PageHashOracle,
 )
+# The oracles that judge the KV memory alone: what ``kvconf gpu --memory-only`` runs, to show a
+# defect is seen on the tensors themselves.
+MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, PageHashOracle)
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
@@ -38,4 +44,4 @@ SCHED_ORACLES: tuple[type[Oracle], ...] = (
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle)
 
-__all__ = ["ALL_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]
+__all__ = ["ALL_ORACLES", "MEMORY_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

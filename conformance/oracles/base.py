@@ -60,6 +60,8 @@ class Oracle:
 
     # Hooks; each may raise a Violation. Snapshots are given only to white-box engines.
     def on_alloc(self, ctx: Ctx, pages: list[int]) -> None: ...
+    def on_forward(self, ctx: Ctx, pages: Sequence[int]) -> None:
+        """The runtime just wrote KV into these device pages (before the engine hears of it)."""
     def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None: ...
     def on_insert(
         self, ctx: Ctx, ns: int, tokens: Sequence[int], pages: Sequence[int], r: Inserted

@@ -15,13 +15,6 @@ class ContentOracle(Oracle):
     name = "content"
     behaviours = ("TREE-2", "NS-1")
 
-    def __init__(self) -> None:
-        self.origin: dict[int, tuple[int, int]] = {}  # tag -> (namespace, prefix pages)
-
-    def remember(self, ns: int, tags: list[int]) -> None:
-        for i, t in enumerate(tags):
-            self.origin.setdefault(t, (ns, i + 1))
-
     def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
         p = ctx.ledger.page_size
         want = page_tags(ns, tokens[: max(m.device_len, m.host_len)], p)
@@ -39,14 +32,14 @@ class ContentOracle(Oracle):
                 elif got == TORN:
                     seen = "slots of different prefixes (a torn page)"
                 else:
-                    other = self.origin.get(got)
-                    if other and other[0] != ns:
+                    other = ctx.ledger.origin.get(got)
+                    if other and other.namespace != ns:
                         raise self.fail(
                             "NS-1",
                             f"{tier} page {page} served at position {i} in namespace {ns} holds "
-                            f"KV of namespace {other[0]}",
+                            f"KV of namespace {other.namespace}",
                         )
-                    seen = f"the KV of a {other[1]}-page prefix" if other else "a foreign tag"
+                    seen = f"the KV of a {other.depth}-page prefix" if other else "a foreign tag"
                 raise self.fail(
                     "TREE-2",
                     f"{tier} page {page} served as page {i} of a {len(pages)}-page match in "

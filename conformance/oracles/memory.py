@@ -1,0 +1,112 @@
+"""Memory oracles: checks on the KV memory itself, not on what the engine says about it.
+
+With the kit's shadow memory they read a dict; under ``kvconf gpu`` the same checks read the
+torch pools, so they judge what the copies and the forward really left in the tensors.
+"""
+
+from __future__ import annotations
+
+from conformance.content import page_tags
+from conformance.features import Feature
+from conformance.memory import RESERVED
+from conformance.oracles.base import Ctx, Oracle
+from reference.tiers import Tier
+
+
+class PinnedContentOracle(Oracle):
+    """PIN-2 on the memory: a page under a held lock keeps the content it had when locked.
+
+    A pinned page handed out again is overwritten by its next owner's forward or copy; this
+    sees that in the memory even when the engine's own records look consistent.
+    """
+
+    name = "pinned-content"
+    behaviours = ("PIN-2",)
+
+    def __init__(self) -> None:
+        self.want: dict[tuple[int, Tier], list[int]] = {}  # (lock step, tier) -> page tags
+
+    def on_forward(self, ctx: Ctx, pages) -> None:
+        self.after_step(ctx)  # a forward into a pinned page shows before the engine hears of it
+
+    def after_step(self, ctx: Ctx) -> None:
+        live = ctx.ledger.live_locks()
+        keep: dict[tuple[int, Tier], list[int]] = {}
+        for tier in (Tier.DEVICE, Tier.HOST):
+            recs = [r for r in live if r.tier is tier and r.pages]
+            if not recs:
+                continue
+            got = iter(ctx.ledger.memory.read_pages(tier, [p for r in recs for p in r.pages]))
+            for r in recs:
+                key = (r.step, tier)
+                want = self.want.get(key)
+                if want is None:  # what the match served (the content oracle checked it)
+                    want = page_tags(r.namespace, r.tokens, ctx.ledger.page_size)
+                keep[key] = want
+                for k, page in enumerate(r.pages):
+                    if next(got) != want[k]:
+                        raise self.fail(
+                            "PIN-2", f"{tier} page {page}, pinned by the lock taken at step "
+                            f"{r.step}, no longer holds the KV it held when locked: the engine "
+                            "handed it out again while the lock was held"
+                        )
+        self.want = keep
+
+
+class PageHashOracle(Oracle):
+    """EVENT-4 and TREE-2 on the memory: every device page of a tree node holds the KV of the
+    node's prefix, and the block hash the node publishes is the one recomputed from the tokens
+    that KV was computed from (the tag names them), not from what the engine believes."""
+
+    name = "page-hashes"
+    behaviours = ("EVENT-4", "TREE-2")
+    needs = frozenset({Feature.SNAPSHOT})
+
+    def __init__(self) -> None:
+        self.hash_of: dict[int, int] = {}  # tag -> the block hash of the page it stands for
+
+    def _hash(self, ctx: Ctx, tag: int) -> int:
+        chain: list[int] = []
+        cur: int | None = tag
+        while cur is not None and cur not in self.hash_of:
+            chain.append(cur)
+            cur = ctx.ledger.origin[cur].parent
+        parent = None if cur is None else self.hash_of[cur]
+        for t in reversed(chain):
+            o = ctx.ledger.origin[t]
+            parent = self.hash_of[t] = ctx.engine.block_hash(parent, o.namespace, o.tokens)
+        assert parent is not None
+        return parent
+
+    def after_step(self, ctx: Ctx) -> None:
+        snap = ctx.after
+        if snap is None:
+            return
+        nodes = [n for n in snap.nodes if n.device]
+        pages = [p for n in nodes for p in n.device]
+        if not pages:
+            return
+        tags = iter(ctx.ledger.memory.read_pages(Tier.DEVICE, pages))
+        p = snap.page_size
+        last: dict[int, int] = {}  # node id -> the tag of its last device page
+        for n in nodes:
+            prev = last.get(n.parent) if n.parent is not None else None
+            for k, page in enumerate(n.device):
+                tag = next(tags)
+                o = None if tag is None or tag in RESERVED else ctx.ledger.origin.get(tag)
+                depth = n.start // p + k + 1
+                if (o is None or o.namespace != n.namespace or o.depth != depth
+                        or o.parent != prev or o.tokens != n.key[k * p : (k + 1) * p]):
+                    what = ("nothing the kit wrote" if o is None else
+                            f"KV of page {o.depth} of another prefix in namespace {o.namespace}")
+                    raise self.fail("TREE-2", f"device page {page}, page {depth} of node {n.id} "
+                                    f"in namespace {n.namespace}, holds {what}")
+                want = self._hash(ctx, tag)
+                if k < len(n.hashes) and n.hashes[k] != want:
+                    raise self.fail(
+                        "EVENT-4", f"node {n.id} publishes {n.hashes[k]:#x} for device page "
+                        f"{page}; recomputed from the tokens its KV was computed from, the block "
+                        f"hash is {want:#x}"
+                    )
+                prev = tag
+            last[n.id] = prev

@@ -1,0 +1,79 @@
+"""``TensorMemory``: the kit's KV memory over real torch pools (``conformance.memory.KVMemory``).
+
+The device pool lives on the chosen device; the host pool lives in CPU memory, pinned when the
+device is CUDA (as engines pin it, D162-7), so loadbacks and writebacks are true asynchronous
+transfers. Every oracle that reads the memory then reads these tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from conformance.memory import MemoryFactory, out_of_pool
+from gpu_harness.copies import Copier, TensorCopy
+from gpu_harness.layout import KVLayout
+from gpu_harness.pool import TagPool
+from reference.tiers import Tier
+
+
+def kv_pool(pages: int, page_size: int, layout: KVLayout, device: torch.device,
+            pinned: bool = False) -> TagPool:
+    t = torch.zeros(layout.shape(pages, page_size), dtype=layout.dtype, device=device,
+                    pin_memory=pinned)
+    return TagPool([t], pages, page_size)
+
+
+class TensorMemory:
+    """Device and host KV pools as tensors; tags in every word of every token slot."""
+
+    def __init__(self, page_size: int, device_pages: int, host_pages: int,
+                 layout: KVLayout | None = None, device: torch.device | str = "cpu") -> None:
+        self.page_size = page_size
+        self.layout = layout or KVLayout()
+        self.device = torch.device(device)
+        pinned = self.device.type == "cuda"
+        self.pools = {
+            Tier.DEVICE: kv_pool(device_pages, page_size, self.layout, self.device),
+            Tier.HOST: kv_pool(host_pages, page_size, self.layout, torch.device("cpu"), pinned),
+        }
+        self.copier = Copier()
+
+    def _pool(self, tier: Tier, pages: Sequence[int]) -> TagPool:
+        pool = self.pools[tier]
+        bad = out_of_pool(tier, pages, pool.rows)
+        if bad is not None:
+            raise bad
+        return pool
+
+    def write(self, tier: Tier, pages: Sequence[int], slots: Sequence[int],
+              tags: Sequence[int]) -> None:
+        self._pool(tier, pages).write(pages, slots, tags)
+
+    def read(self, tier: Tier, pages: Sequence[int], slots: Sequence[int]) -> list[int | None]:
+        return self._pool(tier, pages).read(pages, slots)
+
+    def write_pages(self, tier: Tier, pages: Sequence[int], tags: Sequence[int]) -> None:
+        self._pool(tier, pages).write_rows(pages, tags)
+
+    def read_pages(self, tier: Tier, pages: Sequence[int]) -> list[int | None]:
+        return self._pool(tier, pages).read_rows(pages)
+
+    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> TensorCopy:
+        a = self._pool(src, [s for s, _d in pairs])
+        b = self._pool(dst, [d for _s, d in pairs])
+        return self.copier.start(a, b, pairs)
+
+    def finish_copy(self, handle: TensorCopy, success: bool) -> list[int]:
+        return self.copier.finish(handle, success)
+
+
+def tensor_memory(layout: KVLayout | None = None, device: torch.device | str = "cpu"
+                  ) -> MemoryFactory:
+    """A ``MemoryFactory`` for the drivers: fresh tensor pools for every engine they start."""
+
+    def make(page_size: int, device_pages: int, host_pages: int) -> TensorMemory:
+        return TensorMemory(page_size, device_pages, host_pages, layout, device)
+
+    return make
