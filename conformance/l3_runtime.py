@@ -164,7 +164,7 @@ class L3Runtime:
                 assert block.host is not None
                 want = tuple(_tags(ns, prefix)[-self.p :])
                 raise self.oracle.fetched_block(ns, len(prefix), block.host,
-                                                self._read(block.host), want)
+                                                self._read(block.host), want, req.ns)
 
 
 def _tags(ns: int, tokens: Sequence[int]) -> list[int]:

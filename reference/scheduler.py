@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reference.errors import CacheError
+from reference.host_tier import Transfer
+from reference.l3 import L3Transfer
 from reference.plan import (
     Abort,
     BackupDone,
@@ -269,7 +271,7 @@ class Scheduler:
         return self._l3_op(t, r.rid)
 
     @staticmethod
-    def _l3_op(t, rid: str) -> L3Op:
+    def _l3_op(t: L3Transfer, rid: str) -> L3Op:
         return L3Op(t.op_id, t.kind, rid, t.namespace, t.start, tuple(t.pages),
                     tuple(k.hex() for k in t.keys))
 
@@ -575,7 +577,7 @@ class Scheduler:
         r.hlock = self.cache.lock(node, Tier.HOST)
         self._move(r, Event.PREFETCH_DONE, State.PREFETCH_DONE)
 
-    def _backup(self, t, rid: str) -> None:
+    def _backup(self, t: Transfer, rid: str) -> None:
         """Back up what an acknowledged writeback put on host; pinned until BackupDone (L3-5)."""
         b = self.cache.start_backup(t.node.id, len(t.pairs))
         if b is not None:

@@ -50,10 +50,13 @@ class L3Oracle(Oracle):
             raise self.fail("L3-3", f"{row.rid}'s first chunk reuses {row.reused} tokens, but "
                             f"its prefetch landed pages up to token {landed}")
 
-    def fetched_block(self, ns: int, prefix_len: int, page: int, got, want) -> Violation:
+    def fetched_block(self, ns: int, prefix_len: int, page: int, got, want,
+                      src_ns: int) -> Violation:
+        what = (f"KV fetched for namespace {src_ns}" if src_ns != ns
+                else self._what(got, want))
         return self.fail("L3-3", f"host page {page}, cached for the prefix of {prefix_len} "
-                         f"tokens in namespace {ns}, holds {self._what(got, want)}: a prefetched "
-                         "page hung at the wrong place")
+                         f"tokens in namespace {ns}, holds {what}: a prefetched page hung at "
+                         "the wrong place")
 
     @staticmethod
     def _what(got, want) -> str:
