@@ -4,10 +4,12 @@ The drivers never keep KV themselves; they write and read tags through a ``KVMem
 kit's default is ``ShadowMemory`` (a dict); ``gpu_harness`` gives the same interface over real
 torch pools, so the same traces run against tensors and copies the hardware performs.
 
-Copies have the shape a serving runtime gives them: ``start_copy`` takes the source as it is
-then (a real copy may read it at any time until it lands, so the source must stay pinned);
-``finish_copy`` makes it land. A source that changed in between, or a copy that failed, leaves
-``POISON`` in its destination: what a torn copy leaves is garbage, never the old KV.
+Copies have the shape a serving runtime gives them: ``start_copy`` begins one, ``finish_copy``
+makes it land. A real copy may read its source and write its destination at any moment in
+between, so the kit fixes what that means, the same for every memory: a destination reads
+``POISON`` until its copy lands; a copy whose source was written while it was in flight, whose
+destination someone else wrote (or began another copy into) meanwhile, or that failed, leaves
+``POISON``: garbage, never the old KV. The outcome never depends on timing.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class _Copy:
     src: Tier
     dst: Tier
     pairs: tuple[tuple[int, int], ...]
-    content: list[tuple[int | None, ...] | None]  # each source page as the copy found it
+    src_version: tuple[int, ...]  # of each source page when the copy started
+    dst_version: tuple[int, ...]  # of each destination page once the copy claimed it
     done: bool = False
 
 
@@ -90,12 +93,17 @@ class ShadowMemory:
     page_size: int
     sizes: dict[Tier, int] | None = None  # pool sizes, to reject page ids outside them
     cells: dict[tuple[Tier, int], list[int | None]] = field(default_factory=dict)
+    version: dict[tuple[Tier, int], int] = field(default_factory=dict)  # writes per page
+    landing: dict[tuple[Tier, int], int] = field(default_factory=dict)  # copies into a page
 
     def _check(self, tier: Tier, pages: Sequence[int]) -> None:
         if self.sizes is not None:
             bad = out_of_pool(tier, pages, self.sizes[tier])
             if bad is not None:
                 raise bad
+
+    def _touch(self, tier: Tier, page: int) -> None:
+        self.version[(tier, page)] = self.version.get((tier, page), 0) + 1
 
     def _cell(self, tier: Tier, page: int) -> list[int | None]:
         cell = self.cells.get((tier, page))
@@ -108,26 +116,31 @@ class ShadowMemory:
         self._check(tier, pages)
         for page, slot, tag in zip(pages, slots, tags, strict=True):
             self._cell(tier, page)[slot] = tag
+            self._touch(tier, page)
 
     def read(self, tier: Tier, pages: Sequence[int], slots: Sequence[int]) -> list[int | None]:
         self._check(tier, pages)
         out: list[int | None] = []
         for page, slot in zip(pages, slots, strict=True):
             cell = self.cells.get((tier, page))
-            out.append(None if cell is None else cell[slot])
+            out.append(POISON if self.landing.get((tier, page)) else
+                       None if cell is None else cell[slot])
         return out
 
     def write_pages(self, tier: Tier, pages: Sequence[int], tags: Sequence[int]) -> None:
         self._check(tier, pages)
         for page, tag in zip(pages, tags, strict=True):
             self.cells[(tier, page)] = [tag] * self.page_size
+            self._touch(tier, page)
 
     def read_pages(self, tier: Tier, pages: Sequence[int]) -> list[int | None]:
         self._check(tier, pages)
         out: list[int | None] = []
         for page in pages:
             cell = self.cells.get((tier, page))
-            if cell is None:
+            if self.landing.get((tier, page)):
+                out.append(POISON)
+            elif cell is None:
                 out.append(None)
             else:
                 first = cell[0]
@@ -137,28 +150,31 @@ class ShadowMemory:
     def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> _Copy:
         self._check(src, [s for s, _d in pairs])
         self._check(dst, [d for _s, d in pairs])
-        content = [self._content(src, s) for s, _d in pairs]
-        for _s, d in pairs:
-            self.cells[(dst, d)] = [POISON] * self.page_size
-        return _Copy(src, dst, tuple(pairs), content)
-
-    def _content(self, tier: Tier, page: int) -> tuple[int | None, ...] | None:
-        cell = self.cells.get((tier, page))
-        return None if cell is None else tuple(cell)
+        src_version = tuple(self.version.get((src, s), 0) for s, _d in pairs)
+        for _s, d in pairs:  # claiming a page is a write: a copy already landing there is torn
+            self._touch(dst, d)
+            self.landing[(dst, d)] = self.landing.get((dst, d), 0) + 1
+        dst_version = tuple(self.version[(dst, d)] for _s, d in pairs)
+        return _Copy(src, dst, tuple(pairs), src_version, dst_version)
 
     def finish_copy(self, handle: _Copy, success: bool) -> list[int]:
         if handle.done:
             raise ValueError("this copy has landed already")
         handle.done = True
         raced: list[int] = []
-        for (s, d), seen in zip(handle.pairs, handle.content, strict=True):
-            now = self._content(handle.src, s)
-            if now != seen:
+        for (s, d), sv, dv in zip(handle.pairs, handle.src_version, handle.dst_version,
+                                  strict=True):
+            self.landing[(handle.dst, d)] -= 1
+            moved = self.version.get((handle.src, s), 0) != sv
+            if moved:
                 raced.append(s)
-            if success and now == seen:  # a page nothing wrote copies as one
+            if success and not moved and self.version[(handle.dst, d)] == dv:
+                seen = self.cells.get((handle.src, s))  # unchanged since the copy started
                 self.cells[(handle.dst, d)] = list(seen) if seen else [None] * self.page_size
             else:
                 self.cells[(handle.dst, d)] = [POISON] * self.page_size
+        for _s, d in handle.pairs:
+            self._touch(handle.dst, d)
         return raced
 
 

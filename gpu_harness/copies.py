@@ -1,11 +1,14 @@
-"""Batched copies between pools, the way a serving runtime performs them.
+"""Copies between pools, the way a serving runtime performs them.
 
-One copy op is one ``index_select`` of its source rows and one ``index_copy_`` into its
-destination rows. Between devices the bytes travel on a side stream, ``non_blocking`` through
-pinned memory, with an event; whoever needs the copy waits for that event (the forward for its
-loadbacks, an acknowledgement for its writeback). The gather and the scatter run in the compute
-stream's order, so what a copy reads and where it lands never depends on timing: same trace,
-same outcome.
+Source rows go straight into destination rows, one ``copy_`` per run of consecutive pages (no
+staging, no gather on the host). Between devices the copies run ``non_blocking`` on a side
+stream, from or into the pinned host pool, and end with an event; whoever needs a copy waits for
+that event (the forward for its loadbacks, an acknowledgement for its writeback), so the
+transfers of one plan overlap each other and whatever the runtime does before it needs them.
+
+What the kit sees never depends on timing: a row a copy lands in reads as poison until the copy
+is finished, and a copy whose source or destination was written by anyone else while it was in
+flight leaves poison (``conformance.memory``'s rule). Same trace, same outcome.
 """
 
 from __future__ import annotations
@@ -22,13 +25,23 @@ from gpu_harness.pool import TagPool
 class TensorCopy:
     src: TagPool
     dst: TagPool
-    src_rows: torch.Tensor  # on the source's device
-    dst_rows: torch.Tensor  # on the destination's device
     pairs: tuple[tuple[int, int], ...]
-    snapshot: list[torch.Tensor]  # the source words as the copy found them (source device)
-    staged: list[torch.Tensor]  # the same words on the destination's device, maybe in flight
+    src_version: tuple[int, ...]  # of each source row when the copy started
+    dst_version: tuple[int, ...]  # of each destination row once the copy claimed it
     event: torch.cuda.Event | None
     done: bool = False
+
+
+def runs(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(source start, destination start, length) of maximal runs consecutive on both sides."""
+    out: list[tuple[int, int, int]] = []
+    for s, d in pairs:
+        if out and out[-1][0] + out[-1][2] == s and out[-1][1] + out[-1][2] == d:
+            s0, d0, n = out[-1]
+            out[-1] = (s0, d0, n + 1)
+        else:
+            out.append((s, d, 1))
+    return out
 
 
 class Copier:
@@ -42,59 +55,52 @@ class Copier:
             self.streams[device] = torch.cuda.Stream(device)
         return self.streams[device]
 
+    @staticmethod
+    def _copy(src: TagPool, dst: TagPool, pairs: Sequence[tuple[int, int]],
+              non_blocking: bool) -> None:
+        for s, d, n in runs(pairs):
+            for a, b in zip(src.views, dst.views, strict=True):
+                b[d : d + n].copy_(a[s : s + n], non_blocking=non_blocking)
+
     def start(self, src: TagPool, dst: TagPool, pairs: Sequence[tuple[int, int]]) -> TensorCopy:
         pairs = tuple(pairs)
-        s_rows = src.index([s for s, _d in pairs])
-        d_rows = dst.index([d for _s, d in pairs])
-        cross = src.device != dst.device
-        if cross and src.device.type == "cpu":  # host -> device: gather into pinned memory
-            snap = src.gather(s_rows, [torch.empty((len(pairs), *v.shape[1:]), dtype=v.dtype,
-                                                   pin_memory=True) for v in src.views])
-        else:
-            snap = src.gather(s_rows)
-        dst.poison([d for _s, d in pairs])  # garbage until the copy lands
-        if not cross or not pairs:
-            return TensorCopy(src, dst, s_rows, d_rows, pairs, snap, snap, None)
-        cuda = src.device if src.device.type == "cuda" else dst.device
+        src_version = tuple(src.version[s] for s, _d in pairs)
+        for _s, d in pairs:  # claiming a row is a write: a copy already landing there is torn
+            dst.version[d] += 1
+            dst.landing[d] += 1
+        dst_version = tuple(dst.version[d] for _s, d in pairs)
+        cuda = next((p.device for p in (src, dst) if p.device.type == "cuda"), None)
+        if cuda is None or not pairs:
+            self._copy(src, dst, pairs, non_blocking=False)
+            return TensorCopy(src, dst, pairs, src_version, dst_version, None)
         side = self._stream(cuda)
-        side.wait_stream(torch.cuda.current_stream(cuda))
+        side.wait_stream(torch.cuda.current_stream(cuda))  # the source as written so far
         with torch.cuda.stream(side):
-            if dst.device.type == "cpu":  # device -> host: into pinned memory
-                staged = [torch.empty(s.shape, dtype=s.dtype, pin_memory=True) for s in snap]
-                for out, s in zip(staged, snap, strict=True):
-                    out.copy_(s, non_blocking=True)
-                    s.record_stream(side)
-            else:
-                staged = [s.to(dst.device, non_blocking=True) for s in snap]
+            self._copy(src, dst, pairs, non_blocking=True)
             event = torch.cuda.Event()
             event.record(side)
-        return TensorCopy(src, dst, s_rows, d_rows, pairs, snap, staged, event)
+        return TensorCopy(src, dst, pairs, src_version, dst_version, event)
 
     def finish(self, op: TensorCopy, success: bool) -> list[int]:
-        """Land ``op`` (or fail it): returns the source rows that changed while it was in
-        flight, whose destinations are poisoned like those of a failed copy."""
+        """Land ``op`` (or fail it): returns the source rows written while it was in flight.
+        Their destinations, those of a failed copy and destinations someone else wrote in the
+        meantime hold poison."""
         if op.done:
             raise ValueError("this copy has landed already")
         op.done = True
-        if not op.pairs:
-            return []
         if op.event is not None:
-            if op.dst.device.type == "cuda":
-                current = torch.cuda.current_stream(op.dst.device)
-                current.wait_event(op.event)
-                for s in op.staged:
-                    s.record_stream(current)
-            else:
-                op.event.synchronize()
-        now = op.src.gather(op.src_rows)
-        changed = torch.zeros(len(op.pairs), dtype=torch.bool, device=op.src.device)
-        for a, b in zip(now, op.snapshot, strict=True):
-            changed |= (a != b).reshape(len(op.pairs), -1).any(dim=1)
-        flags = changed.tolist()
-        raced = [s for (s, _d), bad in zip(op.pairs, flags, strict=True) if bad]
-        if success:
-            op.dst.scatter(op.dst_rows, op.staged)
-            op.dst.poison([d for (_s, d), bad in zip(op.pairs, flags, strict=True) if bad])
-        else:
-            op.dst.poison([d for _s, d in op.pairs])
+            # The host side of a transfer is plain memory the CPU may write next (a freed page
+            # reused), so landing waits for the transfer itself, not only the compute stream.
+            op.event.synchronize()
+        raced: list[int] = []
+        bad: list[int] = []
+        for (s, d), sv, dv in zip(op.pairs, op.src_version, op.dst_version, strict=True):
+            op.dst.landing[d] -= 1
+            src_moved = op.src.version[s] != sv
+            if src_moved:
+                raced.append(s)
+            if not success or src_moved or op.dst.version[d] != dv:
+                bad.append(d)
+        op.dst.touched([d for _s, d in op.pairs])
+        op.dst.poison(bad)
         return raced

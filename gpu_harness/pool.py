@@ -2,6 +2,10 @@
 
 The harness writes a tag into every 8-byte word of a slot, so a copy that moves only part of a
 slot (one layer, K without V, the conv state without the SSM state) reads back as torn.
+
+Beside the tensors a pool keeps, per row, a write counter and how many copies are landing in
+it. A row a copy is landing in reads as poison whatever its bytes are at that moment, so what
+the kit sees never depends on how far a transfer has got (``conformance.memory`` says why).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ class TagPool:
         self.cols = cols
         self.device = self.tensors[0].device
         self.views = [word_view(t, rows, cols) for t in self.tensors]
+        self.version = [0] * rows  # writes to each row so far
+        self.landing = [0] * rows  # copies in flight into each row
 
     def index(self, rows: Sequence[int]) -> torch.Tensor:
         return torch.tensor(list(rows), dtype=torch.int64, device=self.device)
@@ -30,15 +36,20 @@ class TagPool:
     def _words(self, tags: Sequence[int]) -> torch.Tensor:
         return torch.tensor([to_word(t) for t in tags], dtype=torch.int64, device=self.device)
 
-    @staticmethod
-    def _tags(g: torch.Tensor) -> list[int | None]:
-        """One tag per row of ``g`` (n x words): the common word, or TORN where they differ."""
+    def touched(self, rows: Sequence[int]) -> None:
+        for r in set(rows):
+            self.version[r] += 1
+
+    def _tags(self, g: torch.Tensor, rows: Sequence[int]) -> list[int | None]:
+        """One tag per row of ``g`` (n x words): the common word, TORN where they differ,
+        POISON where a copy is landing in the row."""
         if g.shape[0] == 0:
             return []
         first = g[:, 0]
         same = (g == first[:, None]).all(dim=1)
         out = torch.where(same, first, torch.full_like(first, TORN))
-        return [from_word(w) for w in out.tolist()]
+        return [POISON if self.landing[r] else from_word(w)
+                for r, w in zip(rows, out.tolist(), strict=True)]
 
     def write(self, rows: Sequence[int], cols: Sequence[int], tags: Sequence[int]) -> None:
         if not rows:
@@ -46,12 +57,13 @@ class TagPool:
         r, c, w = self.index(rows), self.index(cols), self._words(tags)
         for v in self.views:
             v[r, c] = w[:, None]
+        self.touched(rows)
 
     def read(self, rows: Sequence[int], cols: Sequence[int]) -> list[int | None]:
         if not rows:
             return []
         r, c = self.index(rows), self.index(cols)
-        return self._tags(torch.cat([v[r, c] for v in self.views], dim=1))
+        return self._tags(torch.cat([v[r, c] for v in self.views], dim=1), rows)
 
     def write_rows(self, rows: Sequence[int], tags: Sequence[int]) -> None:
         if not rows:
@@ -59,25 +71,19 @@ class TagPool:
         r, w = self.index(rows), self._words(tags)
         for v in self.views:
             v[r] = w[:, None, None]
+        self.touched(rows)
 
     def read_rows(self, rows: Sequence[int]) -> list[int | None]:
         if not rows:
             return []
         r = self.index(rows)
-        return self._tags(torch.cat([v[r].reshape(len(rows), -1) for v in self.views], dim=1))
+        g = torch.cat([v[r].reshape(len(rows), -1) for v in self.views], dim=1)
+        return self._tags(g, rows)
 
     def poison(self, rows: Sequence[int]) -> None:
-        self.write_rows(rows, [POISON] * len(rows))
-
-    def gather(self, rows: torch.Tensor, out: Sequence[torch.Tensor] | None = None
-               ) -> list[torch.Tensor]:
-        """The words of ``rows``, one tensor per view (into ``out`` when given)."""
-        if out is None:
-            return [v.index_select(0, rows) for v in self.views]
-        for v, o in zip(self.views, out, strict=True):
-            torch.index_select(v, 0, rows, out=o)
-        return list(out)
-
-    def scatter(self, rows: torch.Tensor, parts: Sequence[torch.Tensor]) -> None:
-        for v, part in zip(self.views, parts, strict=True):
-            v.index_copy_(0, rows, part)
+        if not rows:
+            return
+        r = self.index(rows)
+        for v in self.views:
+            v.index_fill_(0, r, POISON)
+        self.touched(rows)
