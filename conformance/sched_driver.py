@@ -17,6 +17,7 @@ from typing import Any
 
 from conformance.errors import EngineRejected
 from conformance.features import Feature
+from conformance.l3_runtime import L3Runtime
 from conformance.memory import DROPPED, MemoryFactory, page_id_space, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.oracles.scheduler import (
@@ -29,7 +30,17 @@ from conformance.oracles.scheduler import (
     SchedContentOracle,
 )
 from conformance.sched_trace import SchedTrace
-from reference.plan import Abort, CopyOp, ExtendResult, Finish, Plan, RequestSpec, WritebackDone
+from reference.plan import (
+    Abort,
+    BackupDone,
+    CopyOp,
+    ExtendResult,
+    Finish,
+    Plan,
+    PrefetchDone,
+    RequestSpec,
+    WritebackDone,
+)
 from reference.requests import TRANSITIONS, Event, State
 from reference.tiers import Tier
 
@@ -84,6 +95,10 @@ class SchedulerDriver:
         self.log: list[Any] = []
         self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
         self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
+        # The L3 store and its transfers (spec chapter l3_store), when the config has one.
+        self.l3 = (L3Runtime(trace, self.memory, self.p, self.live, self._tag,
+                             checks=not memory_only)
+                   if trace.config.l3_store else None)
         self.snap = self._snapshot()
 
     # ----------------------------------------------------------------- plumbing
@@ -115,6 +130,8 @@ class SchedulerDriver:
         if self.states is not None and after is not None:
             self.states.check(phase, self.snap, after, self.live, self.p, external,
                               self.config.sliding_window)
+        if self.l3 is not None and after is not None and phase != "submit":
+            self.l3.check_tree(after)
         taken = getattr(self.engine, "transitions", None)
         if taken is not None:
             self.exercised.update(taken())
@@ -130,11 +147,12 @@ class SchedulerDriver:
                 self._submit(specs)
             plan = self._call("next_plan", self.engine.next_plan)
             self._plan(step, plan)
-            if step >= last_arrival and self._quiet():
+            if step >= last_arrival and self._quiet(plan):
                 return self.log
         left = sorted(rid for rid, r in self.live.items() if not r.finished)
         if self._fits():
-            raise LivenessOracle().stuck(self.trace.max_plans, left)
+            states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
+            raise LivenessOracle().stuck(self.trace.max_plans, left, states)
         self.log.append(("unjudged", "a request needs more device pages than the pool has"))
         return self.log
 
@@ -145,9 +163,11 @@ class SchedulerDriver:
         return all(-(-(len(a.tokens) + a.new_tokens) // self.p) + 1 <= c.device_pages
                    for a in self.trace.arrivals)
 
-    def _quiet(self) -> bool:
+    def _quiet(self, plan: Plan) -> bool:
         if self.later or any(not r.finished or r.copying for r in self.live.values()):
             return False
+        if self.l3 is not None and (self.l3.busy() or not plan.empty):
+            return False  # backups of the last writebacks come in the plans after them
         # self.snap is the state after this plan's advance: a rejected probe changes nothing.
         return self.snap is None or all(v.state is State.FINISHED for v in self.snap.requests)
 
@@ -157,7 +177,8 @@ class SchedulerDriver:
             self.live[a.rid] = Live(a.rid, a.ns, list(a.tokens), len(a.tokens))
             self.tags[a.rid] = []
             self.left[a.rid] = a.new_tokens
-            specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns))
+            hits = self.l3.hits(a.rid) if self.l3 is not None else 0
+            specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns, hits))
         self._call("submit", self.engine.submit, specs)
         self._states("submit", {})
 
@@ -171,7 +192,8 @@ class SchedulerDriver:
         self._probe(step + 1)  # states that live only between a plan and its advance
         self.log.append(("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused,
                                          r.page_table) for r in plan.rows],
-                         [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]))
+                         [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]
+                         + [(o.kind, o.rid, o.start, o.pages, o.keys) for o in plan.l3]))
         loads = [self.memory.start_copy(Tier.HOST, Tier.DEVICE, op.pairs)
                  for op in plan.loadbacks]
         for handle in loads:  # landed before the forward (PLAN-5)
@@ -180,10 +202,15 @@ class SchedulerDriver:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
                 self.reuse.check_admit(row, req, self.live, self.p, step, self.snap)
+            if row.kind == "prefill" and self.l3 is not None:
+                self.l3.first_chunk(row)
             self.started.add(row.rid)
             self._forward(row, req)
         events: list = []
         external: dict[str, set[Event]] = {}
+        # Backups start before this plan's writebacks: a source page reused by one of them
+        # is seen to change while the backup reads it (L3-5).
+        l3_due = self.l3.start(plan.l3) if self.l3 is not None else []
         due, failed = self._start_copies(plan.writebacks)
         aborted = self._aborts(step)
         for rid in aborted:  # first: an aborted request's pending result is never reported
@@ -205,6 +232,8 @@ class SchedulerDriver:
                 events.append(Finish(row.rid))
                 external[row.rid].add(Event.FINISH)
                 req.finished = True
+        if self.l3 is not None:
+            events.extend(self.l3.land(l3_due))
         events.extend(self._land_copies(due, failed))
         self._call("advance", self.engine.advance, events)
         self._states("advance", external)
@@ -275,6 +304,8 @@ class SchedulerDriver:
         due, self.later = self.later, []
         for op in writebacks:
             handle = self.memory.start_copy(Tier.DEVICE, Tier.HOST, op.pairs)
+            if self.l3 is not None:
+                self.l3.overwritten([d for _s, d in op.pairs])
             if op.rid in self.live:
                 self.live[op.rid].copying.add(op.op_id)
                 if op.retract:  # pushed off the device: its pins are gone
@@ -309,6 +340,11 @@ class SchedulerDriver:
              [WritebackDone(10**9 + step, True)], None),
             ("an Abort of a request never submitted", [Abort(f"nobody-{step}")], None),
         ]
+        if self.l3 is not None:
+            out.append(("a PrefetchDone of an unknown prefetch",
+                        [PrefetchDone(10**9 + step, 0)], None))
+            out.append(("a BackupDone of an unknown backup",
+                        [BackupDone(10**9 + step, True)], None))
         idle = [r for r in self.live.values() if not r.finished and not r.due]
         if idle:
             r = idle[step % len(idle)]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance.features import Feature
-from conformance.sched_trace import AbortAt, Arrival, SchedConfig, SchedTrace
+from conformance.sched_trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 
 SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]  # a shared "system prompt" of 4 pages at page size 2
+L3 = frozenset({Feature.L3_STORE, Feature.NAMESPACES})
 
 
 @dataclass(frozen=True)
@@ -102,5 +103,49 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
            arrivals=[Arrival(at=i, rid=f"r{i}", tokens=[i % 3, 1, 2, 0, i % 2], new_tokens=3)
                      for i in range(5)]),
         "Without mixed mode a forward is all prefill or all decode, within budget and batch.",
+    ),
+    SchedScenario(
+        "sched-l3-prefetch", ("L3-1", "L3-2", "L3-3", "L3-5", "TREE-2", "NS-1"), L3,
+        _t("sched-l3-prefetch", ("L3-3",),
+           config=SchedConfig(l3_store=True),
+           l3_preload=[Preload(tokens=[*SYSTEM, 2, 2, 1, 1, 0]),
+                       Preload(ns=1, tokens=[*SYSTEM, 0, 1])],
+           arrivals=[Arrival(at=0, rid="warm", tokens=[*SYSTEM[:4], 2]),
+                     Arrival(at=3, rid="fetch", tokens=[*SYSTEM, 2, 2, 1, 1, 0, 0],
+                             new_tokens=3),
+                     Arrival(at=3, rid="adapter", ns=1, tokens=[*SYSTEM, 0, 1, 1],
+                             new_tokens=2),
+                     Arrival(at=4, rid="gone", tokens=[*SYSTEM, 2, 2, 1, 0])],
+           aborts=[AbortAt(at=4, rid="gone")],
+           l3_acks=["now", "partial", "now", "later", "lose", "now"]),
+        "A prompt past a host hit is prefetched from L3 below that hit, partly or not at all, "
+        "in its own namespace; an adapter's prompt is fetched under its own keys; an abort "
+        "while prefetching is accepted; finished KV is backed up (D293-1, D293-2, D293-3, "
+        "D268-7, D268-9, D381-3).",
+    ),
+    SchedScenario(
+        "sched-l3-host-moves", ("L3-1", "L3-2", "L3-3"), L3,
+        _t("sched-l3-host-moves", ("L3-1",),
+           config=SchedConfig(l3_store=True, max_batch=1, max_tokens=6),
+           l3_preload=[Preload(tokens=[*SYSTEM, 2, 2, 1, 1])],
+           arrivals=[Arrival(at=0, rid="warm", tokens=[*SYSTEM[:4], 2]),
+                     Arrival(at=0, rid="long", tokens=[0, 0, 2] * 6, new_tokens=2),
+                     Arrival(at=0, rid="waits", tokens=[*SYSTEM, 2, 2, 1, 1, 0],
+                             new_tokens=2)]),
+        "A request waits while another prefills; meanwhile its host match grows, and its "
+        "prefetch is keyed for the match as it is when planned (D293-5).",
+    ),
+    SchedScenario(
+        "sched-l3-tight-host", ("L3-4", "L3-5", "LIVE-1"), L3,
+        _t("sched-l3-tight-host", ("L3-4", "L3-5"),
+           config=SchedConfig(l3_store=True, host_pages=5, prefetch_threshold=3),
+           l3_preload=[Preload(tokens=[2, 2, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1])],
+           arrivals=[Arrival(at=0, rid="backed", tokens=[2, 2, 0, 0, 1]),
+                     Arrival(at=1, rid="wants-room", tokens=[1, 1, 2, 2, 1, 1, 2, 2, 0]),
+                     Arrival(at=6, rid="fetch", tokens=[2, 2, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 0],
+                             new_tokens=2)],
+           l3_acks=["later"]),
+        "A tiny host tier: a backup's source stays pinned while a later writeback wants room "
+        "(D293-4), and a prefetch pins its host match before evicting for room (D293-6).",
     ),
 )

@@ -29,6 +29,8 @@ class SchedConfig(BaseModel):
     mixed: bool = True
     publish_mid_flight: bool = True
     sliding_window: int = Field(0, ge=0, description="0 = full attention")
+    l3_store: bool = Field(False, description="an L3 store below the host tier (L3-1..L3-5)")
+    prefetch_threshold: int = Field(1, ge=1, description="least L3 pages worth a prefetch")
 
 
 class Arrival(BaseModel):
@@ -39,6 +41,15 @@ class Arrival(BaseModel):
     ns: int = Field(0, ge=0, lt=2**31)
     tokens: list[Token] = Field(min_length=1)
     new_tokens: int = Field(1, ge=1, description="tokens to generate before Finish")
+
+
+class Preload(BaseModel):
+    """A prefix the L3 store holds before the run: every full page of it, under its key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ns: int = Field(0, ge=0, lt=2**31)
+    tokens: list[Token] = Field(min_length=1)
 
 
 class AbortAt(BaseModel):
@@ -63,6 +74,13 @@ class SchedTrace(BaseModel):
         default_factory=list,
         description="how the i-th writeback is acknowledged (cycled); empty means all now",
     )
+    l3_preload: list[Preload] = Field(
+        default_factory=list, description="prefixes the L3 store holds before the run")
+    l3_acks: list[Literal["now", "later", "partial", "lose"]] = Field(
+        default_factory=list,
+        description="how the i-th L3 transfer ends (cycled): now, a plan later, half of its "
+        "pages landed, or none; empty means all now",
+    )
     max_plans: int = Field(400, ge=1, description="liveness bound (LIVE-1)")
 
     @model_validator(mode="after")
@@ -75,4 +93,6 @@ class SchedTrace(BaseModel):
         for i, a in enumerate(self.aborts):
             if a.rid not in seen:
                 raise ValueError(f"aborts[{i}].rid: {a.rid!r} never arrives")
+        if (self.l3_preload or self.l3_acks) and not self.config.l3_store:
+            raise ValueError("l3_preload / l3_acks: the config has no L3 store (l3_store)")
         return self

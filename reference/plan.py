@@ -15,6 +15,7 @@ class RequestSpec:
     rid: str
     tokens: tuple[int, ...]  # the prompt
     namespace: int = 0  # adapter / salt namespace (NS-1)
+    l3_hits: int = 0  # leading full pages of the prompt the L3 store holds (L3-2)
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,15 +52,35 @@ class CopyOp:
 
 
 @dataclass(slots=True, frozen=True)
+class L3Op:
+    """A transfer between the host tier and the L3 store (spec chapter l3_store).
+
+    A prefetch fills host ``pages`` with the pages stored under ``keys`` and is acknowledged by
+    ``PrefetchDone``; a backup stores host ``pages`` under ``keys`` and is acknowledged by
+    ``BackupDone``. The pages are pages ``start ..`` of request ``rid``'s sequence, in its
+    namespace, so the runtime can tell which content each key names.
+    """
+
+    op_id: int
+    kind: Literal["prefetch", "backup"]
+    rid: str
+    namespace: int
+    start: int
+    pages: tuple[int, ...]
+    keys: tuple[str, ...]  # hex SHA-256 rolling keys (L3-1)
+
+
+@dataclass(slots=True, frozen=True)
 class Plan:
     step: int
     rows: tuple[ForwardRow, ...]
     loadbacks: tuple[CopyOp, ...]
     writebacks: tuple[CopyOp, ...]
+    l3: tuple[L3Op, ...] = ()  # prefetches and backups, started with the plan
 
     @property
     def empty(self) -> bool:
-        return not (self.rows or self.loadbacks or self.writebacks)
+        return not (self.rows or self.loadbacks or self.writebacks or self.l3)
 
 
 @dataclass(slots=True, frozen=True)
@@ -84,4 +105,18 @@ class WritebackDone:
     success: bool = True
 
 
-RuntimeEvent = ExtendResult | Finish | Abort | WritebackDone
+@dataclass(slots=True, frozen=True)
+class PrefetchDone:
+    """A prefetch ended: its first ``completed`` pages landed, the rest did not (L3-3)."""
+
+    op_id: int
+    completed: int
+
+
+@dataclass(slots=True, frozen=True)
+class BackupDone:
+    op_id: int
+    success: bool = True
+
+
+RuntimeEvent = ExtendResult | Finish | Abort | WritebackDone | PrefetchDone | BackupDone

@@ -15,10 +15,18 @@ from reference.errors import CacheError
 from reference.eviction import VictimIndex, is_candidate
 from reference.host_tier import Transfer, missing_path
 from reference.kv_events import EventKind, KVEvent, chain_hashes
+from reference.l3 import L3Transfer, rolling_keys, seed_key
 from reference.pages import CALLER, PagePool, node_owner, transfer_owner
 from reference.pins import LockTable
 from reference.radix_tree import Node, common_pages, walk
-from reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView, TransferView
+from reference.snapshot import (
+    CacheSnapshot,
+    L3View,
+    LockView,
+    NodeView,
+    PoolView,
+    TransferView,
+)
 from reference.tiers import Tier, as_tier
 
 
@@ -28,6 +36,7 @@ class CacheConfig:
     device_pages: int = 64
     host_pages: int = 0
     enable_events: bool = True
+    l3: bool = False  # nodes carry L3 rolling keys; prefetch and backup transfers (L3-1..)
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -82,6 +91,7 @@ class PrefixCache:
         self._events: list[KVEvent] = []
         self._victims = VictimIndex()
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
+        self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -159,6 +169,7 @@ class PrefixCache:
                 mid.device, node.device = upper, lower
             else:
                 mid.host, node.host = upper, lower
+        mid.keys, node.keys = node.keys[:k], node.keys[k:]
         node.key = node.key[k * p :]
         node.hashes = node.hashes[k:]
         node.parent = mid
@@ -260,12 +271,14 @@ class PrefixCache:
                 key = tuple(tokens[pos:])
                 hashes = chain_hashes(node.last_hash(), namespace, key, p)
                 child = self._new_node(namespace, node, key, hashes)
+                child.keys = self._keys_below(node, key)
                 child.host_access = now
                 self._attach_device(child, list(pages[pos // p :]), CALLER, now)
                 break
             k = common_pages(child.key, tokens, pos, p)
             if k * p < len(child.key):
                 child = self._split(child, k)
+            self._backfill_keys(child)
             span = list(pages[pos // p : pos // p + len(child.key) // p])
             if child.device is None:
                 self._attach_device(child, span, CALLER, now)
@@ -298,6 +311,156 @@ class PrefixCache:
                 block_size=self.page_size,
             )
         )
+
+    # ----------------------------------------------------------------- L3 keys
+    def _keys_below(self, parent: Node, key: Sequence[int]) -> list[bytes]:
+        """L3 keys of the pages of ``key`` hung below ``parent``, seeded from the parent's last
+        key (L3-1); none without an L3 store."""
+        if not self.config.l3:
+            return []
+        return rolling_keys(self._last_key(parent), key, self.page_size)
+
+    def _last_key(self, node: Node) -> bytes:
+        """The key the pages below ``node`` chain from: the namespace seed at a root, else the
+        node's last page key, recomputed first if the node lacks them (never an empty seed)."""
+        if node.is_root:
+            return seed_key(node.namespace)
+        self._backfill_keys(node)
+        return node.keys[-1]
+
+    def _backfill_keys(self, node: Node) -> None:
+        """A node that lacks its keys gets them now (D381-3)."""
+        if not self.config.l3 or node.parent is None:
+            return
+        if len(node.keys) != len(node.key) // self.page_size:
+            node.keys = rolling_keys(self._last_key(node.parent), node.key, self.page_size)
+
+    def _depth_pages(self, node: Node) -> int:
+        return sum(len(n.key) for n in node.path()) // self.page_size
+
+    # ----------------------------------------------------------------- L3 transfers
+    def start_prefetch(self, node_id: int, tokens: Sequence[int], want: int,
+                       least: int) -> L3Transfer | None:
+        """Fetch up to ``want`` pages of ``tokens`` (the pages right below host node
+        ``node_id``, whole pages) from L3 into new host pages (L3-3).
+
+        The host node is pinned first, and only then is host memory evicted to make room, so
+        eviction never takes the match the pages will hang below (L3-4, D293-6). Fewer pages
+        than ``least`` after eviction: declined (None), nothing changed but the eviction.
+        """
+        node = self._node(node_id)
+        if node.host is None:
+            raise CacheError("not_on_tier", f"node {node_id} holds no host pages to fetch below")
+        self._check_tokens(tokens, whole_pages=True)
+        want = min(want, len(tokens) // self.page_size)
+        lock = self._locks.acquire(node, Tier.HOST, internal=True)
+        pool = self.pools[Tier.HOST]
+        if pool.free_count < want:
+            self.evict(Tier.HOST, want - pool.free_count)
+        n = min(want, pool.free_count)
+        if n < max(least, 1):
+            self._release_internal(lock)
+            return None
+        return self._new_l3("prefetch", node, [lock], n, tuple(tokens[: n * self.page_size]))
+
+    def _new_l3(self, kind: str, node: Node, locks: list[int], n: int,
+                tokens: tuple[int, ...], pages: list[int] | None = None) -> L3Transfer:
+        self._next_op += 1
+        op = self._next_op
+        if kind == "prefetch":
+            got = self.pools[Tier.HOST].alloc(n, transfer_owner(op))
+            assert got is not None
+            pages, keys = got, rolling_keys(self._last_key(node), tokens, self.page_size)
+            start = self._depth_pages(node)
+        else:
+            assert pages is not None
+            path = [x for x in node.path() if not x.is_root]
+            for x in path:
+                self._backfill_keys(x)
+            keys = [k for x in path for k in x.keys][-n:]
+            start = self._depth_pages(node) - n
+        t = L3Transfer(op, kind, node, node.namespace, start, pages, keys, tokens, locks)
+        self._l3[op] = t
+        return t
+
+    def finish_prefetch(self, op_id: int, completed: int) -> int:
+        """The first ``completed`` fetched pages landed: they move into the tree's host tier
+        below the host match they were fetched for, in its namespace; the rest go back to the
+        free list, and no node is made without a page (L3-3). Returns the deepest host node
+        that holds the fetched pages (the anchor when none landed)."""
+        t = self._l3.get(op_id)
+        if t is None or t.kind != "prefetch":
+            raise CacheError("unknown_op", f"prefetch {op_id} is not in flight")
+        if isinstance(completed, bool) or not isinstance(completed, int) \
+                or not 0 <= completed <= len(t.pages):
+            raise CacheError("bad_count", f"prefetch {op_id} completed {completed!r} of "
+                             f"{len(t.pages)} pages")
+        del self._l3[op_id]
+        p, now = self.page_size, self.clock.now
+        pool, owner = self.pools[Tier.HOST], transfer_owner(op_id)
+        node = self._prefetch_anchor(t)
+        toks, pos = t.tokens[: completed * p], 0
+        while pos < len(toks):
+            child = node.children.get(toks[pos : pos + p])
+            if child is None:
+                key = toks[pos:]
+                child = self._new_node(node.namespace, node, key,
+                                       chain_hashes(node.last_hash(), node.namespace, key, p))
+                child.keys = list(t.keys[pos // p : pos // p + len(key) // p])
+                pool.move(t.pages[pos // p : completed], owner, node_owner(child.id))
+                child.host = t.pages[pos // p : completed]
+                child.host_access = child.device_access = now
+                self._victims.offer(child)
+                node, pos = child, len(toks)
+                break
+            k = common_pages(child.key, toks, pos, p)
+            if k * p < len(child.key):
+                child = self._split(child, k)
+            if child.host is None:
+                # Also when a writeback is filling it: that copy then lands as a duplicate.
+                span = t.pages[pos // p : pos // p + len(child.key) // p]
+                pool.move(span, owner, node_owner(child.id))
+                child.host = span
+            self._backfill_keys(child)
+            child.host_access = now
+            self._victims.offer(child)
+            node, pos = child, pos + len(child.key)
+        leftover = [pg for pg in t.pages if pool.owner(pg) == owner]
+        if leftover:
+            pool.release(leftover, owner)
+        for handle in t.locks:
+            self._release_internal(handle)
+        return node.id
+
+    def _prefetch_anchor(self, t: L3Transfer) -> Node:
+        """Where fetched pages hang: below the host match they were fetched for (D293-3)."""
+        return t.node
+
+    def start_backup(self, node_id: int, n: int) -> L3Transfer | None:
+        """Back up the host pages of the last ``n`` pages of the path down to ``node_id`` to L3;
+        the node stays pinned on host until :meth:`finish_backup` (L3-5, D293-4)."""
+        node = self._node(node_id)
+        pages = [pg for x in node.path() for pg in (x.host or [])]
+        if node.host is None or n < 1 or n > len(pages):
+            return None
+        lock = self._locks.acquire(node, Tier.HOST, internal=True)
+        return self._new_l3("backup", node, [lock], n, (), pages[-n:])
+
+    def finish_backup(self, op_id: int) -> None:
+        """The backup ended (either way): its source pages may be evicted again."""
+        t = self._l3.get(op_id)
+        if t is None or t.kind != "backup":
+            raise CacheError("unknown_op", f"backup {op_id} is not in flight")
+        del self._l3[op_id]
+        for handle in t.locks:
+            self._release_internal(handle)
+
+    def _release_internal(self, handle: int) -> None:
+        for n in self._locks.release(handle, internal=True).path():
+            self._victims.offer(n)
+
+    def l3_transfer(self, op_id: int) -> L3Transfer | None:
+        return self._l3.get(op_id)
 
     # ----------------------------------------------------------------- pins
     def _node(self, node_id: int) -> Node:
@@ -442,7 +605,7 @@ class PrefixCache:
         self._transfers[op] = t
         return t
 
-    def finish_transfer(self, op_id: int, success: bool) -> None:
+    def finish_transfer(self, op_id: int, success: bool) -> Transfer:
         """Complete an in-flight transfer; on failure its destination pages are freed (HOST-4)."""
         t = self._transfers.pop(op_id, None)
         if t is None:
@@ -458,10 +621,13 @@ class PrefixCache:
                 continue
             src_pages = n.pages(t.src_tier) or []
             mine = [dst_of.pop(pg) for pg in src_pages]
-            if t.kind == "writeback":
+            if t.kind == "writeback" and n.host is None:
                 self.pools[Tier.HOST].move(mine, owner, node_owner(n.id))
                 n.host = mine
                 n.host_access = now  # D243-2: a just-written node is not the first host victim
+            elif t.kind == "writeback":
+                # A prefetch filled this part on host while the copy was in flight (L3-3).
+                self.pools[Tier.HOST].release(mine, owner)
             elif n.device is None:
                 self._attach_device(n, mine, owner, now)
             else:
@@ -477,6 +643,7 @@ class PrefixCache:
             self._victims.offer(n)
         if self._ghosts:
             self._sweep_ghosts()
+        return t
 
     # ----------------------------------------------------------------- events and views
     def _emit(self, event: KVEvent) -> None:
@@ -511,6 +678,7 @@ class PrefixCache:
                     host_access=n.host_access,
                     seq=n.seq,
                     pending=n.pending,
+                    keys=tuple(k.hex() for k in n.keys),
                 )
             )
         pools = {
@@ -525,4 +693,6 @@ class PrefixCache:
             for t in self._transfers.values()
         )
         roots = {ns: r.id for ns, r in self._roots.items()}
-        return CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers)
+        l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
+                   for t in self._l3.values())
+        return CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers, l3)

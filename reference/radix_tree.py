@@ -28,6 +28,7 @@ class Node:
     device_ref: int = 0
     host_ref: int = 0
     pending: int | None = None
+    keys: list[bytes] = field(default_factory=list)  # L3 rolling key of each page (L3-1)
     children: dict[tuple[int, ...], Node] = field(default_factory=dict, repr=False)
 
     @property

@@ -12,6 +12,8 @@ from enum import Enum
 
 class State(str, Enum):
     SUBMITTED = "Submitted"  # waiting for its first prefill chunk
+    PREFETCHING = "Prefetching"  # part of its prompt is being fetched from L3 (L3-2)
+    PREFETCH_DONE = "PrefetchDone"  # the fetch ended; waiting for its first prefill chunk
     PREFILLING = "Prefilling"  # some chunks computed, more of the prompt to go
     PREFILL_DONE = "PrefillDone"  # last chunk scheduled; its sampled token not yet reported
     DECODING = "Decoding"  # generating one token per plan
@@ -33,11 +35,13 @@ class Event(str, Enum):
     RETRACT = "retract"  # pushed off the device, its writeback started
     RETRACT_NO_COPY = "retract_no_copy"  # pushed off with nothing to write back
     WRITEBACK = "writeback"  # a draining request's writeback is planned
+    PREFETCH = "prefetch"  # pages of its prompt past the host match are fetched from L3
     # What the runtime reports through advance().
     EXTEND_RESULT = "ExtendResult"  # the token sampled from a completed row
     FINISH = "Finish"
     ABORT = "Abort"
     WRITEBACK_DONE = "WriteBackDone"  # the request's writeback acknowledged (either outcome)
+    PREFETCH_DONE = "PrefetchDone"  # the request's prefetch acknowledged (any number of pages)
 
     def __str__(self) -> str:
         return self.value
@@ -51,6 +55,12 @@ TRANSITIONS: dict[tuple[State, Event], tuple[State, ...]] = {
     (S.SUBMITTED, E.CHUNK): (S.PREFILLING,),
     (S.SUBMITTED, E.LAST_CHUNK): (S.PREFILL_DONE,),
     (S.SUBMITTED, E.ABORT): (S.FINISHED,),
+    (S.SUBMITTED, E.PREFETCH): (S.PREFETCHING,),
+    (S.PREFETCHING, E.PREFETCH_DONE): (S.PREFETCH_DONE,),
+    (S.PREFETCHING, E.ABORT): (S.FINISHED,),  # the fetch carries on under the cache's pin
+    (S.PREFETCH_DONE, E.CHUNK): (S.PREFILLING,),  # D293-1: a legal origin of the first chunk
+    (S.PREFETCH_DONE, E.LAST_CHUNK): (S.PREFILL_DONE,),
+    (S.PREFETCH_DONE, E.ABORT): (S.FINISHED,),
     (S.PREFILLING, E.CHUNK): (S.PREFILLING,),
     (S.PREFILLING, E.LAST_CHUNK): (S.PREFILL_DONE,),
     (S.PREFILLING, E.ABORT): (S.FINISHED,),
@@ -74,11 +84,14 @@ TRANSITIONS: dict[tuple[State, Event], tuple[State, ...]] = {
     (S.WRITING_BACK, E.ABORT): (S.FINISHED,),  # E-2: abort during a writeback finishes it
 }
 
-# What each state holds (REQ-3): a pin on its cached prefix and a pool slot exactly when listed;
+# What each state holds (REQ-3): a pin on its cached prefix and a pool slot exactly when listed
+# (a host pin on the pages its prefetch fetched, in PrefetchDone);
 # request-local device pages only where "pages" is listed (possibly none: a request whose
 # sequence ends on a page boundary right after a mid-flight publish has all its pages shared).
 HOLDS: dict[State, frozenset[str]] = {
     S.SUBMITTED: frozenset(),
+    S.PREFETCHING: frozenset(),
+    S.PREFETCH_DONE: frozenset({"host_pin"}),  # the fetched pages, until its first chunk
     S.PREFILLING: frozenset({"pin", "pages", "slot"}),
     S.PREFILL_DONE: frozenset({"pin", "pages", "slot"}),
     S.DECODING: frozenset({"pin", "pages", "slot"}),
@@ -89,7 +102,9 @@ HOLDS: dict[State, frozenset[str]] = {
     S.FINISHED: frozenset(),
 }
 
-EXTERNAL = frozenset({E.EXTEND_RESULT, E.FINISH, E.ABORT, E.WRITEBACK_DONE})
+EXTERNAL = frozenset({E.EXTEND_RESULT, E.FINISH, E.ABORT, E.WRITEBACK_DONE, E.PREFETCH_DONE})
+# Events the runtime addresses to a copy (by op id), not to a request.
+BY_OP = frozenset({E.WRITEBACK_DONE, E.PREFETCH_DONE})
 
 
 def next_states(state: State, event: Event) -> tuple[State, ...]:

@@ -13,13 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reference.errors import CacheError
+from reference.host_tier import Transfer
+from reference.l3 import L3Transfer
 from reference.plan import (
     Abort,
+    BackupDone,
     CopyOp,
     ExtendResult,
     Finish,
     ForwardRow,
+    L3Op,
     Plan,
+    PrefetchDone,
     RequestSpec,
     RuntimeEvent,
     WritebackDone,
@@ -53,9 +58,13 @@ class SchedulerConfig:
     # than this many positions behind the one it computes, so none of it may be published
     # (PLAN-8, D381-4). An explicit switch, not inferred from any other object (D381-5).
     sliding_window: int = 0
+    # An L3 store below the host tier (spec chapter l3_store): prompts with enough L3 hits are
+    # prefetched into host first; every acknowledged writeback is backed up. Off: no L3 ops.
+    l3_store: bool = False
+    prefetch_threshold: int = 1  # pages past the cached prefix worth a prefetch (L3-2)
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "max_batch", "max_slots"):
+        for name in ("max_tokens", "max_batch", "max_slots", "prefetch_threshold"):
             if getattr(self, name) < 1:
                 raise CacheError("bad_config", f"{name} must be >= 1, got {getattr(self, name)}")
         if self.sliding_window < 0:
@@ -77,6 +86,8 @@ class Request:
     slot: int | None = None
     awaiting: bool = False  # a row that samples was planned; its ExtendResult is due
     op: int | None = None  # the writeback in flight for this request
+    prefetch: int | None = None  # its prefetch in flight (Prefetching)
+    hlock: int | None = None  # host pin on the pages its prefetch fetched (PrefetchDone)
 
     @property
     def rid(self) -> str:
@@ -100,6 +111,8 @@ class RequestView:
     slot: int | None
     awaiting: bool
     op: int | None
+    host_lock: int | None = None
+    prefetch: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -109,16 +122,22 @@ class SchedulerSnapshot:
     cache: object  # reference.snapshot.CacheSnapshot
     free_slots: tuple[int, ...]
     ops: tuple[tuple[int, str], ...]  # writebacks in flight: (op id, request id)
+    l3_ops: tuple[tuple[int, str], ...] = ()  # L3 transfers in flight: (op id, request id)
 
 
 class Scheduler:
     """Deterministic: requests are ordered by arrival, pages and slots come from stacks."""
 
+    cache_cls: type[PrefixCache] = PrefixCache
+
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
         c = self.config
         self.p = c.page_size
-        self.cache = PrefixCache(CacheConfig(c.page_size, c.device_pages, c.host_pages))
+        self.cache = self.cache_cls(CacheConfig(c.page_size, c.device_pages, c.host_pages,
+                                                l3=c.l3_store))
+        self._l3: dict[int, str] = {}  # L3 transfer in flight -> request id
+        self._backups: list[L3Op] = []  # backups of acknowledged writebacks, for the next plan
         self.requests: dict[str, Request] = {}
         self._arrivals = 0
         self._slots = list(range(c.max_slots - 1, -1, -1))
@@ -148,6 +167,9 @@ class Scheduler:
                     or s.namespace < 0:
                 raise SchedulerError("bad_request", f"request {s.rid!r}: namespace "
                                      f"{s.namespace!r} is not a non-negative int", s.rid)
+            if isinstance(s.l3_hits, bool) or not isinstance(s.l3_hits, int) or s.l3_hits < 0:
+                raise SchedulerError("bad_request", f"request {s.rid!r}: l3_hits "
+                                     f"{s.l3_hits!r} is not a non-negative int", s.rid)
             seen.add(s.rid)
         for s in specs:
             self._arrivals += 1
@@ -191,17 +213,23 @@ class Scheduler:
         writebacks: list[CopyOp] = []
         for r in self._ordered(State.DRAINING):
             writebacks.extend(self._plan_writeback(r))
+        l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
         loadbacks: list[CopyOp] = []
         budget = self.config.max_tokens
         order = (
             self._ordered(State.PREFILLING)
-            + self._ordered(State.SUBMITTED)
+            + self._ordered(State.SUBMITTED, State.PREFETCH_DONE)
             + self._ordered(State.RETRACTED)
         )
         for r in order:
             if len(rows) >= self.config.max_batch or budget <= 0:
                 break
+            if r.state is State.SUBMITTED and self.config.l3_store:
+                op = self._prefetch(r)
+                if op is not None:
+                    l3.append(op)
+                    continue
             row = self._prefill_row(r, budget, loadbacks)
             if row is not None:
                 rows.append(row)
@@ -216,11 +244,41 @@ class Scheduler:
                 if row is not None:
                     rows.append(row)
                     budget -= 1
-        return Plan(self.step, tuple(rows), tuple(loadbacks), tuple(writebacks))
+        return Plan(self.step, tuple(rows), tuple(loadbacks), tuple(writebacks), tuple(l3))
 
-    def _ordered(self, state: State) -> list[Request]:
-        return sorted((r for r in self.requests.values() if r.state is state),
+    def _ordered(self, *states: State) -> list[Request]:
+        return sorted((r for r in self.requests.values() if r.state in states),
                       key=lambda r: r.arrival)
+
+    def _prefetch(self, r: Request) -> L3Op | None:
+        """Fetch the prompt's pages past its host match from L3 when enough of them are
+        there (L3-2); keys are computed now, for the host match as it is now (D293-5)."""
+        ns, p = r.spec.namespace, self.p
+        hits = min(r.spec.l3_hits, (len(r.tokens) - 1) // p)
+        if hits < self.config.prefetch_threshold:
+            return None
+        m = self.cache.match(ns, r.tokens[:-1])
+        h, d = m.host_len // p, m.device_len // p
+        least = max(h, d) - h + self.config.prefetch_threshold
+        if hits - h < least:
+            return None
+        t = self.cache.start_prefetch(m.host_node, r.tokens[h * p : hits * p], hits - h, least)
+        if t is None:
+            return None
+        r.prefetch = t.op_id
+        self._l3[t.op_id] = r.rid
+        self._move(r, Event.PREFETCH, State.PREFETCHING)
+        return self._l3_op(t, r.rid)
+
+    @staticmethod
+    def _l3_op(t: L3Transfer, rid: str) -> L3Op:
+        return L3Op(t.op_id, t.kind, rid, t.namespace, t.start, tuple(t.pages),
+                    tuple(k.hex() for k in t.keys))
+
+    def _release_host_pin(self, r: Request) -> None:
+        if r.hlock is not None:
+            self.cache.unlock(r.hlock)
+            r.hlock = None
 
     def _alloc(self, n: int) -> list[int] | None:
         """``n`` device pages, evicting unpinned cache if the pool is short (EVICT-4)."""
@@ -274,7 +332,7 @@ class Scheduler:
         return True
 
     def _prefill_row(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> ForwardRow | None:
-        fresh = r.state in (State.SUBMITTED, State.RETRACTED)
+        fresh = r.state in (State.SUBMITTED, State.RETRACTED, State.PREFETCH_DONE)
         if fresh and not self._admit(r, budget, loadbacks):
             return None
         reused = r.computed if fresh else 0
@@ -291,6 +349,7 @@ class Scheduler:
         last = r.computed == len(r.tokens)
         self._move(r, Event.LAST_CHUNK if last else Event.CHUNK,
                    State.PREFILL_DONE if last else State.PREFILLING)
+        self._release_host_pin(r)  # its fetched pages are pinned on device now, or reused
         r.awaiting = last
         return ForwardRow(r.rid, "prefill", r.spec.namespace, start,
                           tuple(r.tokens[start : start + n]), reused, tuple(r.pages),
@@ -393,9 +452,14 @@ class Scheduler:
     def _check(self, events: Sequence[RuntimeEvent]) -> None:
         states = {rid: (r.state, r.awaiting) for rid, r in self.requests.items()}
         ops = dict(self._ops)
+        l3 = dict(self._l3)
         for ev in events:
-            if not isinstance(ev, (ExtendResult, Finish, Abort, WritebackDone)):
+            if not isinstance(ev, (ExtendResult, Finish, Abort, WritebackDone, PrefetchDone,
+                                   BackupDone)):
                 raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
+            if isinstance(ev, (PrefetchDone, BackupDone)):
+                self._check_l3(ev, l3, states)
+                continue
             if isinstance(ev, WritebackDone):
                 if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
                     raise SchedulerError("bad_event", f"writeback id {ev.op_id!r} is not an int",
@@ -437,6 +501,30 @@ class Scheduler:
                    else next_states(state, kind)[0])
             states[rid] = (nxt, aw and kind is not Event.EXTEND_RESULT)
 
+    def _check_l3(self, ev: PrefetchDone | BackupDone, l3: dict[int, str],
+                  states: dict[str, tuple[State, bool]]) -> None:
+        name = type(ev).__name__
+        kind = "prefetch" if isinstance(ev, PrefetchDone) else "backup"
+        if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
+            raise SchedulerError("bad_event", f"{kind} id {ev.op_id!r} is not an int", event=name)
+        t = self.cache.l3_transfer(ev.op_id)
+        if ev.op_id not in l3 or t is None or t.kind != kind:
+            raise SchedulerError("unknown_op", f"{kind} {ev.op_id} is not in flight", event=name)
+        if isinstance(ev, PrefetchDone):
+            c = ev.completed
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= len(t.pages):
+                raise SchedulerError("bad_event", f"prefetch {ev.op_id} completed {c!r} of "
+                                     f"{len(t.pages)} pages", event=name)
+        else:
+            if not isinstance(ev.success, bool):
+                raise SchedulerError("bad_event", f"backup {ev.op_id}: success "
+                                     f"{ev.success!r} is not a bool", event=name)
+        rid = l3.pop(ev.op_id)
+        r = self.requests.get(rid)
+        if isinstance(ev, PrefetchDone) and r is not None and r.prefetch == ev.op_id \
+                and states[rid][0] is State.PREFETCHING:
+            states[rid] = (State.PREFETCH_DONE, states[rid][1])
+
     def _finish_target(self, r: Request, state: State) -> State:
         """Finish drains to host when there is a host tier and a full page to keep (FIN-2)."""
         if state is State.DECODING and self.config.host_pages and r.computed >= self.p:
@@ -444,9 +532,18 @@ class Scheduler:
         return State.FINISHED
 
     def _apply(self, ev: RuntimeEvent) -> None:
+        if isinstance(ev, PrefetchDone):
+            self._prefetch_done(ev)
+            return
+        if isinstance(ev, BackupDone):
+            del self._l3[ev.op_id]
+            self.cache.finish_backup(ev.op_id)  # its source pages may be evicted again (L3-5)
+            return
         if isinstance(ev, WritebackDone):
             rid = self._ops.pop(ev.op_id)
-            self.cache.finish_transfer(ev.op_id, ev.success)  # a failure frees the copy (E-1)
+            t = self.cache.finish_transfer(ev.op_id, ev.success)  # a failure frees it (E-1)
+            if ev.success and self.config.l3_store:
+                self._backup(t, rid)
             r = self.requests.get(rid)
             if r is not None and r.op == ev.op_id:
                 r.op = None
@@ -468,6 +565,25 @@ class Scheduler:
         else:
             self._abort(r)
 
+    def _prefetch_done(self, ev: PrefetchDone) -> None:
+        """The fetched pages that landed join the tree below the host match (L3-3); the
+        request pins them on host until its first chunk (L3-2)."""
+        rid = self._l3.pop(ev.op_id)
+        node = self.cache.finish_prefetch(ev.op_id, ev.completed)
+        r = self.requests.get(rid)
+        if r is None or r.prefetch != ev.op_id:
+            return  # aborted meanwhile: the pages are cached all the same
+        r.prefetch = None
+        r.hlock = self.cache.lock(node, Tier.HOST)
+        self._move(r, Event.PREFETCH_DONE, State.PREFETCH_DONE)
+
+    def _backup(self, t: Transfer, rid: str) -> None:
+        """Back up what an acknowledged writeback put on host; pinned until BackupDone (L3-5)."""
+        b = self.cache.start_backup(t.node.id, len(t.pairs))
+        if b is not None:
+            self._l3[b.op_id] = rid
+            self._backups.append(self._l3_op(b, rid))
+
     def _finish(self, r: Request) -> None:
         if r.state is State.RETRACTED:
             self._move(r, Event.FINISH, State.FINISHED)
@@ -486,7 +602,9 @@ class Scheduler:
         """From any live state: release what the state holds; a writeback in flight carries on
         under the cache's own pins and its acknowledgement is still accepted (E-2)."""
         self._drop_pages(r)
+        self._release_host_pin(r)
         r.awaiting = False
+        r.prefetch = None  # a fetch in flight carries on under the cache's pin (L3-2)
         self._move(r, Event.ABORT, State.FINISHED)
 
     # ----------------------------------------------------------------- views
@@ -496,8 +614,10 @@ class Scheduler:
     def snapshot(self) -> SchedulerSnapshot:
         views = tuple(
             RequestView(r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed,
-                        tuple(r.pages), r.shared, r.lock, r.slot, r.awaiting, r.op)
+                        tuple(r.pages), r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock,
+                        r.prefetch)
             for r in sorted(self.requests.values(), key=lambda r: r.arrival)
         )
         return SchedulerSnapshot(self.step, views, self.cache.snapshot(),
-                                 tuple(self._slots), tuple(sorted(self._ops.items())))
+                                 tuple(self._slots), tuple(sorted(self._ops.items())),
+                                 tuple(sorted(self._l3.items())))

@@ -27,6 +27,7 @@ class NodeView:
     host_access: int
     seq: int
     pending: int | None
+    keys: tuple[str, ...] = ()  # L3 rolling keys, hex (L3-1)
 
     def pages(self, tier: Tier) -> tuple[int, ...] | None:
         return self.device if tier is Tier.DEVICE else self.host
@@ -63,6 +64,15 @@ class TransferView:
 
 
 @dataclass(slots=True, frozen=True)
+class L3View:
+    op_id: int
+    kind: str  # "prefetch" (L3 -> host) or "backup" (host -> L3)
+    node: int  # the anchor it pins on host
+    start: int  # index of its first page in the sequence
+    pages: tuple[int, ...]  # host pages
+
+
+@dataclass(slots=True, frozen=True)
 class CacheSnapshot:
     page_size: int
     pools: dict[Tier, PoolView]
@@ -70,6 +80,7 @@ class CacheSnapshot:
     roots: dict[int, int]  # namespace -> root node id
     locks: tuple[LockView, ...]
     transfers: tuple[TransferView, ...]
+    l3: tuple[L3View, ...] = ()  # L3 transfers in flight
 
     def node_map(self) -> dict[int, NodeView]:
         return {n.id: n for n in self.nodes}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from spec.registry import Registry
 
-MARKER = re.compile(r"""\{\{\s*behaviour\(\s*["']([A-Z]+-[0-9]+)["']\s*\)\s*\}\}""")
+MARKER = re.compile(r"""\{\{\s*behaviour\(\s*["']([A-Z][A-Z0-9]*-[0-9]+)["']\s*\)\s*\}\}""")
 
 
 @dataclass

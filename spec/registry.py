@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SPEC_DIR = Path(__file__).resolve().parent
-BEHAVIOUR_ID = re.compile(r"^[A-Z]+-[0-9]+$")
+BEHAVIOUR_ID = re.compile(r"^[A-Z][A-Z0-9]*-[0-9]+$")
 DEFECT_ID = re.compile(r"^(D[0-9]+|E)-[0-9]+$")
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reference.plan import Plan, WritebackDone
+from reference.l3 import rolling_keys, seed_key
+from reference.plan import ExtendResult, Plan, WritebackDone
+from reference.prefix_cache import PrefixCache
 from reference.requests import State
 from reference.scheduler import Scheduler, SchedulerError
+from reference.tiers import Tier
 
 
 class ReusesPinnedPage(Scheduler):
@@ -35,7 +38,7 @@ class LoadbackAfterForward(Scheduler):
     def next_plan(self):
         plan = super().next_plan()
         late, self.held = self.held, plan.loadbacks
-        return Plan(plan.step, plan.rows, late, plan.writebacks)
+        return Plan(plan.step, plan.rows, late, plan.writebacks, plan.l3)
 
 
 class FailedWritebackIsDone(Scheduler):
@@ -125,3 +128,154 @@ class RetractsIntoBaseModel(Scheduler):
 
 
 PLANTED_SCHED[RetractsIntoBaseModel.__name__] = RetractsIntoBaseModel
+
+
+# ----------------------------------------------------------------- L3 store (chapter l3_store)
+class PrefetchDoneNeverPrefills(Scheduler):
+    """L3-2 / D293-1: PrefetchDone is not an origin of the first chunk: such requests wait
+    forever."""
+
+    def _ordered(self, *states):
+        return super()._ordered(*(s for s in states if s is not State.PREFETCH_DONE))
+
+
+class _LeakyCache(PrefixCache):
+    def finish_prefetch(self, op_id, completed):
+        t = self._l3.get(op_id)
+        if t is not None and isinstance(completed, int) and 0 <= completed <= len(t.pages):
+            t.pages = t.pages[:completed]  # the pages that did not land are forgotten
+        return super().finish_prefetch(op_id, completed)
+
+
+class IncompletePrefetchLeaks(Scheduler):
+    """L3-3 / D293-2: the pages of an incomplete prefetch are never freed."""
+
+    cache_cls = _LeakyCache
+
+
+class _RootCache(PrefixCache):
+    def _prefetch_anchor(self, t):
+        return self._root(t.namespace)
+
+
+class PrefetchInsertedFromRoot(Scheduler):
+    """L3-3 / D293-3: fetched suffix pages are inserted from the root, not below the host
+    match."""
+
+    cache_cls = _RootCache
+
+
+class _BaseModelCache(PrefixCache):
+    def _prefetch_anchor(self, t):
+        return self._root(0) if t.start == 0 else t.node
+
+
+class PrefetchIntoBaseModel(Scheduler):
+    """L3-3 / D268-9: pages fetched for an adapter's prompt are inserted into namespace 0."""
+
+    cache_cls = _BaseModelCache
+
+
+class KeysFromAdmission(Scheduler):
+    """L3-1 / D293-5: prefetch keys are computed for the host match at admission, and used for
+    the host match at prefetch time."""
+
+    def submit(self, specs):
+        super().submit(specs)
+        stale = self.__dict__.setdefault("_stale", {})
+        for s in specs:
+            m = self.cache.match(s.namespace, s.tokens[:-1])
+            h = m.host_len // self.p
+            seed = self.cache._last_key(self.cache._node(m.host_node))
+            stale[s.rid] = [k.hex() for k in rolling_keys(seed, s.tokens[h * self.p :], self.p)]
+
+    def _prefetch(self, r):
+        op = super()._prefetch(r)
+        if op is not None:
+            op = replace(op, keys=tuple(self._stale[r.rid][: len(op.keys)]))
+        return op
+
+
+class _EvictFirstCache(PrefixCache):
+    def start_prefetch(self, node_id, tokens, want, least):
+        node = self._node(node_id)
+        pool = self.pools[Tier.HOST]
+        if pool.free_count < want:
+            self.evict(Tier.HOST, want - pool.free_count)  # before the host match is pinned
+        if node.host is not None and self._nodes.get(node_id) is node:
+            return super().start_prefetch(node_id, tokens, want, least)
+        n = min(want, pool.free_count, len(tokens) // self.page_size)
+        if n < max(least, 1):
+            return None
+        return self._new_l3("prefetch", node, [], n, tuple(tokens[: n * self.page_size]))
+
+
+class EvictsBeforePinningHostMatch(Scheduler):
+    """L3-4 / D293-6: host memory is evicted for a prefetch before its host match is pinned."""
+
+    cache_cls = _EvictFirstCache
+
+
+class _UnpinnedBackupCache(PrefixCache):
+    def start_backup(self, node_id, n):
+        node = self._node(node_id)
+        pages = [pg for x in node.path() for pg in (x.host or [])]
+        if node.host is None or n < 1 or n > len(pages):
+            return None
+        return self._new_l3("backup", node, [], n, (), pages[-n:])
+
+
+class BackupSourceUnpinned(Scheduler):
+    """L3-5 / D293-4: a backup's source host pages are not pinned until it completes."""
+
+    cache_cls = _UnpinnedBackupCache
+
+
+class _BareCache(PrefixCache):
+    bare = False
+
+    def _keys_below(self, parent, key):
+        return [] if self.bare else super()._keys_below(parent, key)
+
+    def _backfill_keys(self, node):
+        return None  # no later insert fills them in
+
+    def _last_key(self, node):
+        if node.is_root:
+            return seed_key(node.namespace)
+        return node.keys[-1] if node.keys else b""  # seeded from an empty list
+
+
+class MidFlightWithoutKeys(Scheduler):
+    """L3-1 / D381-3: nodes published mid-flight carry no L3 keys, nothing backfills them, and
+    keys below them are seeded from an empty list."""
+
+    cache_cls = _BareCache
+
+    def _apply(self, ev):
+        mid = isinstance(ev, ExtendResult) and self.requests[ev.rid].state is State.PREFILL_DONE
+        self.cache.bare = mid
+        try:
+            super()._apply(ev)
+        finally:
+            self.cache.bare = False
+
+
+class _NoNamespaceCache(PrefixCache):
+    def _last_key(self, node):
+        return b"" if node.is_root else super()._last_key(node)
+
+
+class KeysWithoutNamespace(Scheduler):
+    """L3-1 / D268-7: L3 keys do not mix in the namespace."""
+
+    cache_cls = _NoNamespaceCache
+
+
+L3_PLANTED = frozenset(
+    cls.__name__ for cls in (
+        PrefetchDoneNeverPrefills, IncompletePrefetchLeaks, PrefetchInsertedFromRoot,
+        PrefetchIntoBaseModel, KeysFromAdmission, EvictsBeforePinningHostMatch,
+        BackupSourceUnpinned, MidFlightWithoutKeys, KeysWithoutNamespace))
+for _name in sorted(L3_PLANTED):
+    PLANTED_SCHED[_name] = globals()[_name]

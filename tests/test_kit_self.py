@@ -45,7 +45,7 @@ def doc_ids(cls: type) -> set[str]:
     """Behaviour IDs named before the colon of the class docstring (catalog IDs dropped)."""
     head = (cls.__doc__ or "").split(":", 1)[0]
     known = load_registry().behaviours
-    return {b for b in re.findall(r"\b[A-Z]+-[0-9]+\b", head) if b in known}
+    return {b for b in re.findall(r"\b[A-Z][A-Z0-9]*-[0-9]+\b", head) if b in known}
 
 
 def scenario_violations(cls: type[PrefixCache], page_size: int = 2) -> dict[str, Violation]:

@@ -12,14 +12,14 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from planted_sched import PLANTED_SCHED
+from planted_sched import L3_PLANTED, PLANTED_SCHED
 
 from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from conformance.engine_config import EngineConfig
 from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
 from conformance.oracles import Violation
 from conformance.profiles import get_profile, parse_budget
-from conformance.runner import run_suite, select_cases
+from conformance.runner import L3_FUZZ, run_suite, select_cases
 from conformance.sched_scenarios import SCHED_SCENARIOS
 from conformance.sched_trace import SchedConfig, SchedTrace
 from reference.requests import TRANSITIONS
@@ -28,6 +28,7 @@ TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, ma
 WINDOW = SchedConfig(sliding_window=3)
 UNPUBLISHED = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3,
                           publish_mid_flight=False)
+L3_TIGHT = L3_FUZZ.model_copy(update={"host_pages": 4})
 
 # Defect -> (a workload that catches it, the oracle reporting it, a behaviour it cites).
 CATCHES = {
@@ -40,6 +41,15 @@ CATCHES = {
     "OverBudget": ("sched-abort-everywhere", "plan", "PLAN-2"),
     "PublishesUnderWindow": ("sched-sliding-window", "content", "PLAN-8"),
     "RetractsIntoBaseModel": ("sched-retract-own-namespace", "requests", "PLAN-6"),
+    "PrefetchDoneNeverPrefills": ("sched-l3-prefetch", "liveness", "L3-2"),
+    "IncompletePrefetchLeaks": ("sched-l3-prefetch", "l3", "L3-3"),
+    "PrefetchInsertedFromRoot": ("sched-l3-prefetch", "l3", "L3-3"),
+    "PrefetchIntoBaseModel": ("sched-l3-prefetch", "l3", "L3-3"),
+    "KeysFromAdmission": ("sched-l3-host-moves", "l3", "L3-1"),
+    "EvictsBeforePinningHostMatch": ("sched-l3-tight-host", "l3", "L3-4"),
+    "BackupSourceUnpinned": ("sched-l3-tight-host", "l3", "L3-5"),
+    "MidFlightWithoutKeys": ("sched-l3-prefetch", "l3", "L3-1"),
+    "KeysWithoutNamespace": ("sched-l3-prefetch", "l3", "L3-1"),
 }
 
 
@@ -58,8 +68,8 @@ def test_reference_passes_every_workload(sc) -> None:
 
 
 @pytest.mark.behaviours("REQ-1", "REQ-3", "PLAN-1", "PLAN-2", "PLAN-4", "LIVE-1")
-@pytest.mark.parametrize("config", [SchedConfig(), TIGHT, WINDOW],
-                         ids=["default", "tight", "window"])
+@pytest.mark.parametrize("config", [SchedConfig(), TIGHT, WINDOW, L3_FUZZ],
+                         ids=["default", "tight", "window", "l3"])
 def test_reference_survives_fuzzing(config) -> None:
     fuzz_sched(factory(), config, 60, None, 7, {})
 
@@ -69,7 +79,7 @@ def test_every_planted_defect_has_an_expected_catch() -> None:
 
 
 @pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2", "PLAN-8",
-                        "PLAN-6")
+                        "PLAN-6", "L3-1", "L3-2", "L3-3", "L3-4", "L3-5")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_a_workload_catches_planted_defect(name: str) -> None:
     workload, oracle, behaviour = CATCHES[name]
@@ -80,15 +90,19 @@ def test_a_workload_catches_planted_defect(name: str) -> None:
     play_sched(factory(), sc.trace)  # and the same workload passes on the reference
 
 
-@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "PLAN-2", "PLAN-8")
+@pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "PLAN-2", "PLAN-8", "L3-1",
+                        "L3-2", "L3-3", "L3-4", "L3-5")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_the_fuzzer_catches_planted_defect(name: str) -> None:
-    for config, seed in ((SchedConfig(), 0), (TIGHT, 1), (WINDOW, 2), (UNPUBLISHED, 3)):
+    attempts = (((L3_TIGHT, 1, 300), (L3_TIGHT, 0, 300)) if name in L3_PLANTED else
+                ((SchedConfig(), 0, 150), (TIGHT, 1, 150), (WINDOW, 2, 150),
+                 (UNPUBLISHED, 3, 150)))
+    for config, seed, n in attempts:
         try:
-            fuzz_sched(factory(PLANTED_SCHED[name]), config, 150, None, seed, {})
+            fuzz_sched(factory(PLANTED_SCHED[name]), config, n, None, seed, {})
         except Violation:
             return
-    pytest.fail(f"{name}: 4 x 150 workloads did not catch it")
+    pytest.fail(f"{name}: {len(attempts)} fuzz campaigns did not catch it")
 
 
 @pytest.mark.behaviours("REQ-1", "REQ-2")

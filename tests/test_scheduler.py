@@ -598,7 +598,10 @@ def test_every_table_entry_is_taken_and_nothing_else() -> None:
     assert rt.view(rid).state is S.FINISHED and held_nothing(rt.view(rid))
     rt.run(100)
     taken |= {(frm, ev) for _rid, frm, ev, _to in rt.sched.transitions}
-    assert set(TRANSITIONS) - taken == set(), "table entries never taken"
+    # The L3 entries need an L3 store; tests/test_l3.py takes each of them.
+    l3 = {(s, e) for s, e in TRANSITIONS if s in (S.PREFETCHING, S.PREFETCH_DONE)
+          or e is Event.PREFETCH}
+    assert set(TRANSITIONS) - l3 - taken == set(), "table entries never taken"
 
 
 # =========================================================================== REQ-2

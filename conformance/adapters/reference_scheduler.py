@@ -18,7 +18,7 @@ class ReferenceSchedulerAdapter:
     version = __version__
     features = frozenset({
         Feature.SNAPSHOT, Feature.HOST_TIER, Feature.NAMESPACES, Feature.KV_EVENTS,
-        Feature.MID_FLIGHT_PUBLISH, Feature.SLIDING_WINDOW,
+        Feature.MID_FLIGHT_PUBLISH, Feature.SLIDING_WINDOW, Feature.L3_STORE,
     })
 
     def __init__(self, config: SchedConfig, scheduler_cls: type[Scheduler] = Scheduler) -> None:

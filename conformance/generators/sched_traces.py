@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from conformance.memory import MemoryFactory, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.sched_driver import SchedulerDriver
-from conformance.sched_trace import AbortAt, Arrival, SchedConfig, SchedTrace
+from conformance.sched_trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 
 ACKS = st.lists(st.sampled_from(["now", "now", "later", "fail"]), max_size=6)
+L3_ACKS = st.lists(st.sampled_from(["now", "now", "later", "partial", "lose"]), max_size=6)
 
 
 @st.composite
@@ -51,8 +52,20 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
         AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}")
         for k in sorted(set(draw(st.lists(st.integers(0, n - 1), max_size=2))))
     ]
+    l3: dict = {}
+    if config.l3_store:
+        # The store holds some prompts' prefixes (some in another namespace, some extended
+        # past the prompt), so prefetches hit, miss, stop short and cross namespaces.
+        preload = []
+        for a in arrivals:
+            if draw(st.booleans()):
+                cut = draw(st.integers(1, len(a.tokens)))
+                more = draw(st.lists(st.integers(0, 2), max_size=2 * config.page_size))
+                ns = a.ns if draw(st.integers(0, 3)) else draw(st.integers(0, namespaces - 1))
+                preload.append(Preload(ns=ns, tokens=a.tokens[:cut] + more))
+        l3 = {"l3_preload": preload, "l3_acks": draw(L3_ACKS)}
     return SchedTrace(name="fuzz-scheduler", config=config, seed=draw(st.integers(0, 1000)),
-                      arrivals=arrivals, aborts=aborts, acks=draw(ACKS))
+                      arrivals=arrivals, aborts=aborts, acks=draw(ACKS), **l3)
 
 
 def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,

@@ -6,6 +6,7 @@ from conformance.oracles.determinism import DeterminismOracle
 from conformance.oracles.events import EventOracle
 from conformance.oracles.eviction import EvictionOracle
 from conformance.oracles.faults import FaultOracle
+from conformance.oracles.l3 import L3Oracle
 from conformance.oracles.matching import MatchOracle
 from conformance.oracles.memory import PageHashOracle, PinnedContentOracle
 from conformance.oracles.ownership import OwnershipOracle
@@ -39,7 +40,7 @@ MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, 
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
-    SchedContentOracle,
+    SchedContentOracle, L3Oracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle)
 

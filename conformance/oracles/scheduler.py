@@ -20,7 +20,8 @@ from reference.requests import HOLDS, TRANSITIONS, Event, State
 from reference.tiers import Tier
 
 PLAN_EVENTS = frozenset({Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.RETRACT,
-                         Event.RETRACT_NO_COPY, Event.WRITEBACK})
+                         Event.RETRACT_NO_COPY, Event.WRITEBACK, Event.PREFETCH})
+L3_STATES = frozenset({State.PREFETCHING, State.PREFETCH_DONE})
 
 
 @dataclass
@@ -59,7 +60,7 @@ class PlanOracle(Oracle):
         self.op_ids: set[Any] = set()  # every copy id handed out so far
 
     def check(self, plan: Plan, live: dict[str, Live], config, page_size: int) -> None:
-        for op in (*plan.loadbacks, *plan.writebacks):
+        for op in (*plan.loadbacks, *plan.writebacks, *plan.l3):
             if op.op_id in self.op_ids:
                 raise self.fail("PLAN-5", f"plan {plan.step} reuses copy id {op.op_id}: its "
                                 "acknowledgement could not be told apart")
@@ -104,10 +105,10 @@ class PlanOracle(Oracle):
 
 
 class RequestStateOracle(Oracle):
-    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6 (white-box)."""
+    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6, and the L3 states of L3-2 (white-box)."""
 
     name = "requests"
-    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6")
+    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6", "L3-2")
     needs = frozenset({Feature.SNAPSHOT})
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
@@ -121,11 +122,16 @@ class RequestStateOracle(Oracle):
             old = prev.get(v.rid)
             if old is not None and old.state is not v.state:
                 events = PLAN_EVENTS if phase == "plan" else frozenset(
-                    external.get(v.rid, set()) | {Event.WRITEBACK_DONE})
+                    external.get(v.rid, set()) | {Event.WRITEBACK_DONE, Event.PREFETCH_DONE})
                 if not reachable(old.state, v.state, events):
-                    raise self.fail("REQ-1", f"{v.rid} went {old.state} -> {v.state} during "
+                    rules = ("REQ-1", "L3-2") if {old.state, v.state} & L3_STATES else "REQ-1"
+                    raise self.fail(rules, f"{v.rid} went {old.state} -> {v.state} during "
                                     f"{phase}, which no table path allows")
             holds = HOLDS[v.state]
+            host_lock = getattr(v, "host_lock", None)
+            if (host_lock is not None) != ("host_pin" in holds):
+                raise self.fail(("REQ-3", "L3-2"), f"{v.rid} in {v.state} has host lock "
+                                f"{host_lock}")
             if (v.slot is not None) != ("slot" in holds):
                 raise self.fail("REQ-3", f"{v.rid} in {v.state} has slot {v.slot}")
             if (v.lock is not None) != ("pin" in holds):
@@ -209,9 +215,15 @@ class ReuseOracle(Oracle):
 
 class LivenessOracle(Oracle):
     name = "liveness"
-    behaviours = ("LIVE-1",)
+    behaviours = ("LIVE-1", "L3-2")
 
-    def stuck(self, plans: int, left: list[str]) -> Violation:
+    def stuck(self, plans: int, left: list[str], states: dict | None = None) -> Violation:
+        """``states`` (from a snapshot, where there is one) tells a request stranded after its
+        prefetch (L3-2) apart from one merely starved."""
+        where = sorted(rid for rid in left if states and states.get(rid) in L3_STATES)
+        if where:
+            return self.fail(("LIVE-1", "L3-2"), f"after {plans} plans requests {where[:5]} are "
+                             f"still {states[where[0]]}: the L3 path never reached a prefill")
         return self.fail("LIVE-1", f"after {plans} plans requests {left[:5]} never finished")
 
 
@@ -234,7 +246,8 @@ class RuntimeEventOracle(Oracle):
             return
         for v in after.requests:
             if v.rid == rid and (v.state is not State.FINISHED or v.pages or v.lock is not None
-                                 or v.slot is not None):
+                                 or v.slot is not None
+                                 or getattr(v, "host_lock", None) is not None):
                 raise self.fail("REQ-4", f"{rid} after Abort is {v.state} holding pages "
                                 f"{list(v.pages)}, lock {v.lock}, slot {v.slot}")
 
