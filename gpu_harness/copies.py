@@ -33,7 +33,8 @@ class TensorCopy:
     done: bool = False
 
 
-GATHER_ABOVE = 4  # runs of pages above which a copy gathers instead of copying run by run
+GATHER_ABOVE = 4  # runs of pages above which a copy of small pages gathers
+SMALL_PAGE = 256 << 10  # bytes: a page at least this big is moved by one copy_ per run
 
 
 def runs(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
@@ -62,12 +63,12 @@ class Copier:
     @staticmethod
     def _copy(src: TagPool, dst: TagPool, pairs: Sequence[tuple[int, int]],
               non_blocking: bool) -> list[torch.Tensor] | None:
-        """Move the rows: one ``copy_`` per run when the runs are few (large pages, long
-        prefixes), else one gather, one transfer and one scatter (many small pages, where a
-        launch per run would cost more than the bytes). A device -> host gather is returned
-        for ``finish`` to scatter once the transfer is known to have landed."""
+        """Move the rows: one ``copy_`` per run when the runs are few or the pages big (the
+        transfer engine streams them at full speed), else one gather, one transfer and one
+        scatter (many small pages, where a launch per run costs more than its bytes). A
+        device -> host gather is returned for ``finish`` to scatter once it has landed."""
         spans = runs(pairs)
-        if len(spans) <= GATHER_ABOVE:
+        if len(spans) <= GATHER_ABOVE or src.row_bytes >= SMALL_PAGE:
             for s, d, n in spans:
                 for a, b in zip(src.views, dst.views, strict=True):
                     b[d : d + n].copy_(a[s : s + n], non_blocking=non_blocking)

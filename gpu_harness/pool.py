@@ -27,6 +27,7 @@ class TagPool:
         self.cols = cols
         self.device = self.tensors[0].device
         self.views = [word_view(t, rows, cols) for t in self.tensors]
+        self.row_bytes = sum(t[0].numel() * t.element_size() for t in self.tensors) if rows else 0
         self.version = [0] * rows  # writes to each row so far
         self.landing = [0] * rows  # copies in flight into each row
 

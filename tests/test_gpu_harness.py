@@ -31,7 +31,7 @@ from conformance.profiles import Budget
 from conformance.runner import play, run_fuzz
 from conformance.scenarios import SCENARIOS
 from conformance.sched_scenarios import SCHED_SCENARIOS
-from gpu_harness.copies import GATHER_ABOVE, runs
+from gpu_harness.copies import GATHER_ABOVE, SMALL_PAGE, runs
 from gpu_harness.device import resolve_device
 from gpu_harness.layout import KVLayout, MambaLayout
 from gpu_harness.mamba import MambaMemory
@@ -128,6 +128,7 @@ def test_scattered_copies_take_the_gather_path_and_agree_with_the_shadow(device)
     src = [9, 2, 14, 5, 11, 0, 7]
     dst = [1, 12, 4, 15, 8, 3, 10]
     assert len(runs(list(zip(src, dst, strict=True)))) > GATHER_ABOVE
+    assert KVLayout().page_bytes(2) < SMALL_PAGE
     ops = [("write_pages", D, list(range(16)), [100 + i for i in range(16)]),
            ("write_pages", H, list(range(16)), [200 + i for i in range(16)])]
     for a in (D, H):
