@@ -143,6 +143,21 @@ class ContinuesInBaseModel(Scheduler):
             r.spec = real
 
 
+class ComputesInBaseModel(Scheduler):
+    """NS-3 / D268-3: the forward events after the first chunk (later chunks, decodes) do not
+    carry the request's adapter: their rows name namespace 0, so the runtime computes them with
+    the base model."""
+
+    def _prefill_row(self, r, budget, loadbacks):
+        later = r.state is State.PREFILLING
+        row = super()._prefill_row(r, budget, loadbacks)
+        return replace(row, namespace=0) if row is not None and later else row
+
+    def _decode_row(self, r, writebacks, rows):
+        row = super()._decode_row(r, writebacks, rows)
+        return None if row is None else replace(row, namespace=0)
+
+
 class AdapterCapCountsQueued(Scheduler):
     """PLAN-9 / D268-5: the adapter cap counts every live request's adapter, queued and waiting
     ones included: once more adapters wait than the cap allows, no adapter request is planned."""
@@ -161,7 +176,8 @@ class IgnoresAdapterCap(Scheduler):
         return r.state is not State.DECODING and super()._capped(r, adapters)
 
 
-for _cls in (ContinuesInBaseModel, AdapterCapCountsQueued, IgnoresAdapterCap):
+for _cls in (ContinuesInBaseModel, ComputesInBaseModel, AdapterCapCountsQueued,
+             IgnoresAdapterCap):
     PLANTED_SCHED[_cls.__name__] = _cls
 ADAPTER_PLANTED = frozenset({AdapterCapCountsQueued.__name__, IgnoresAdapterCap.__name__})
 

@@ -51,6 +51,7 @@ CATCHES = {
     "MidFlightWithoutKeys": ("sched-l3-prefetch", "l3", "L3-1"),
     "KeysWithoutNamespace": ("sched-l3-prefetch", "l3", "L3-1"),
     "ContinuesInBaseModel": ("sched-adapter-continuations", "requests", "NS-3"),
+    "ComputesInBaseModel": ("sched-adapter-continuations", "plan", "NS-3"),
     "AdapterCapCountsQueued": ("sched-adapter-cap", "liveness", "PLAN-9"),
     "IgnoresAdapterCap": ("sched-adapter-cap", "plan", "PLAN-9"),
 }
@@ -113,6 +114,18 @@ def test_the_fuzzer_catches_planted_defect(name: str) -> None:
         except Violation:
             return
     pytest.fail(f"{name}: {len(attempts)} fuzz campaigns did not catch it")
+
+
+@pytest.mark.behaviours("NS-3", "NS-1")
+@pytest.mark.parametrize("name", ["ContinuesInBaseModel", "ComputesInBaseModel"])
+def test_a_continuation_in_the_base_model_is_seen_in_the_kv(name: str) -> None:
+    """Judged by the KV memory alone: the runtime computes a row with the adapter the row names,
+    so a continuation that left its namespace shows as KV of another namespace where it or
+    another request reads."""
+    sc = next(s for s in SCHED_SCENARIOS if s.name == "sched-adapter-continuations")
+    with pytest.raises(Violation) as e:
+        play_sched(factory(PLANTED_SCHED[name]), sc.trace, memory_only=True)
+    assert e.value.oracle == "content" and "NS-3" in e.value.behaviours, e.value
 
 
 @pytest.mark.behaviours("REQ-1", "REQ-2")
