@@ -29,7 +29,11 @@ class TensorCopy:
     src_version: tuple[int, ...]  # of each source row when the copy started
     dst_version: tuple[int, ...]  # of each destination row once the copy claimed it
     event: torch.cuda.Event | None
+    staged: list[torch.Tensor] | None = None  # a device -> host gather, scattered on landing
     done: bool = False
+
+
+GATHER_ABOVE = 4  # runs of pages above which a copy gathers instead of copying run by run
 
 
 def runs(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
@@ -57,10 +61,32 @@ class Copier:
 
     @staticmethod
     def _copy(src: TagPool, dst: TagPool, pairs: Sequence[tuple[int, int]],
-              non_blocking: bool) -> None:
-        for s, d, n in runs(pairs):
-            for a, b in zip(src.views, dst.views, strict=True):
-                b[d : d + n].copy_(a[s : s + n], non_blocking=non_blocking)
+              non_blocking: bool) -> list[torch.Tensor] | None:
+        """Move the rows: one ``copy_`` per run when the runs are few (large pages, long
+        prefixes), else one gather, one transfer and one scatter (many small pages, where a
+        launch per run would cost more than the bytes). A device -> host gather is returned
+        for ``finish`` to scatter once the transfer is known to have landed."""
+        spans = runs(pairs)
+        if len(spans) <= GATHER_ABOVE:
+            for s, d, n in spans:
+                for a, b in zip(src.views, dst.views, strict=True):
+                    b[d : d + n].copy_(a[s : s + n], non_blocking=non_blocking)
+            return None
+        s_rows = src.index([s for s, _d in pairs])
+        if src.device == dst.device:
+            dst.scatter(dst.index([d for _s, d in pairs]), src.gather(s_rows))
+            return None
+        if src.device.type == "cpu":  # host -> device: gather into pinned memory, one transfer
+            stage = src.gather(s_rows, pinned=True)
+            dst.scatter(dst.index([d for _s, d in pairs]),
+                        [t.to(dst.device, non_blocking=True) for t in stage])
+            return None
+        out = []  # device -> host: gather on the device, one transfer into pinned memory
+        for t in src.gather(s_rows):
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            out.append(host)
+        return out
 
     def start(self, src: TagPool, dst: TagPool, pairs: Sequence[tuple[int, int]]) -> TensorCopy:
         pairs = tuple(pairs)
@@ -76,10 +102,10 @@ class Copier:
         side = self._stream(cuda)
         side.wait_stream(torch.cuda.current_stream(cuda))  # the source as written so far
         with torch.cuda.stream(side):
-            self._copy(src, dst, pairs, non_blocking=True)
+            staged = self._copy(src, dst, pairs, non_blocking=True)
             event = torch.cuda.Event()
             event.record(side)
-        return TensorCopy(src, dst, pairs, src_version, dst_version, event)
+        return TensorCopy(src, dst, pairs, src_version, dst_version, event, staged)
 
     def finish(self, op: TensorCopy, success: bool) -> list[int]:
         """Land ``op`` (or fail it): returns the source rows written while it was in flight.
@@ -92,6 +118,8 @@ class Copier:
             # The host side of a transfer is plain memory the CPU may write next (a freed page
             # reused), so landing waits for the transfer itself, not only the compute stream.
             op.event.synchronize()
+        if op.staged is not None:
+            op.dst.scatter(op.dst.index([d for _s, d in op.pairs]), op.staged)
         raced: list[int] = []
         bad: list[int] = []
         for (s, d), sv, dv in zip(op.pairs, op.src_version, op.dst_version, strict=True):

@@ -91,6 +91,22 @@ class TagPool:
         self.touched(rows)
 
 
+    def gather(self, rows: torch.Tensor, pinned: bool = False) -> list[torch.Tensor]:
+        """The words of ``rows``, one tensor per view (in pinned memory when asked)."""
+        if not pinned:
+            return [v.index_select(0, rows) for v in self.views]
+        out = []
+        for v in self.views:
+            o = torch.empty((rows.numel(), *v.shape[1:]), dtype=v.dtype, pin_memory=True)
+            torch.index_select(v, 0, rows, out=o)
+            out.append(o)
+        return out
+
+    def scatter(self, rows: torch.Tensor, parts: Sequence[torch.Tensor]) -> None:
+        for v, part in zip(self.views, parts, strict=True):
+            v.index_copy_(0, rows, part)
+
+
 def _last_wins(cells, tags: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """One write per cell, the last one: a scatter with repeated indices keeps an arbitrary
     one on CUDA, and the outcome must not depend on the device (DET-1)."""

@@ -31,6 +31,7 @@ from conformance.profiles import Budget
 from conformance.runner import play, run_fuzz
 from conformance.scenarios import SCENARIOS
 from conformance.sched_scenarios import SCHED_SCENARIOS
+from gpu_harness.copies import GATHER_ABOVE, runs
 from gpu_harness.device import resolve_device
 from gpu_harness.layout import KVLayout, MambaLayout
 from gpu_harness.mamba import MambaMemory
@@ -118,6 +119,35 @@ def test_a_copy_lands_whole_pages_and_poisons_until_then(device):
     assert mem.read_pages(H, [0, 3]) == [(1 << 64) - 5, 5]
     with pytest.raises(ValueError):
         mem.finish_copy(h, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scattered_copies_take_the_gather_path_and_agree_with_the_shadow(device):
+    """Many runs of pages go through one gather, transfer and scatter (GATHER_ABOVE); the
+    outcome, races and failures included, is the shadow memory's."""
+    src = [9, 2, 14, 5, 11, 0, 7]
+    dst = [1, 12, 4, 15, 8, 3, 10]
+    assert len(runs(list(zip(src, dst, strict=True)))) > GATHER_ABOVE
+    ops = [("write_pages", D, list(range(16)), [100 + i for i in range(16)]),
+           ("write_pages", H, list(range(16)), [200 + i for i in range(16)])]
+    for a in (D, H):
+        ops += [("start", a, list(zip(src, dst, strict=True)), None),
+                ("write", a, [(2, 0)], [7]),  # a source page written in flight
+                ("read_pages", H if a is D else D, dst, None),
+                ("finish", 0, True, None),
+                ("start", a, list(zip(dst, src, strict=True)), None),
+                ("finish", 0, False, None)]
+    shadow = ShadowMemory(2, {D: 16, H: 16})
+    tensors = TensorMemory(2, 16, 16, KVLayout(), device)
+    got = apply16(tensors, ops)
+    assert got == apply16(shadow, ops)
+    assert POISON in got[0] and got[1] == [2]  # in flight, then the raced source
+
+
+def apply16(mem, ops) -> list:
+    out = apply(mem, ops)[:-2]
+    out.append(mem.read_pages(D, list(range(16))) + mem.read_pages(H, list(range(16))))
+    return out
 
 
 @pytest.mark.behaviours("DET-1")
