@@ -19,6 +19,7 @@ class Feature(str, Enum):
     SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
     CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
     UNLOAD = "unload"  # a namespace (adapter) can be unloaded
+    ADAPTER_CAP = "adapter_cap"  # a cap on distinct adapters per forward (max_adapters, PLAN-9)
 
     def __str__(self) -> str:
         return self.value

@@ -263,14 +263,25 @@ def sched_scenario_case(sc) -> Case:
 
 # A small host tier, so prefetches evict and backups hold pages other copies want.
 L3_FUZZ = SchedConfig(l3_store=True, device_pages=12, host_pages=8, max_tokens=8, max_batch=3)
+# One adapter slot per forward (PLAN-9) on a small device, so the cap meets retraction.
+ADAPTER_FUZZ = SchedConfig(max_adapters=1, device_pages=12, host_pages=8, max_tokens=8,
+                           max_batch=3)
 SCHED_FUZZ_BEHAVIOURS = tuple(sorted({b for o in SCHED_ORACLES for b in o.behaviours}
                                      | {"DET-1", "TREE-2", "NS-1"}))
+
+
+def fuzz_namespaces(config: SchedConfig, features: frozenset[Feature]) -> int:
+    """Namespaces the fuzzer draws from: one more adapter than the cap allows, so it binds."""
+    if Feature.NAMESPACES not in features:
+        return 1
+    return config.max_adapters + 2 if config.max_adapters else 2
 
 
 def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
                     needs: frozenset[Feature] = frozenset()) -> Case:
     behaviours = tuple(b for b in SCHED_FUZZ_BEHAVIOURS
-                       if config.l3_store or not b.startswith("L3-"))
+                       if (config.l3_store or not b.startswith("L3-"))
+                       and (config.max_adapters or b != "PLAN-9"))
 
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
@@ -283,7 +294,7 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
             with _import_independent_draws():
                 fuzz_sched(ctx.sched_factory, config, ctx.budget.examples,
                            ctx.budget.seconds, ctx.seed, holder, ctx,
-                           namespaces=2 if Feature.NAMESPACES in ctx.features else 1)
+                           namespaces=fuzz_namespaces(config, ctx.features))
         except Violation as v:
             trace = holder["trace"]
             found = len(trace.arrivals)
@@ -325,6 +336,10 @@ def all_cases() -> list[Case]:
         "fuzz-scheduler-window", SchedConfig(sliding_window=3),
         "workloads under a 3-token sliding window: nothing computed may be published",
         frozenset({Feature.SLIDING_WINDOW})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-adapters", ADAPTER_FUZZ,
+        "workloads over three adapters and the base model with one adapter slot per forward, "
+        "on a small device", frozenset({Feature.NAMESPACES, Feature.ADAPTER_CAP})))
     cases.append(sched_fuzz_case(
         "fuzz-scheduler-l3", L3_FUZZ,
         "workloads over an L3 store: prefetches that land, stop short or are lost, backups "

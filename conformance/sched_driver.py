@@ -152,7 +152,9 @@ class SchedulerDriver:
         left = sorted(rid for rid, r in self.live.items() if not r.finished)
         if self._fits():
             states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
-            raise LivenessOracle().stuck(self.trace.max_plans, left, states)
+            capped = ([rid for rid in left if self.live[rid].ns != 0]
+                      if self.config.max_adapters else None)
+            raise LivenessOracle().stuck(self.trace.max_plans, left, states, capped)
         self.log.append(("unjudged", "a request needs more device pages than the pool has"))
         return self.log
 
@@ -288,13 +290,22 @@ class SchedulerDriver:
                 raise self.content.wrong(row, ns, i, page, tag)
         writes = range(row.start, row.start + n)
         self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in writes],
-                          [i % p for i in writes], [self._tag(row.rid, i) for i in writes])
+                          [i % p for i in writes], self._computed(row, req, writes))
         if w:
             if row.kind == "prefill" and row.start == row.reused:  # an admission
                 self.base[row.rid] = row.reused
             drops = range(self.base.get(row.rid, 0), row.start + n - w)
             self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
                               [i % p for i in drops], [DROPPED] * len(drops))
+
+    def _computed(self, row, req: Live, writes: range) -> list[int]:
+        """The KV a row computes: with the adapter the row names, so a continuation in another
+        namespace than its request's writes KV of that namespace (NS-3)."""
+        if row.namespace == req.ns:
+            return [self._tag(row.rid, i) for i in writes]
+        tags = position_tags(row.namespace, req.tokens[: writes.stop], 0, None)[writes.start :]
+        self.content.origin.update(dict.fromkeys(tags, row.namespace))
+        return tags
 
     def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list, list]:
         """This plan's writebacks are in flight; returns the copies acknowledged in this advance

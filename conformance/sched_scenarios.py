@@ -9,6 +9,7 @@ from conformance.sched_trace import AbortAt, Arrival, Preload, SchedConfig, Sche
 
 SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]  # a shared "system prompt" of 4 pages at page size 2
 L3 = frozenset({Feature.L3_STORE, Feature.NAMESPACES})
+CAP = frozenset({Feature.ADAPTER_CAP, Feature.NAMESPACES})
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
         "A full device retracts the longest decode into its own namespace and recovers it.",
     ),
     SchedScenario(
-        "sched-retract-own-namespace", ("PLAN-6", "NS-1", "TREE-2"),
+        "sched-retract-own-namespace", ("PLAN-6", "NS-1", "NS-3", "TREE-2"),
         frozenset({Feature.NAMESPACES}),
         _t("sched-retract-own-namespace", ("PLAN-6",),
            config=SchedConfig(device_pages=9, host_pages=16, max_tokens=12,
@@ -58,6 +59,32 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
                      Arrival(at=4, rid="base-twin", tokens=[0, 1, 2, 0, 1], new_tokens=2)]),
         "A retracted request's pages go into its own namespace, where its recovery finds them, "
         "and a base-model request with the same prompt never sees them (D268-2).",
+    ),
+    SchedScenario(
+        "sched-adapter-continuations", ("NS-3", "NS-1", "PLAN-7", "TREE-2"),
+        frozenset({Feature.MID_FLIGHT_PUBLISH, Feature.NAMESPACES}),
+        _t("sched-adapter-continuations", ("NS-3",),
+           config=SchedConfig(max_tokens=4),
+           arrivals=[Arrival(at=0, rid="adapter", ns=1, tokens=[*SYSTEM, 0, 0], new_tokens=6),
+                     Arrival(at=5, rid="twin", ns=1, tokens=[*SYSTEM, 2, 1], new_tokens=2),
+                     Arrival(at=6, rid="base-twin", tokens=[*SYSTEM, 0, 0, 1], new_tokens=2),
+                     Arrival(at=12, rid="after", ns=1, tokens=[*SYSTEM, 0, 0, 1],
+                             new_tokens=2)]),
+        "An adapter's prompt is prefilled in chunks, published mid-flight and at finish in its "
+        "own namespace: an adapter twin reuses it, a base-model twin never sees it (D268-3).",
+    ),
+    SchedScenario(
+        "sched-adapter-cap", ("PLAN-9", "LIVE-1", "NS-3"), CAP,
+        _t("sched-adapter-cap", ("PLAN-9",),
+           config=SchedConfig(max_adapters=1, max_slots=3, max_tokens=12), max_plans=120,
+           arrivals=[Arrival(at=0, rid="one", ns=1, tokens=[0, 1, 2], new_tokens=4),
+                     Arrival(at=0, rid="two", ns=2, tokens=[0, 1, 2, 1], new_tokens=3),
+                     Arrival(at=0, rid="base", tokens=[0, 1, 2], new_tokens=3),
+                     Arrival(at=0, rid="three", ns=3, tokens=[2, 1], new_tokens=3),
+                     Arrival(at=1, rid="one-more", ns=1, tokens=[0, 1, 2, 2], new_tokens=2)]),
+        "With one adapter slot per forward, three adapters and the base model share the "
+        "scheduler: no forward serves two adapters, and the cap counts only what a forward "
+        "holds, so every adapter gets its turn (D268-5).",
     ),
     SchedScenario(
         "sched-abort-everywhere", ("REQ-4", "REQ-2", "FIN-2"),

@@ -31,6 +31,8 @@ class SchedConfig(BaseModel):
     sliding_window: int = Field(0, ge=0, description="0 = full attention")
     l3_store: bool = Field(False, description="an L3 store below the host tier (L3-1..L3-5)")
     prefetch_threshold: int = Field(1, ge=1, description="least L3 pages worth a prefetch")
+    max_adapters: int = Field(0, ge=0, description="distinct non-base namespaces one forward "
+                              "may serve (PLAN-9); 0 = no cap")
 
 
 class Arrival(BaseModel):

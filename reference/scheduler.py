@@ -62,14 +62,17 @@ class SchedulerConfig:
     # prefetched into host first; every acknowledged writeback is backed up. Off: no L3 ops.
     l3_store: bool = False
     prefetch_threshold: int = 1  # pages past the cached prefix worth a prefetch (L3-2)
+    # At most this many distinct adapters (non-base namespaces) among the rows of one forward,
+    # like a runtime's LoRA slots (PLAN-9, D268-5); 0 = no cap.
+    max_adapters: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "max_batch", "max_slots", "prefetch_threshold"):
             if getattr(self, name) < 1:
                 raise CacheError("bad_config", f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.sliding_window < 0:
-            raise CacheError("bad_config", f"sliding_window must be >= 0, got "
-                             f"{self.sliding_window}")
+        for name in ("sliding_window", "max_adapters"):
+            if getattr(self, name) < 0:
+                raise CacheError("bad_config", f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass(slots=True)
@@ -217,6 +220,7 @@ class Scheduler:
         rows: list[ForwardRow] = []
         loadbacks: list[CopyOp] = []
         budget = self.config.max_tokens
+        adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
         order = (
             self._ordered(State.PREFILLING)
             + self._ordered(State.SUBMITTED, State.PREFETCH_DONE)
@@ -230,21 +234,39 @@ class Scheduler:
                 if op is not None:
                     l3.append(op)
                     continue
+            if self._capped(r, adapters):
+                continue
             row = self._prefill_row(r, budget, loadbacks)
             if row is not None:
                 rows.append(row)
                 budget -= len(row.input_tokens)
+                self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
             for r in self._ordered(State.DECODING):
                 if r.awaiting or r.state is not State.DECODING:
                     continue
                 if len(rows) >= self.config.max_batch or budget <= 0:
                     break
+                if self._capped(r, adapters):
+                    continue
                 row = self._decode_row(r, writebacks, rows)
                 if row is not None:
                     rows.append(row)
                     budget -= 1
+                    self._count_adapter(row, adapters)
         return Plan(self.step, tuple(rows), tuple(loadbacks), tuple(writebacks), tuple(l3))
+
+    def _capped(self, r: Request, adapters: set[int]) -> bool:
+        """Whether ``r``'s adapter would be one too many in this forward (PLAN-9). ``adapters``
+        holds only the adapters of rows already planned: a queued, waiting or finished request,
+        or one whose row could not be planned, takes no slot (D268-5)."""
+        cap, ns = self.config.max_adapters, r.spec.namespace
+        return bool(cap) and ns != 0 and ns not in adapters and len(adapters) >= cap
+
+    @staticmethod
+    def _count_adapter(row: ForwardRow, adapters: set[int]) -> None:
+        if row.namespace != 0:
+            adapters.add(row.namespace)
 
     def _ordered(self, *states: State) -> list[Request]:
         return sorted((r for r in self.requests.values() if r.state in states),

@@ -130,6 +130,58 @@ class RetractsIntoBaseModel(Scheduler):
 PLANTED_SCHED[RetractsIntoBaseModel.__name__] = RetractsIntoBaseModel
 
 
+class ContinuesInBaseModel(Scheduler):
+    """NS-3 / D268-3: only the first chunk knows the request's adapter: the KV its later steps
+    publish (mid-flight, at retraction, at finish) is inserted into namespace 0."""
+
+    def _publish(self, r, upto):
+        real = r.spec
+        r.spec = replace(real, namespace=0)
+        try:
+            return super()._publish(r, upto)
+        finally:
+            r.spec = real
+
+
+class ComputesInBaseModel(Scheduler):
+    """NS-3 / D268-3: the forward events after the first chunk (later chunks, decodes) do not
+    carry the request's adapter: their rows name namespace 0, so the runtime computes them with
+    the base model."""
+
+    def _prefill_row(self, r, budget, loadbacks):
+        later = r.state is State.PREFILLING
+        row = super()._prefill_row(r, budget, loadbacks)
+        return replace(row, namespace=0) if row is not None and later else row
+
+    def _decode_row(self, r, writebacks, rows):
+        row = super()._decode_row(r, writebacks, rows)
+        return None if row is None else replace(row, namespace=0)
+
+
+class AdapterCapCountsQueued(Scheduler):
+    """PLAN-9 / D268-5: the adapter cap counts every live request's adapter, queued and waiting
+    ones included: once more adapters wait than the cap allows, no adapter request is planned."""
+
+    def _capped(self, r, adapters):
+        waiting = {q.spec.namespace for q in self.requests.values()
+                   if q.spec.namespace != 0 and q.state is not State.FINISHED}
+        cap = self.config.max_adapters
+        return bool(cap) and r.spec.namespace != 0 and len(waiting) > cap
+
+
+class IgnoresAdapterCap(Scheduler):
+    """PLAN-9 / D268-5: the adapter cap is not enforced when decode rows join the forward."""
+
+    def _capped(self, r, adapters):
+        return r.state is not State.DECODING and super()._capped(r, adapters)
+
+
+for _cls in (ContinuesInBaseModel, ComputesInBaseModel, AdapterCapCountsQueued,
+             IgnoresAdapterCap):
+    PLANTED_SCHED[_cls.__name__] = _cls
+ADAPTER_PLANTED = frozenset({AdapterCapCountsQueued.__name__, IgnoresAdapterCap.__name__})
+
+
 # ----------------------------------------------------------------- L3 store (chapter l3_store)
 class PrefetchDoneNeverPrefills(Scheduler):
     """L3-2 / D293-1: PrefetchDone is not an origin of the first chunk: such requests wait

@@ -30,6 +30,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from reference.errors import CacheError
 from reference.plan import (
     Abort,
     ExtendResult,
@@ -219,6 +220,10 @@ def check_plan(plan: Plan, before: SchedulerSnapshot, after: SchedulerSnapshot,
     if not config.mixed:
         kinds = {r.kind for r in plan.rows}
         assert kinds != {"prefill", "decode"}, "PLAN-3: prefill and decode rows mixed"
+    # PLAN-9: at most max_adapters distinct adapters among the rows.
+    if config.max_adapters:
+        adapters = {r.namespace for r in plan.rows if r.namespace != 0}
+        assert len(adapters) <= config.max_adapters, f"PLAN-9: adapters {adapters} in one plan"
     # PLAN-4 and the rows' contents.
     blocks = tier_blocks(before.cache)
     host_blocks = tier_blocks(before.cache, H)
@@ -1107,6 +1112,62 @@ def test_without_mid_flight_publish_nothing_is_reused_until_finish() -> None:
     rt.submit(spec("c", prompt + (3,)))  # after a finished: published at its finish
     plan = rt.plan()
     assert plan.rows[0].reused == 4
+
+
+# =========================================================================== NS-3
+@pytest.mark.behaviours("NS-3", "PLAN-7", "FIN-1")
+@pytest.mark.parametrize("mid_flight", [True, False])
+def test_every_continuation_stays_in_the_request_namespace(mid_flight: bool) -> None:
+    """Chunks, decodes and both publishes of an adapter's request are in its namespace only."""
+    rt = Runtime(cfg(max_tokens=2, publish_mid_flight=mid_flight), k=4, ack_later=0.0)
+    prompt = (1, 2, 3, 1, 2, 0, 3)
+    rt.submit(spec("a", prompt, 5))
+    rows = []
+    while rt.view("a") is not None and rt.view("a").state is not S.DECODING:
+        rows.extend(rt.step().rows)
+    assert len(rows) == 4 and all(row.namespace == 5 for row in rows), rows
+    cache = rt.sched.snapshot().cache
+    assert match_lengths(cache, 0, prompt)[0] == 0, "NS-3: published into the base model"
+    assert match_lengths(cache, 5, prompt)[0] == (6 if mid_flight else 0)
+    rt.run(20)
+    assert all(row.namespace == 5 for plan in rt.plans for row in plan.rows)
+    cache = rt.sched.snapshot().cache
+    assert match_lengths(cache, 0, prompt + (0,)) == (0, 0), "NS-3: finished into namespace 0"
+    assert max(match_lengths(cache, 5, prompt)) == 6
+
+
+# =========================================================================== PLAN-9
+@pytest.mark.behaviours("PLAN-9")
+def test_adapter_cap_counts_only_rows_of_the_forward() -> None:
+    """A request whose row cannot be planned (no device room) takes no adapter place: the next
+    adapter's request that fits is planned in the same forward (D268-5)."""
+    rt = Runtime(cfg(device_pages=5, host_pages=0, max_adapters=1), k=3, ack_later=0.0)
+    rt.submit(spec("hog", (1, 2, 3, 1, 2, 0)))
+    rt.step()
+    rt.submit(spec("big", (0, 0, 1, 1, 2), 1), spec("small", (3,), 2))
+    plan = rt.plan()
+    assert {row.rid: row.namespace for row in plan.rows} == {"small": 2, "hog": 0}
+    rt.advance(rt.respond(plan))
+    rt.run(40)
+
+
+@pytest.mark.behaviours("PLAN-9", "LIVE-1")
+@pytest.mark.parametrize("cap", [1, 2])
+def test_adapter_cap_holds_and_every_adapter_gets_its_turn(cap: int) -> None:
+    """More adapters than places: every plan within the cap (checked on each), all finish."""
+    rt = Runtime(cfg(max_adapters=cap, max_batch=4), k=3)
+    rng = random.Random(cap)
+    for s in workload(rt, 8, rng, namespaces=4):
+        rt.submit(s)
+    rt.run(200)
+    served = [{row.namespace for row in plan.rows} - {0} for plan in rt.plans]
+    assert max(len(a) for a in served) == cap
+
+
+@pytest.mark.behaviours("PLAN-9")
+def test_a_negative_adapter_cap_is_rejected() -> None:
+    with pytest.raises(CacheError, match="max_adapters"):
+        cfg(max_adapters=-1)
 
 
 # =========================================================================== FIN-1, FIN-2

@@ -19,6 +19,7 @@ class ReferenceSchedulerAdapter:
     features = frozenset({
         Feature.SNAPSHOT, Feature.HOST_TIER, Feature.NAMESPACES, Feature.KV_EVENTS,
         Feature.MID_FLIGHT_PUBLISH, Feature.SLIDING_WINDOW, Feature.L3_STORE,
+        Feature.ADAPTER_CAP,
     })
 
     def __init__(self, config: SchedConfig, scheduler_cls: type[Scheduler] = Scheduler) -> None:

@@ -68,6 +68,9 @@ class TokenSpeedAdapter:
             c.has_sliding_window = config.sliding_window > 0
             c.sliding_window_size = config.sliding_window
             self.features = self.features | {Feature.SLIDING_WINDOW}
+        if hasattr(c, "max_loras"):  # only the LoRA branch caps adapters per batch (PLAN-9)
+            c.max_loras = config.max_adapters
+            self.features = self.features | {Feature.ADAPTER_CAP}
         self.sched = ts.Scheduler(c)
         self._step = 0
 

@@ -54,7 +54,7 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> b
 
 class PlanOracle(Oracle):
     name = "plan"
-    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5")
+    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "NS-3")
 
     def __init__(self) -> None:
         self.op_ids: set[Any] = set()  # every copy id handed out so far
@@ -77,6 +77,10 @@ class PlanOracle(Oracle):
         kinds = {r.kind for r in rows}
         if not config.mixed and kinds == {"prefill", "decode"}:
             raise self.fail("PLAN-3", f"plan {plan.step} mixes prefill and decode rows")
+        adapters = sorted({r.namespace for r in rows if r.namespace != 0})
+        if config.max_adapters and len(adapters) > config.max_adapters:
+            raise self.fail("PLAN-9", f"plan {plan.step} serves adapters {adapters}, over the "
+                            f"cap of {config.max_adapters}")
         loaded = {d for op in plan.loadbacks for _s, d in op.pairs}
         tables: set[int] = set()
         for r in rows:
@@ -84,6 +88,9 @@ class PlanOracle(Oracle):
             if req is None or req.finished:
                 raise self.fail("PLAN-1", f"plan {plan.step} has a row for {r.rid}, which is "
                                 "not live")
+            if r.namespace != req.ns:
+                raise self.fail("NS-3", f"plan {plan.step} has a {r.kind} row of {r.rid} "
+                                f"(namespace {req.ns}) in namespace {r.namespace}")
             if req.due:
                 raise self.fail("PLAN-1", f"plan {plan.step} schedules {r.rid} before its last "
                                 "sampled token was reported")
@@ -105,10 +112,10 @@ class PlanOracle(Oracle):
 
 
 class RequestStateOracle(Oracle):
-    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6, and the L3 states of L3-2 (white-box)."""
+    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6, NS-3 and the L3 states of L3-2 (white-box)."""
 
     name = "requests"
-    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6", "L3-2")
+    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6", "NS-3", "L3-2")
     needs = frozenset({Feature.SNAPSHOT})
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
@@ -116,6 +123,7 @@ class RequestStateOracle(Oracle):
         prev = {v.rid: v for v in before.requests} if before is not None else {}
         tree = TreeView(after.cache)
         owners = after.cache.pools[Tier.DEVICE].owners
+        locked = {lk.handle: lk.node for lk in after.cache.locks}
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
         for v in after.requests:
@@ -154,6 +162,7 @@ class RequestStateOracle(Oracle):
             for pg in v.pages[: v.shared]:
                 if not owners[pg].startswith("node:"):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
+            self._own_namespace(v, tree, owners, locked)
             req = live.get(v.rid)
             # What it had computed before this call (a retraction resets the count to zero).
             was = old if old is not None and old.state is not v.state else v
@@ -179,6 +188,20 @@ class RequestStateOracle(Oracle):
         if caller != len(claimed):
             raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
                             f"requests hold {len(claimed)}")
+
+
+    def _own_namespace(self, v, tree: TreeView, owners, locked: dict[int, int]) -> None:
+        """NS-3: the pages a request shares and the node it pins are in its own namespace's
+        tree, whichever step (admission, publish, recovery) put them there."""
+        held = [(f"shared page {pg}", int(owners[pg].split(":", 1)[1]))
+                for pg in v.pages[: v.shared]]
+        if v.lock is not None and v.lock in locked:
+            held.append((f"pinned node (lock {v.lock})", locked[v.lock]))
+        for what, node_id in held:
+            node = tree.nodes.get(node_id)
+            if node is not None and node.namespace != v.namespace:
+                raise self.fail("NS-3", f"{v.rid} (namespace {v.namespace}, {v.state}) holds "
+                                f"{what} of namespace {node.namespace}")
 
 
 class ReuseOracle(Oracle):
@@ -215,15 +238,20 @@ class ReuseOracle(Oracle):
 
 class LivenessOracle(Oracle):
     name = "liveness"
-    behaviours = ("LIVE-1", "L3-2")
+    behaviours = ("LIVE-1", "L3-2", "PLAN-9")
 
-    def stuck(self, plans: int, left: list[str], states: dict | None = None) -> Violation:
+    def stuck(self, plans: int, left: list[str], states: dict | None = None,
+              capped: list[str] | None = None) -> Violation:
         """``states`` (from a snapshot, where there is one) tells a request stranded after its
-        prefetch (L3-2) apart from one merely starved."""
+        prefetch (L3-2) apart from one merely starved; ``capped`` names the adapter requests of
+        a run with an adapter cap: when they are all that is left, the cap starved them."""
         where = sorted(rid for rid in left if states and states.get(rid) in L3_STATES)
         if where:
             return self.fail(("LIVE-1", "L3-2"), f"after {plans} plans requests {where[:5]} are "
                              f"still {states[where[0]]}: the L3 path never reached a prefill")
+        if capped and set(left) <= set(capped):
+            return self.fail(("LIVE-1", "PLAN-9"), f"after {plans} plans only adapter requests "
+                             f"{left[:5]} are left: the adapter cap starves them")
         return self.fail("LIVE-1", f"after {plans} plans requests {left[:5]} never finished")
 
 
@@ -262,11 +290,13 @@ class RuntimeEventOracle(Oracle):
 
 
 class SchedContentOracle(Oracle):
-    """TREE-2, NS-1, PLAN-8 at the scheduler level: every position a forward reads holds the tag
-    of its own (namespace, prefix), and none holds KV a sliding window dropped."""
+    """TREE-2, NS-1, NS-3, PLAN-8 at the scheduler level: every position a forward reads holds
+    the tag of its own (namespace, prefix), and none holds KV a sliding window dropped. KV of
+    another namespace read there was computed or published by a step that left its request's
+    namespace (NS-3), or matched across namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "PLAN-8")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8")
 
     def dropped(self, row, i: int, page: int) -> Violation:
         return self.fail(("PLAN-8", "TREE-2"), f"{row.kind} row of {row.rid} reads position {i} "
@@ -278,9 +308,9 @@ class SchedContentOracle(Oracle):
     def wrong(self, row, ns: int, i: int, page: int, got: int | None) -> Violation:
         other = self.origin.get(got) if got is not None else None
         if other is not None and other != ns:
-            return self.fail(("TREE-2", "NS-1"), f"{row.kind} row of {row.rid} (namespace {ns}) "
-                             f"reads position {i} from device page {page}, which holds KV of "
-                             f"namespace {other}")
+            return self.fail(("TREE-2", "NS-1", "NS-3"), f"{row.kind} row of {row.rid} "
+                             f"(namespace {ns}) reads position {i} from device page {page}, "
+                             f"which holds KV of namespace {other}")
         what = ("nothing" if got is None else "the remains of an unfinished copy"
                 if got == POISON else "the KV of another prefix")
         return self.fail("TREE-2", f"{row.kind} row of {row.rid} (namespace {ns}) reads "
