@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import typer
@@ -233,6 +234,71 @@ def _print_results(report) -> None:
 
 
 @app.command()
+def mutants(
+    report: Annotated[Path, typer.Option(help="Where to write the kill matrix (JSON).")] = Path(
+        "kvconf-report/mutants.json"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
+    ] = None,
+    mutant: Annotated[
+        list[str] | None, typer.Option("--mutant", help="Only this mutant (repeatable).")
+    ] = None,
+    fuzz_only: Annotated[
+        bool, typer.Option("--fuzz-only", help="Only the fuzz cases, no hand-written scenario.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+) -> None:
+    """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
+    mutant survives."""
+    from conformance.mutants import all_mutants
+    from conformance.mutants.kill import run_mutants
+    from conformance.profiles import get_profile, parse_budget
+
+    try:
+        prof = get_profile(profile)
+        bud = parse_budget(budget, prof)
+        _check_writable(report)
+        total = len(mutant) if mutant else len(all_mutants())
+        with _progress(quiet, total) as (_on_start, on_case):
+
+            def on_result(m) -> None:
+                if on_case is not None:  # a survivor shows as a failure line
+                    on_case(SimpleNamespace(status=SimpleNamespace(
+                        value="PASS" if m.killed else "ALIVE"), case=m.id, message=m.message))
+
+            matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
+                                 names=mutant, fuzz_only=fuzz_only, on_result=on_result)
+    except KitError as e:
+        _die(str(e))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the results so far are in {report}")
+        raise typer.Exit(130) from None
+    table = Table(title=f"kvconf mutants (seed {seed}, {prof.name}, {bud}"
+                  f"{', fuzz only' if fuzz_only else ''})")
+    for col in ("mutant", "catalog", "killed", "s", "by"):
+        table.add_column(col, justify="right" if col == "s" else "left")
+    for m in matrix.mutants:
+        by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
+              else f"[red]{m.message}[/]")
+        table.add_row(m.id, ", ".join(m.catalog), "[green]yes[/]" if m.killed else "[red]NO[/]",
+                      f"{m.seconds:.2f}", by)
+    out.print(table)
+    s = matrix.summary
+    out.print(f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s, "
+              f"max {s['max_seconds_to_kill']} s to kill"
+              + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else ""))
+    out.print(f"report: {report}")
+    raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
+
+
+@app.command()
 def replay(
     trace: Annotated[Path, typer.Argument(help="A trace file (kvconf-trace/1 JSON).")],
     engine: Annotated[str, typer.Option(help="Engine adapter to replay it on.")] = "reference",
@@ -319,8 +385,12 @@ def spec_audit(
     else:
         covered = sum(1 for v in res.catalog.values() if v)
         out.print(f"{res.behaviours} behaviours; catalog covered {covered}/{len(res.catalog)}")
+        planted = sum(1 for v in res.mutants.values() if v)
+        out.print(f"catalog planted as mutants {planted}/{len(res.mutants)}")
         for d, ids in sorted(res.catalog.items()):
-            out.print(f"  {d}: {', '.join(ids) if ids else '[yellow]not yet guarded[/]'}")
+            muts = res.mutants.get(d, [])
+            out.print(f"  {d}: {', '.join(ids) if ids else '[yellow]not yet guarded[/]'}; "
+                      f"mutants: {', '.join(muts) if muts else '[yellow]none yet[/]'}")
         for g in res.gaps:
             out.print(f"[red]gap[/] {g}", highlight=False)
         out.print("audit: " + ("[green]ok[/]" if not res.gaps else f"[red]{len(res.gaps)} gaps[/]"))
