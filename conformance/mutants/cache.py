@@ -258,6 +258,18 @@ class CopiesToWrongPages(PrefixCache):
         return dataclasses.replace(t, pairs=list(zip(src, dst[1:] + dst[:1], strict=True)))
 
 
+class EvictionDropsHostCopy(PrefixCache):
+    """EVICT-5 / D243-1: evicting a node's device copy drops its host copy too, when nothing
+    pins it there: a prefix demoted to host is gone and must be prefilled again."""
+
+    def _drop_tier(self, node, tier):
+        if (tier is Tier.DEVICE and node.host is not None and not node.children
+                and node.host_ref == 0 and node.pending is None):
+            self.pools[Tier.HOST].release(list(node.host), node_owner(node.id))
+            node.host = None  # its pages do not count against the device eviction asked for
+        return super()._drop_tier(node, tier)
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
@@ -265,7 +277,6 @@ PLANTED = {
         IgnoresFailedAck, NoHostRefresh, MatchOnePageLong, HashWithoutNamespace,
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
-        NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages,
+        NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages, EvictionDropsHostCopy,
     )
 }
-_ = node_owner
