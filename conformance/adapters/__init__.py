@@ -12,6 +12,8 @@ from conformance.protocol import CacheEngine
 # name -> "module:factory"; a factory takes an EngineConfig and returns a CacheEngine.
 ENGINES: dict[str, str] = {
     "reference": "conformance.adapters.reference_cache:ReferenceCacheAdapter",
+    "sglang-radix": "conformance.adapters.sglang_radix:SGLangRadixAdapter",
+    "sglang-radix-salt": "conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
 }
 
 

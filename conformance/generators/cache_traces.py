@@ -148,11 +148,17 @@ def cache_machine(
             locks = self.live[Tier.DEVICE] + self.live[Tier.HOST]
             self._release(locks[k % len(locks)])
 
-        @precondition(lambda self: self.released)
+        @precondition(lambda self: self._rejectable())
         @rule(k=pick)
         def unlock_again(self, k: int) -> None:
-            ref = self.released[k % len(self.released)]
+            refs = self._rejectable()
+            ref = refs[k % len(refs)]
             self._do(UnlockStep(step=ref, expect=Expect(rejected=True)))
+
+        def _rejectable(self) -> list[int]:
+            """Released locks whose second unlock the engine must refuse (PIN-3)."""
+            locks = self.driver.ledger.locks
+            return [r for r in self.released if self.driver.must_refuse(locks[r])]
 
         def _release(self, ref: int) -> None:
             for lst in self.live.values():

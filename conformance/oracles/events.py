@@ -15,12 +15,14 @@ class EventOracle(Oracle):
 
     def __init__(self) -> None:
         self.stored: dict[int, int] = {}  # hash -> namespace
+        self.prefix: dict[int, tuple[int, ...]] = {}  # hash -> the tokens of its whole prefix
 
     def after_step(self, ctx: Ctx) -> None:
         engine = ctx.engine
         for ev in ctx.events:
             if ev.kind is EventKind.CLEARED:
                 self.stored.clear()
+                self.prefix.clear()
                 continue
             if ev.kind is EventKind.REMOVED:
                 for h in ev.block_hashes:
@@ -51,12 +53,14 @@ class EventOracle(Oracle):
                         f"block {i} of a BlockStored has hash {h:#x}; recomputed from its parent, "
                         f"namespace {ev.namespace} and tokens it is {want:#x}",
                     )
-                if engine.block_hash(parent, ev.namespace + 1, toks) == h:
+                whole = (self.prefix.get(parent, ()) if parent is not None else ()) + tuple(toks)
+                if _chain(engine, ev.namespace + 1, whole, bs) == h:
                     raise self.fail(
-                        "EVENT-5", f"hash {h:#x} is the same in namespaces {ev.namespace} and "
-                        f"{ev.namespace + 1}"
+                        "EVENT-5", f"hash {h:#x} of a {len(whole)}-token prefix is the same in "
+                        f"namespaces {ev.namespace} and {ev.namespace + 1}"
                     )
                 self.stored[h] = ev.namespace
+                self.prefix[h] = whole
                 parent = h
         if ctx.after is not None:
             held = TreeView(ctx.after).device_hashes()
@@ -69,3 +73,12 @@ class EventOracle(Oracle):
                     f"stored hashes differ from the device tier: held but never announced "
                     f"{[hex(h) for h in missing]}, announced but gone {[hex(h) for h in stale]}",
                 )
+
+
+def _chain(engine, namespace: int, tokens: tuple[int, ...], block_size: int) -> int | None:
+    """The hash of the last block of ``tokens`` as a prefix of ``namespace``, chained from its
+    root: the namespace may enter every block or only the first (EVENT-5 compares prefixes)."""
+    h = None
+    for i in range(0, len(tokens), block_size):
+        h = engine.block_hash(h, namespace, tokens[i : i + block_size])
+    return h

@@ -1,0 +1,249 @@
+"""SGLang's ``RadixCache`` (``sglang.srt.mem_cache.radix_cache``) at the cache level.
+
+The tree stores one KV slot index per token; the adapter owns the slot pool as SGLang's
+allocator would, in whole pages (page ``g`` is slots ``g*p .. g*p+p-1``), and plays the part of
+SGLang's own caller where the tree leaves work to it: ``RadixCache.insert`` does not free the
+caller's duplicate slots, ``RadixCache._insert_cache`` does (it frees the row's slots between the
+protected prefix and the returned prefix length), so the adapter frees exactly those.
+
+Namespaces are SGLang's: a LoRA ``extra_key`` registered with the event recorder's name table
+(``sglang-radix``) or a ``cache_salt`` (``sglang-radix-salt``); both are part of the child key,
+so namespaces never share nodes. There is no host tier (HiCache is another class), no snapshot,
+and no lock handle: ``dec_lock_ref(node)`` names a node, so the kit can only demand a rejection
+when that node's count is zero (PIN-3). Access times are SGLang's wall clock; ``tick`` is ignored.
+Node objects are mapped to adapter-local integers in the order first seen, so no object identity
+reaches what the kit compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Sequence
+from importlib import import_module, metadata
+from types import SimpleNamespace
+from typing import Any
+
+from conformance.adapters import stand_ins
+from conformance.engine_config import EngineConfig
+from conformance.errors import EngineRejected, EngineUnavailable
+from conformance.features import Feature
+from conformance.protocol import CopyOp, Inserted, Match
+from reference.kv_events import EventKind, KVEvent
+from reference.tiers import Tier
+
+MASK64 = (1 << 64) - 1
+SOURCE = "https://github.com/sgl-project/sglang/blob/v{version}/python/sglang/srt/mem_cache/{file}"
+
+
+def sglang_modules() -> SimpleNamespace:
+    """The SGLang modules the cache adapters call, or EngineUnavailable saying why not."""
+    stand_ins.install()
+    try:
+        mc = "sglang.srt.mem_cache."
+        return SimpleNamespace(
+            radix=import_module(mc + "radix_cache"),
+            base=import_module(mc + "base_prefix_cache"),
+            events=import_module(mc + "events"),
+            utils=import_module(mc + "utils"),
+            kv_events=import_module("sglang.srt.disaggregation.kv_events"),
+            version=metadata.version("sglang"),
+        )
+    except Exception as e:  # an ImportError, or an import chain that fails on this machine
+        raise EngineUnavailable(
+            f"sglang cannot be imported ({type(e).__name__}: {e}); install it with "
+            "scripts/install-peers.sh"
+        ) from None
+
+
+class PagePool:
+    """The slot allocator SGLang's tree frees into, handing out whole pages, lowest id first."""
+
+    device = "cpu"
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        self.page_size = page_size
+        self.free_pages = list(range(pages))
+        heapq.heapify(self.free_pages)
+
+    def alloc(self, n: int) -> list[int] | None:
+        if n > len(self.free_pages):
+            return None
+        return [heapq.heappop(self.free_pages) for _ in range(n)]
+
+    def release(self, pages: Sequence[int]) -> None:
+        for g in pages:
+            heapq.heappush(self.free_pages, int(g))
+
+    def free_segment(self, indices: Any, start_pos: int = 0) -> None:
+        """SGLang's allocator call: free these slots (whole pages)."""
+        self.release(slots_to_pages(indices, self.page_size))
+
+
+def slots_to_pages(slots: Any, page_size: int) -> list[int]:
+    return [int(s) // page_size for s in list(slots)[::page_size]]
+
+
+class SGLangRadixAdapter:
+    name = "sglang-radix"
+    namespace_part = "extra_key"  # the RadixKey field that carries a namespace
+    features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS})
+
+    def __init__(self, config: EngineConfig) -> None:
+        sg = sglang_modules()
+        self.sg = sg
+        self.version = sg.version
+        self.page_size = p = config.page_size
+        self.page_ids = (config.device_pages, 0)
+        self.pool = PagePool(config.device_pages, p)
+        self.names = sg.events.KvEventLoraNames()
+        self.cache = sg.radix.RadixCache.create_simulated(
+            mock_allocator=self.pool, page_size=p, enable_kv_cache_events=True,
+            kv_event_lora_names=self.names,
+        )
+        self._nodes: list[Any] = []  # handle -> node
+        self._handles: dict[int, int] = {}  # id(node) -> handle (nodes stay referenced)
+        self._locks: list[Any] = []  # lock handle -> node
+        self._digests: dict[int, str] = {}  # published hash -> SHA-256 chain digest
+        self._ns_of: dict[str, int] = {}  # extra key or salt -> namespace
+
+    # ----------------------------------------------------------------- mapping
+    def _part(self, ns: int) -> str | None:
+        if ns == 0:
+            return None
+        part = f"kvconf-{self.namespace_part}-{ns}"
+        if part not in self._ns_of:
+            self._ns_of[part] = ns
+            if self.namespace_part == "extra_key":  # a LoRA request names its adapter
+                self.names.register(SimpleNamespace(lora_id=part, extra_key=part), part)
+        return part
+
+    def _key(self, ns: int, tokens: Sequence[int]) -> Any:
+        from array import array
+
+        part = self._part(ns)
+        kw = {self.namespace_part: part} if part is not None else {}
+        return self.sg.radix.RadixKey(array("q", tokens), **kw)
+
+    def _handle(self, node: Any) -> int:
+        h = self._handles.get(id(node))
+        if h is None:
+            h = self._handles[id(node)] = len(self._nodes)
+            self._nodes.append(node)
+        return h
+
+    def _pages_to(self, node: Any, n_tokens: int) -> tuple[int, ...]:
+        if n_tokens == 0:
+            return ()
+        slots = self.cache.path_device_indices(node)[:n_tokens]
+        return tuple(slots_to_pages(slots.tolist(), self.page_size))
+
+    # ----------------------------------------------------------------- protocol
+    def tick(self) -> None:
+        """SGLang stamps access times from the wall clock."""
+
+    def alloc(self, n: int) -> list[int] | None:
+        return self.pool.alloc(n)
+
+    def free(self, pages: Sequence[int]) -> None:
+        self.pool.release(pages)
+
+    def match(self, namespace: int, tokens: Sequence[int]) -> Match:
+        params = self.sg.base.MatchPrefixParams(key=self._key(namespace, tokens))
+        m = self.cache.match_prefix(params)
+        n = int(m.device_prefix_len)
+        node = self._handle(m.last_device_node)
+        return Match(n, 0, self._pages_to(m.last_device_node, n), (), node,
+                     self._handle(self.cache.root_node))
+
+    def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> Inserted:
+        import torch
+
+        p = self.page_size
+        slots = torch.tensor([g * p + j for g in pages for j in range(p)], dtype=torch.int64)
+        params = self.sg.base.InsertParams(key=self._key(namespace, tokens), value=slots)
+        r = self.cache.insert(params)
+        n = int(r.prefix_len)
+        held = self._pages_to(r.last_device_node, n)
+        # What RadixCache._insert_cache frees: the caller's slots the tree already held.
+        dup = [g for g, t in zip(pages[: n // p], held, strict=True) if g != t]
+        self.pool.release(dup)
+        return Inserted(n, tuple(dup))
+
+    def lock(self, node: int, tier: Tier) -> int:
+        """A lock on the host tier can only be of the root (no host tier): a no-op there too."""
+        target = self._nodes[node]
+        self.cache.inc_lock_ref(target)
+        self._locks.append(target)
+        return len(self._locks) - 1
+
+    def unlock(self, handle: int) -> None:
+        """Every unlock goes to the engine: the adapter keeps no count that could refuse one."""
+        self.cache.dec_lock_ref(self._locks[handle])
+
+    def evict(self, tier: Tier, num_pages: int) -> int:
+        if tier is Tier.HOST:
+            return 0
+        r = self.cache.evict(self.sg.base.EvictParams(num_tokens=num_pages * self.page_size))
+        return int(r.num_tokens_evicted) // self.page_size
+
+    def start_writeback(self, node: int) -> CopyOp | None:
+        return None
+
+    def start_loadback(self, node: int) -> CopyOp | None:
+        return None
+
+    def finish_transfer(self, op_id: Any, success: bool) -> None:
+        raise EngineRejected("no_transfer", "sglang RadixCache has no host tier")
+
+    def drain_events(self) -> list[KVEvent]:
+        out: list[KVEvent] = []
+        kv = self.sg.kv_events
+        for ev in self.cache.take_events():
+            if isinstance(ev, kv.AllBlocksCleared):
+                out.append(KVEvent(EventKind.CLEARED, ()))
+            elif isinstance(ev, kv.BlockRemoved):
+                out.append(KVEvent(EventKind.REMOVED, tuple(h & MASK64 for h in ev.block_hashes)))
+            else:
+                part = ev.cache_salt if self.namespace_part == "cache_salt" else ev.lora_name
+                parent = ev.parent_block_hash
+                out.append(KVEvent(
+                    EventKind.STORED, tuple(h & MASK64 for h in ev.block_hashes),
+                    namespace=self._ns_of.get(part, 0) if part else 0,
+                    parent_hash=None if parent is None else parent & MASK64,
+                    tokens=tuple(int(t) for t in ev.token_ids), block_size=int(ev.block_size),
+                ))
+        return out
+
+    def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
+        """SGLang's published hash, recomputed: the SHA-256 chain digest of the page (from the
+        parent's digest, or the namespace's seed at a root), its first 64 bits, then namespaced
+        with the LoRA's seed. A parent this adapter never hashed yields no valid hash."""
+        u = self.sg.utils
+        part = self._part(namespace)
+        if parent is not None:
+            prior = self._digests.get(parent)
+            if prior is None:
+                return -1
+        elif part is not None and self.namespace_part == "cache_salt":
+            prior = hashlib.sha256(b"sglang-cache-salt-v1\0" + part.encode()).hexdigest()
+        else:
+            prior = None
+        digest = u.get_hash_str(list(tokens), prior, page_size=len(tokens))[0]
+        seed = None
+        if part is not None and self.namespace_part == "extra_key":
+            seed = self.sg.kv_events.kv_event_namespace_seed(extra_key=part, cache_salt=None)
+        h = self.sg.kv_events.namespaced_block_hash(u.hash_str_to_int64(digest),
+                                                    namespace_seed=seed) & MASK64
+        self._digests.setdefault(h, digest)
+        return h
+
+    def snapshot(self) -> None:
+        return None
+
+
+class SGLangRadixSaltAdapter(SGLangRadixAdapter):
+    """The same tree with each namespace a ``cache_salt`` instead of a LoRA extra key."""
+
+    name = "sglang-radix-salt"
+    namespace_part = "cache_salt"

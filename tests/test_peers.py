@@ -1,0 +1,165 @@
+"""The peer-engine adapters without the peers: a missing engine is NOT_SUPPORTED with its reason,
+the stand-in modules, and the two allowances the peers need from the kit (unlock by node, PIN-3;
+a namespace seeded at a chain's root, EVENT-5). With SGLang installed, its adapter runs too."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.adapters import stand_ins
+from conformance.adapters.reference_cache import ReferenceCacheAdapter
+from conformance.engine_config import EngineConfig
+from conformance.errors import EngineRejected
+from conformance.expectations import compare, load_expectations
+from conformance.features import Feature
+from conformance.oracles.base import Ctx
+from conformance.oracles.events import EventOracle
+from conformance.profiles import PROFILES, Budget
+from conformance.report import Status
+from conformance.runner import play, run_suite, select_cases
+from conformance.scenarios import SCENARIOS
+from conformance.trace import MatchStep, Trace, UnlockStep
+from reference import CacheError
+from reference.kv_events import EventKind, KVEvent, block_hash
+from reference.tiers import Tier
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+
+
+def _scenario(name: str):
+    return next(s for s in SCENARIOS if s.name == name)
+
+
+def test_missing_peer_is_not_supported_with_its_reason(monkeypatch):
+    mod = importlib.import_module("conformance.adapters.sglang_radix")
+
+    def absent(name: str):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(mod, "import_module", absent)
+    report = run_suite("sglang-radix", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=1), report_path=None,
+                       cases=select_cases(["match-longest-whole-pages", "fuzz-cache"]))
+    assert {r.status for r in report.results} == {Status.NOT_SUPPORTED}
+    assert all("sglang cannot be imported" in r.message for r in report.results)
+    assert report.run_info.version == "unavailable"
+
+
+def test_stand_in_modules_answer_anything_and_never_shadow():
+    finder = stand_ins._Finder(frozenset({"kvconf_absent_pkg"}))
+    sys.meta_path.append(finder)
+    try:
+        sub = importlib.import_module("kvconf_absent_pkg.transforms")
+        assert sub.Compose([sub.ToTensor()]) is not None
+
+        class Model(sub.Module):  # usable as a base class
+            pass
+
+        assert Model() is not None
+        assert finder.find_spec("json") is None
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n.startswith("kvconf_absent_pkg")]:
+            del sys.modules[name]
+
+
+class NodeUnlockReference(ReferenceCacheAdapter):
+    """The reference unlocked by node: no lock handles. ``lenient`` accepts every unlock, as an
+    engine without a check on its counts does."""
+
+    name = "node-unlock"
+    features = ReferenceCacheAdapter.features - {Feature.LOCK_HANDLES}
+    lenient = False
+
+    def unlock(self, handle: int) -> None:
+        try:
+            super().unlock(handle)
+        except EngineRejected:
+            if not self.lenient:
+                raise
+
+
+class LenientNodeUnlock(NodeUnlockReference):
+    lenient = True
+
+
+@pytest.mark.behaviours("PIN-3")
+def test_node_unlocking_engine_must_refuse_an_unlock_at_count_zero():
+    trace = _scenario("unbalanced-unlock-rejected").trace(EngineConfig())
+    play(NodeUnlockReference, trace)
+    with pytest.raises(Exception) as e:
+        play(LenientNodeUnlock, trace)
+    assert "PIN-3" in str(e.value)
+
+
+@pytest.mark.behaviours("PIN-3")
+def test_unlocks_a_node_engine_cannot_tell_apart_are_not_sent():
+    """A second release of a root lock, or of a lock with another held below it, is not sent to
+    an engine without lock handles (a shrunk trace can hold one); with handles it is."""
+    steps = [MatchStep(tokens=[], lock=Tier.DEVICE), UnlockStep(step=0),
+             UnlockStep(step=0, expect={"rejected": True})]
+    trace = Trace(config=EngineConfig(), steps=steps, clock="explicit")
+    log = play(LenientNodeUnlock, trace)
+    assert log[-1].get("not_sent") is True
+    log = play(ReferenceCacheAdapter, trace)
+    assert log[-1]["rejected"] is True
+
+
+class RootSeeded:
+    """Block hashes whose namespace seeds only the first block of a chain (SGLang's salt)."""
+
+    def __init__(self, ignore_namespace: bool = False) -> None:
+        self.ignore = ignore_namespace
+
+    def block_hash(self, parent, namespace, tokens):
+        ns = 0 if self.ignore or parent is not None else namespace
+        return block_hash(parent, ns, tokens)
+
+
+def _stored(engine, ns: int, pages: list[list[int]]) -> KVEvent:
+    hashes, parent = [], None
+    for toks in pages:
+        parent = engine.block_hash(parent, ns, toks)
+        hashes.append(parent)
+    return KVEvent(EventKind.STORED, tuple(hashes), ns, None,
+                   tuple(t for p in pages for t in p), len(pages[0]))
+
+
+@pytest.mark.behaviours("EVENT-5")
+def test_a_namespace_may_seed_only_the_chain_root():
+    seeded = RootSeeded()
+    oracle = EventOracle()
+    events = [_stored(seeded, 0, [[1, 2], [3, 4]]), _stored(seeded, 1, [[1, 2], [3, 4]])]
+    oracle.after_step(Ctx(0, "insert", seeded, None, events=events))  # type: ignore[arg-type]
+    blind = RootSeeded(ignore_namespace=True)
+    with pytest.raises(Exception) as e:
+        EventOracle().after_step(Ctx(0, "insert", blind, None,  # type: ignore[arg-type]
+                                     events=[_stored(blind, 0, [[1, 2], [3, 4]])]))
+    assert "EVENT-5" in str(e.value)
+
+
+def test_reference_refuses_by_node_too():
+    """The fake above is honest: the reference's own unlock rejects a released lock."""
+    a = NodeUnlockReference(EngineConfig())
+    pages = a.alloc(1)
+    a.insert(0, [1, 2], pages)
+    h = a.lock(a.match(0, [1, 2]).device_node, Tier.DEVICE)
+    a.unlock(h)
+    with pytest.raises((EngineRejected, CacheError)):
+        a.unlock(h)
+
+
+@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (scripts/install-peers.sh)")
+@pytest.mark.parametrize("engine", ["sglang-radix", "sglang-radix-salt"])
+def test_sglang_radix_meets_its_expectations(engine):
+    report = run_suite(engine, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=20), report_path=None)
+    path = ROOT / "expectations" / f"{engine}.toml"
+    verdicts = compare(report, load_expectations(path), path)
+    assert not verdicts["regression"] and not verdicts["improvement"], verdicts
