@@ -345,6 +345,10 @@ def all_cases() -> list[Case]:
         "fuzz-scheduler-l3", L3_FUZZ,
         "workloads over an L3 store: prefetches that land, stop short or are lost, backups "
         "acknowledged late, on a small host tier", frozenset({Feature.L3_STORE})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-l3-tight-host", L3_FUZZ.model_copy(update={"host_pages": 4}),
+        "workloads over an L3 store with a 4-page host tier: every prefetch must make room on "
+        "host, so the order of pinning and eviction shows", frozenset({Feature.L3_STORE})))
     return cases
 
 
