@@ -48,6 +48,7 @@ class Case:
     behaviours: tuple[str, ...]
     needs: frozenset[Feature]
     run: Callable[[RunContext], CaseResult]
+    fuzz: bool = False  # generated traces, not a hand-written scenario
 
 
 @dataclass
@@ -232,7 +233,7 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
             message=f"{doc}; ops played: {dict(sorted(holder.seen_ops.items()))}",
         )
 
-    return Case(name, FUZZ_BEHAVIOURS, frozenset({Feature.CACHE}), run)
+    return Case(name, FUZZ_BEHAVIOURS, frozenset({Feature.CACHE}), run, fuzz=True)
 
 
 def _tight(c: EngineConfig) -> EngineConfig:
@@ -311,7 +312,7 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
                           duration_s=round(time.perf_counter() - t0, 4),
                           examples=holder.get("examples"), message=doc)
 
-    return Case(name, behaviours, needs | {Feature.SCHEDULER}, run)
+    return Case(name, behaviours, needs | {Feature.SCHEDULER}, run, fuzz=True)
 
 
 def all_cases() -> list[Case]:
