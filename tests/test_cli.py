@@ -134,7 +134,7 @@ def test_schemas_are_json_schema() -> None:
 def test_spec_audit_json_shape() -> None:
     r = kvconf("spec", "audit", "--json")
     data = json.loads(r.output)
-    assert set(data) == {"behaviours", "catalog", "gaps"}
+    assert set(data) >= {"behaviours", "catalog", "gaps"}
     assert data["behaviours"] >= 30
     assert "D248-1" in data["catalog"] and "EVICT-3" in data["catalog"]["D248-1"]
     # Every catalog entry is listed, and each is guarded by at least one behaviour.
