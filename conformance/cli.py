@@ -295,7 +295,8 @@ def mutants(
             def on_result(m) -> None:
                 if on_case is not None:  # a survivor shows as a failure line
                     on_case(SimpleNamespace(status=SimpleNamespace(
-                        value="PASS" if m.killed else "ALIVE"), case=m.id, message=m.message))
+                        value="PASS" if m.killed or m.skipped else "ALIVE"), case=m.id,
+                        message=m.message))
 
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                                  names=mutant, fuzz_only=fuzz_only, on_result=on_result)
@@ -310,14 +311,16 @@ def mutants(
         table.add_column(col, justify="right" if col == "s" else "left")
     for m in matrix.mutants:
         by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
-              else f"[red]{m.message}[/]")
-        table.add_row(m.id, ", ".join(m.catalog), "[green]yes[/]" if m.killed else "[red]NO[/]",
-                      f"{m.seconds:.2f}", by)
+              else f"[yellow]skipped: {m.skipped}[/]" if m.skipped else f"[red]{m.message}[/]")
+        killed = ("[green]yes[/]" if m.killed else "[yellow]skipped[/]" if m.skipped
+                  else "[red]NO[/]")
+        table.add_row(m.id, ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
     out.print(table)
     s = matrix.summary
     out.print(f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s, "
               f"max {s['max_seconds_to_kill']} s to kill"
-              + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else ""))
+              + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else "")
+              + (f"; skipped here: {', '.join(s['skipped'])}" if s["skipped"] else ""))
     out.print(f"report: {report}")
     raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
 

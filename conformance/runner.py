@@ -323,6 +323,7 @@ def all_cases() -> list[Case]:
     cases.append(fuzz_case("fuzz-cache-page1", lambda c: c.model_copy(update={"page_size": 1}),
                            "stateful traces at page size 1"))
     cases.extend(sched_scenario_case(sc) for sc in SCHED_SCENARIOS)
+    cases.append(window_config_case())
     cases.append(sched_fuzz_case("fuzz-scheduler", SchedConfig(),
                                  "workloads with shared prefixes, aborts, held and failed acks"))
     cases.append(sched_fuzz_case(
@@ -359,7 +360,6 @@ def all_cases() -> list[Case]:
         "workloads with Mamba state slots under a 4-token sliding window, on a small device "
         "with few state slots: retraction, eviction and recovery of states",
         frozenset({Feature.MAMBA, Feature.SLIDING_WINDOW})))
-    cases.append(window_config_case())
     return cases
 
 

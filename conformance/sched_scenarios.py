@@ -222,4 +222,13 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
         "from its working slot; one host slot: host eviction detaches only host states (D243-3, "
         "D162-2).",
     ),
+    SchedScenario(
+        "sched-mamba-finish-fallback", ("MAMBA-7",), MAMBA,
+        _t("sched-mamba-finish-fallback", ("MAMBA-7",),
+           config=SchedConfig(mamba=True, device_pages=16, mamba_slots=1, mamba_host_slots=1),
+           arrivals=[Arrival(at=0, rid="r0", tokens=[0, 1, 2], new_tokens=2),
+                     Arrival(at=6, rid="twin", tokens=[0, 1, 2, 0, 1], new_tokens=1)]),
+        "One state slot: the request has no checkpoint at all, so its finish publishes the "
+        "state of its working slot at the depth it publishes (D243-3).",
+    ),
 )

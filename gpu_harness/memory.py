@@ -35,12 +35,16 @@ class TensorMemory:
         self.page_size = page_size
         self.layout = layout or KVLayout()
         self.device = torch.device(device)
-        pinned = self.device.type == "cuda"
+        pinned = self.pin_host()
         self.pools = {
             Tier.DEVICE: kv_pool(device_pages, page_size, self.layout, self.device),
             Tier.HOST: kv_pool(host_pages, page_size, self.layout, torch.device("cpu"), pinned),
         }
         self.copier = Copier()
+
+    def pin_host(self) -> bool:
+        """Pin the host pool when copies with it cross to a GPU (HOST-7)."""
+        return self.device.type == "cuda"
 
     def _pool(self, tier: Tier, pages: Sequence[int]) -> TagPool:
         pool = self.pools[tier]

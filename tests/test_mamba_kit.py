@@ -30,6 +30,7 @@ CATCHES = {
     "RetractStateUnprotected": ("sched-mamba-retract", "mamba-content", "MAMBA-1"),
     "SharedResumeSource": ("sched-mamba-reuse", "mamba-content", "MAMBA-6"),
     "FinishKeepsCheckpoint": ("sched-mamba-reuse", "mamba-ownership", "MAMBA-8"),
+    "NoWorkingFallback": ("sched-mamba-finish-fallback", "mamba-ownership", "MAMBA-7"),
 }
 
 
