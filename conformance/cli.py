@@ -392,6 +392,22 @@ def replay(
 
 
 @app.command()
+def window(
+    model_config: Annotated[Path, typer.Argument(help="A model config.json (Hugging Face style).")],
+) -> None:
+    """Print the sliding window a model config states, read by the spec's rule (WIN-1: the top
+    level or the nested text_config; 0 means full attention)."""
+    from conformance.model_config import model_window
+
+    try:
+        size = model_window(model_config)
+    except KitError as e:
+        _die(str(e))
+    out.print(f"{model_config}: sliding window {size}" if size else
+              f"{model_config}: full attention (no sliding window)", highlight=False)
+
+
+@app.command()
 def schema(
     what: Annotated[str, typer.Argument(help="trace or report")] = "trace",
 ) -> None:
