@@ -30,6 +30,9 @@ spec_app = typer.Typer(
     help="The normative spec: registry, chapters, catalog.", no_args_is_help=True
 )
 app.add_typer(spec_app, name="spec")
+docs_app = typer.Typer(help="The documentation site, generated from spec/ and reference/.",
+                       no_args_is_help=True)
+app.add_typer(docs_app, name="docs")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True)
@@ -428,6 +431,29 @@ def engines() -> None:
 
     for name in known_engines():
         out.print(name)
+
+
+@docs_app.command("build")
+def docs_build(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the built site.")] = Path(
+        "site"
+    ),
+    reports: Annotated[
+        list[Path] | None,
+        typer.Option("--reports", help="Run reports and kill matrices for the results page "
+                     "(repeatable)."),
+    ] = None,
+    strict: Annotated[bool, typer.Option(help="Fail on any broken link or anchor.")] = True,
+) -> None:
+    """Generate the site's pages (behaviours, catalog, diagrams, formats, results) and build it
+    with mkdocs-material."""
+    from conformance.docsite import build_site
+
+    try:
+        site = build_site(out_dir, reports or [], strict=strict)
+    except KitError as e:
+        _die(str(e))
+    out.print(f"site: {site}/index.html")
 
 
 @spec_app.command("audit")
