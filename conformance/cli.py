@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import typer
@@ -79,20 +80,27 @@ def run(
         list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    expect: Annotated[
+        Path | None, typer.Option(help="Expectation file: the engine's known failures (TOML).")
+    ] = None,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
     from conformance.runner import run_suite
 
-    _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet)
+    _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect)
 
 
-def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, **extra) -> None:
+def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, expect,
+           **extra) -> None:
     """Parse the common options, run the suite with ``runner``, print the table, exit."""
     from conformance.engine_config import EngineConfig, parse_overrides
+    from conformance.expectations import compare, load_expectations
     from conformance.profiles import get_profile, parse_budget
+    from conformance.report import write_report
     from conformance.runner import select_cases
 
     try:
+        expectations = load_expectations(expect) if expect is not None else None
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         cfg = parse_overrides(EngineConfig(), config or [])
@@ -103,6 +111,9 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, *
                 engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
                 cases=cases, on_start=on_start, on_result=on_result, **extra,
             )
+        if expectations is not None:
+            compare(result, expectations, expect)
+            write_report(result, report)
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt:
@@ -151,6 +162,9 @@ def gpu(
         list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    expect: Annotated[
+        Path | None, typer.Option(help="Expectation file: the engine's known failures (TOML).")
+    ] = None,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -162,8 +176,8 @@ def gpu(
         layout = KVLayout(layers, heads, head_dim, parse_dtype(dtype))
     except KitError as e:
         _die(str(e))
-    _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, device=device,
-           layout=layout, memory_only=memory_only)
+    _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, expect,
+           device=device, layout=layout, memory_only=memory_only)
 
 
 def _check_writable(report: Path) -> None:
@@ -226,11 +240,113 @@ def _print_results(report) -> None:
         else:
             where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
             detail = f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}"
-        table.add_row(r.case, f"[{style}]{r.status.value}[/]", f"{r.duration_s:.2f}", detail)
+        status = f"[{style}]{r.status.value}[/]"
+        if r.expectation is not None and r.expectation != "expected":
+            status += f" [bold]({r.expectation})[/]"
+        elif r.known is not None:
+            status += " (known)"
+        table.add_row(r.case, status, f"{r.duration_s:.2f}", detail)
     out.print(table)
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
     out.print(summary)
+    exp = report.run_info.expectations
+    if exp is not None:
+        out.print(f"against {exp['file']}: {len(exp['expected'])} as expected, "
+                  f"{len(exp['regression'])} regressions {exp['regression'][:5]}, "
+                  f"{len(exp['improvement'])} improvements {exp['improvement'][:5]}",
+                  highlight=False)
+
+
+@app.command()
+def mutants(
+    report: Annotated[Path, typer.Option(help="Where to write the kill matrix (JSON).")] = Path(
+        "kvconf-report/mutants.json"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
+    ] = None,
+    mutant: Annotated[
+        list[str] | None, typer.Option("--mutant", help="Only this mutant (repeatable).")
+    ] = None,
+    fuzz_only: Annotated[
+        bool, typer.Option("--fuzz-only", help="Only the fuzz cases, no hand-written scenario.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+) -> None:
+    """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
+    mutant survives."""
+    from conformance.mutants import all_mutants
+    from conformance.mutants.kill import run_mutants
+    from conformance.profiles import get_profile, parse_budget
+
+    try:
+        prof = get_profile(profile)
+        bud = parse_budget(budget, prof)
+        _check_writable(report)
+        total = len(mutant) if mutant else len(all_mutants())
+        with _progress(quiet, total) as (_on_start, on_case):
+
+            def on_result(m) -> None:
+                if on_case is not None:  # a survivor shows as a failure line
+                    on_case(SimpleNamespace(status=SimpleNamespace(
+                        value="PASS" if m.killed or m.skipped else "ALIVE"), case=m.id,
+                        message=m.message))
+
+            matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
+                                 names=mutant, fuzz_only=fuzz_only, on_result=on_result)
+    except KitError as e:
+        _die(str(e))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the results so far are in {report}")
+        raise typer.Exit(130) from None
+    table = Table(title=f"kvconf mutants (seed {seed}, {prof.name}, {bud}"
+                  f"{', fuzz only' if fuzz_only else ''})")
+    for col in ("mutant", "catalog", "killed", "s", "by"):
+        table.add_column(col, justify="right" if col == "s" else "left")
+    for m in matrix.mutants:
+        by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
+              else f"[yellow]skipped: {m.skipped}[/]" if m.skipped else f"[red]{m.message}[/]")
+        killed = ("[green]yes[/]" if m.killed else "[yellow]skipped[/]" if m.skipped
+                  else "[red]NO[/]")
+        table.add_row(m.id, ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
+    out.print(table)
+    s = matrix.summary
+    out.print(f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s, "
+              f"max {s['max_seconds_to_kill']} s to kill"
+              + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else "")
+              + (f"; skipped here: {', '.join(s['skipped'])}" if s["skipped"] else ""))
+    out.print(f"report: {report}")
+    raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
+
+
+@app.command("report")
+def report_cmd(
+    results: Annotated[
+        list[Path], typer.Argument(help="Run reports (kvconf run / gpu) and kill matrices.")
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path(
+        "kvconf-report/compliance"
+    ),
+) -> None:
+    """Write a compliance report (Markdown and a self-contained HTML page) from run reports
+    and kill matrices: behaviours x engines, failures with their traces, transition coverage,
+    the kill matrix."""
+    from conformance.compliance import build, load_inputs
+
+    try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise KitError(f"--out {out_dir}: exists and is not a folder")
+        md, html = build(load_inputs(results), out_dir)
+    except KitError as e:
+        _die(str(e))
+    out.print(f"wrote {md} and {html}")
 
 
 @app.command()
@@ -274,6 +390,22 @@ def replay(
         raise typer.Exit(EXIT_FAIL) from None
     out.print(f"[green]PASS[/] {trace} on {engine}: {len(log)} steps, every oracle held",
               highlight=False)
+
+
+@app.command()
+def window(
+    model_config: Annotated[Path, typer.Argument(help="A model config.json (Hugging Face style).")],
+) -> None:
+    """Print the sliding window a model config states, read by the spec's rule (WIN-1: the top
+    level or the nested text_config; 0 means full attention)."""
+    from conformance.model_config import model_window
+
+    try:
+        size = model_window(model_config)
+    except KitError as e:
+        _die(str(e))
+    out.print(f"{model_config}: sliding window {size}" if size else
+              f"{model_config}: full attention (no sliding window)", highlight=False)
 
 
 @app.command()
@@ -371,8 +503,12 @@ def spec_audit(
     else:
         covered = sum(1 for v in res.catalog.values() if v)
         out.print(f"{res.behaviours} behaviours; catalog covered {covered}/{len(res.catalog)}")
+        planted = sum(1 for v in res.mutants.values() if v)
+        out.print(f"catalog planted as mutants {planted}/{len(res.mutants)}")
         for d, ids in sorted(res.catalog.items()):
-            out.print(f"  {d}: {', '.join(ids) if ids else '[yellow]not yet guarded[/]'}")
+            muts = res.mutants.get(d, [])
+            out.print(f"  {d}: {', '.join(ids) if ids else '[yellow]not yet guarded[/]'}; "
+                      f"mutants: {', '.join(muts) if muts else '[yellow]none yet[/]'}")
         for g in res.gaps:
             out.print(f"[red]gap[/] {g}", highlight=False)
         out.print("audit: " + ("[green]ok[/]" if not res.gaps else f"[red]{len(res.gaps)} gaps[/]"))

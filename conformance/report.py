@@ -36,6 +36,8 @@ class CaseResult(BaseModel):
     examples: int | None = None  # generated examples (fuzz cases)
     steps: int | None = None  # steps played (of a failure: of the shrunk trace)
     found_steps: int | None = None  # a fuzz failure's steps before shrinking
+    expectation: str | None = None  # with an expectation file: expected/regression/improvement
+    known: str | None = None  # the expectation file's reason and reference for this case
 
 
 class RunInfo(BaseModel):
@@ -54,6 +56,7 @@ class RunInfo(BaseModel):
     interrupted: bool = False
     coverage: dict | None = None  # request state machine pairs exercised (scheduler level)
     memory: dict | None = None  # the KV memory the runtime used, when not the kit's own dict
+    expectations: dict | None = None  # the expectation file and the cases per verdict
 
 
 class Report(BaseModel):
@@ -70,6 +73,10 @@ class Report(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """Every case passed or was not supported; with an expectation file, every case ended
+        as the file expects (a known failure that now passes is a difference too)."""
+        if self.run_info.expectations is not None:
+            return all(r.expectation == "expected" for r in self.results)
         bad = (Status.FAIL, Status.ERROR, Status.TIMEOUT)
         return not any(r.status in bad for r in self.results)
 

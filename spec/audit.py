@@ -2,8 +2,10 @@
 
 Gaps it reports: a behaviour with no oracle or no test citing it, an oracle or test citing an ID
 that does not exist, a behaviour missing from (or repeated in) its chapter, a chapter marker for an
-unknown ID. Catalog IDs no behaviour guards yet are listed with an empty list, not as gaps, so the
-audit shows how much of the catalog is covered while later work fills it.
+unknown ID, a catalog defect no mutant (``conformance.mutants``) plants, a mutant that names no
+catalog defect or an unknown ID. Catalog IDs no behaviour guards yet are listed with an empty
+list, not as gaps, so the audit shows how much of the catalog is covered while later work fills
+it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ class AuditResult:
     gaps: list[str] = field(default_factory=list)
     oracles: dict[str, list[str]] = field(default_factory=dict)  # behaviour -> oracle names
     tests: dict[str, list[str]] = field(default_factory=dict)  # behaviour -> test locations
+    mutants: dict[str, list[str]] = field(default_factory=dict)  # catalog id -> mutant names
 
     def as_json(self) -> dict:
-        return {"behaviours": self.behaviours, "catalog": self.catalog, "gaps": self.gaps}
+        return {"behaviours": self.behaviours, "catalog": self.catalog, "gaps": self.gaps,
+                "mutants": self.mutants}
 
 
 def test_citations(tests_dir: Path) -> dict[str, list[str]]:
@@ -62,9 +66,31 @@ def oracle_citations() -> dict[str, list[str]]:
     return cited
 
 
+def mutant_citations(registry: Registry) -> tuple[dict[str, list[str]], list[str]]:
+    """Catalog id -> the mutants that plant it; and the gaps: a defect no mutant plants, a
+    mutant that names no catalog defect, or an ID that is neither a behaviour nor a defect."""
+    from conformance.mutants import all_mutants
+
+    by: dict[str, list[str]] = {d: [] for d in registry.catalog}
+    gaps: list[str] = []
+    for m in all_mutants():
+        unknown = [i for i in m.ids if i not in registry.catalog and i not in registry.behaviours]
+        if unknown:
+            gaps.append(f"mutant {m.name} names unknown IDs {', '.join(unknown)}")
+        cat = m.cites(registry.catalog)
+        if not cat:
+            gaps.append(f"mutant {m.name} names no catalog defect")
+        for d in cat:
+            by[d].append(m.name)
+    gaps.extend(f"{d}: no mutant plants it" for d, names in by.items() if not names)
+    return by, gaps
+
+
 def audit(registry: Registry, tests_dir: Path | None) -> AuditResult:
     res = AuditResult(behaviours=len(registry.behaviours), catalog=registry.guarded_by())
     known = registry.behaviours
+    res.mutants, mutant_gaps = mutant_citations(registry)
+    res.gaps.extend(mutant_gaps)
     res.oracles = oracle_citations()
     for bid, names in sorted(res.oracles.items()):
         if bid not in known:

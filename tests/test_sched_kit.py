@@ -54,6 +54,8 @@ CATCHES = {
     "ComputesInBaseModel": ("sched-adapter-continuations", "plan", "NS-3"),
     "AdapterCapCountsQueued": ("sched-adapter-cap", "liveness", "PLAN-9"),
     "IgnoresAdapterCap": ("sched-adapter-cap", "plan", "PLAN-9"),
+    # The publisher gives up the pin its Decoding state must hold (D381-2).
+    "PublishDropsPin": ("sched-mid-flight-reuse", "requests", "REQ-3"),
 }
 
 

@@ -1,0 +1,275 @@
+"""``kvconf report``: run reports and kill matrices turned into a compliance report people read.
+
+Inputs are the JSON files ``kvconf run`` / ``kvconf gpu`` write (one per engine, or several
+runs of one) and ``kvconf mutants`` kill matrices. Out come ``compliance.md`` and a
+self-contained ``index.html``: the behaviours x engines matrix (PASS / FAIL / NOT_SUPPORTED per
+cell, a failing cell linking the minimal trace that shows it), expectation differences, the
+request state machine's transition coverage drawn as a graph, and the kill matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from conformance.errors import KitError
+from conformance.mutants.kill import FORMAT as KILL_FORMAT
+from conformance.mutants.kill import KillMatrix
+from conformance.report import FORMAT as REPORT_FORMAT
+from conformance.report import Report, Status
+from conformance.svg import kill_bars, transition_graph
+from conformance.trace import write_atomic
+
+ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.TIMEOUT: 2, Status.PASS: 3,
+         Status.NOT_SUPPORTED: 4}
+
+
+@dataclass
+class Cell:
+    status: Status
+    cases: list[str] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)  # relative to the output folder
+
+
+@dataclass
+class Inputs:
+    runs: list[tuple[Path, Report]] = field(default_factory=list)
+    kills: list[tuple[Path, KillMatrix]] = field(default_factory=list)
+
+
+def load_inputs(paths: list[Path]) -> Inputs:
+    """Each file is a run report or a kill matrix, told apart by its ``format``."""
+    out = Inputs()
+    for path in paths:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise KitError(f"{path}: cannot read ({e.strerror})") from None
+        except json.JSONDecodeError as e:
+            raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        fmt = data.get("format") if isinstance(data, dict) else None
+        try:
+            if fmt == REPORT_FORMAT:
+                out.runs.append((path, Report.model_validate(data)))
+            elif fmt == KILL_FORMAT:
+                out.kills.append((path, KillMatrix.model_validate(data)))
+            else:
+                raise KitError(f"{path}: format: {fmt!r} is neither {REPORT_FORMAT} nor "
+                               f"{KILL_FORMAT}")
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise KitError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    if not out.runs and not out.kills:
+        raise KitError("no input: give run reports and/or kill matrices")
+    return out
+
+
+def _label(path: Path, r: Report, all_runs: list[tuple[Path, Report]]) -> str:
+    """Column name: the engine, with the memory and the file when engines repeat."""
+    name = r.run_info.engine
+    if r.run_info.memory:
+        name += f" ({r.run_info.memory.get('device', 'torch')})"
+    same = [p for p, o in all_runs if o.run_info.engine == r.run_info.engine]
+    return f"{name} [{path.stem}]" if len(same) > 1 else name
+
+
+def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path
+           ) -> tuple[list[str], dict[str, dict[str, Cell]]]:
+    """Columns, and per behaviour per column the worst status of the cases citing it."""
+    cols: list[str] = []
+    cells: dict[str, dict[str, Cell]] = {b: {} for b in behaviours}
+    for path, r in inputs.runs:
+        col = _label(path, r, inputs.runs)
+        cols.append(col)
+        for res in r.results:
+            for b in res.behaviours:
+                if b not in cells:
+                    continue
+                cell = cells[b].setdefault(col, Cell(res.status))
+                if ORDER[res.status] < ORDER[cell.status]:
+                    cell.status = res.status
+                cell.cases.append(f"{res.case}: {res.status.value}")
+                if res.trace and res.status is Status.FAIL:
+                    trace = (path.parent / res.trace).resolve()
+                    cell.traces.append(os.path.relpath(trace, out_dir.resolve()))
+    return cols, cells
+
+
+def coverage_edges(r: Report) -> list[tuple[str, str, str, bool]]:
+    from reference.requests import TRANSITIONS
+
+    cov = r.run_info.coverage or {}
+    missed = set(cov.get("legal", {}).get("missed", []))
+    out = []
+    for (s, e), targets in sorted(TRANSITIONS.items(), key=lambda kv: (kv[0][0].value,
+                                                                       kv[0][1].value)):
+        for t in targets:
+            out.append((s.value, e.value, t.value, f"{s.value} --{e.value}-->" not in missed))
+    return out
+
+
+def build(inputs: Inputs, out_dir: Path) -> tuple[Path, Path]:
+    from reference.requests import State
+    from spec.registry import load_registry
+
+    reg = load_registry()
+    behaviours = list(reg.behaviours)
+    cols, cells = matrix(inputs, behaviours, out_dir)
+    md: list[str] = ["# kvconf compliance report", ""]
+    html: list[str] = []
+
+    # ---------------------------------------------------------------- the runs
+    if inputs.runs:
+        md += ["## Runs", "", "| run | engine | version | memory | seed | profile | budget | "
+               "summary |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        html.append("<h2>Runs</h2><table><tr><th>run</th><th>engine</th><th>version</th>"
+                    "<th>memory</th><th>seed</th><th>profile</th><th>budget</th>"
+                    "<th>summary</th></tr>")
+        for path, r in inputs.runs:
+            i = r.run_info
+            mem = (i.memory or {}).get("device", "kit") if i.memory else "kit"
+            summ = ", ".join(f"{k.value if hasattr(k, 'value') else k} {v}"
+                             for k, v in r.summarize().summary.items() if v)
+            md.append(f"| {path.name} | {i.engine} | {i.version} | {mem} | {i.seed} | "
+                      f"{i.profile} | {i.budget} | {summ} |")
+            html.append("<tr>" + "".join(f"<td>{escape(str(x))}</td>" for x in (
+                path.name, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ))
+                + "</tr>")
+        html.append("</table>")
+
+        # ------------------------------------------------------------ the matrix
+        md += ["", "## Behaviours x engines", "",
+               "| behaviour | level | " + " | ".join(cols) + " |",
+               "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
+        html.append("<h2>Behaviours &times; engines</h2><table class='m'><tr><th>behaviour"
+                    "</th><th>level</th>" + "".join(f"<th>{escape(c)}</th>" for c in cols)
+                    + "</tr>")
+        for b in behaviours:
+            row_md, row_html = [], []
+            for c in cols:
+                cell = cells[b].get(c)
+                if cell is None:
+                    row_md.append("—")
+                    row_html.append("<td class='none'>—</td>")
+                    continue
+                st = cell.status.value
+                link = cell.traces[0] if cell.traces else None
+                row_md.append(f"[{st}]({link})" if link else st)
+                tip = escape("; ".join(cell.cases[:12]))
+                body = f"<a href='{escape(link)}'>{st}</a>" if link else st
+                row_html.append(f"<td class='{st}' title='{tip}'>{body}</td>")
+            beh = reg.behaviours[b]
+            md.append(f"| {b} | {beh.level.value} | " + " | ".join(row_md) + " |")
+            html.append(f"<tr><td title='{escape(beh.statement)}'>{b}</td>"
+                        f"<td>{escape(beh.level.value)}</td>" + "".join(row_html) + "</tr>")
+        html.append("</table>")
+
+        # ------------------------------------------------------------ failures
+        fails = [(p, r, x) for p, r in inputs.runs for x in r.results
+                 if x.status not in (Status.PASS, Status.NOT_SUPPORTED)]
+        md += ["", "## Failures", ""]
+        html.append("<h2>Failures</h2>")
+        if not fails:
+            md.append("None.")
+            html.append("<p>None.</p>")
+        for p, r, x in fails:
+            trace = (os.path.relpath((p.parent / x.trace).resolve(), out_dir.resolve())
+                     if x.trace else None)
+            where = f" step {x.step}," if x.step is not None else ""
+            given = str(p.parent / x.trace) if x.trace else None  # as the caller named it
+            replay = (f" Replay: `kvconf replay {given} --engine {r.run_info.engine}`"
+                      if trace else "")
+            md.append(f"- **{r.run_info.engine} / {x.case}** {x.status.value}:{where} "
+                      f"[{x.oracle or '-'}] {', '.join(x.behaviours)}: {x.message}"
+                      + (f" ([trace]({trace}))" if trace else "") + replay)
+            html.append(f"<p><b>{escape(r.run_info.engine)} / {escape(x.case)}</b> "
+                        f"<span class='{x.status.value}'>{x.status.value}</span>{where} "
+                        f"[{escape(x.oracle or '-')}] {escape(', '.join(x.behaviours))}: "
+                        f"{escape(x.message)}"
+                        + (f" (<a href='{escape(trace)}'>trace</a>; replay with "
+                           f"<code>kvconf replay {escape(str(given))} --engine "
+                           f"{escape(r.run_info.engine)}</code>)" if trace else "") + "</p>")
+
+        # ------------------------------------------------------------ expectations
+        exp = [(p, r) for p, r in inputs.runs if r.run_info.expectations]
+        if exp:
+            md += ["", "## Against the expectation files", ""]
+            html.append("<h2>Against the expectation files</h2>")
+            for _p, r in exp:
+                e = r.run_info.expectations or {}
+                line = (f"{r.run_info.engine} ({e.get('file')}): {len(e.get('expected', []))} "
+                        f"as expected; regressions: {', '.join(e.get('regression', [])) or 'none'}"
+                        f"; improvements: {', '.join(e.get('improvement', [])) or 'none'}")
+                md.append(f"- {line}")
+                html.append(f"<p>{escape(line)}</p>")
+
+        # ------------------------------------------------------------ coverage
+        for p, r in inputs.runs:
+            if not r.run_info.coverage:
+                continue
+            edges = coverage_edges(r)
+            took = sum(1 for *_x, t in edges if t)
+            title = (f"Request state machine: transitions taken by {_label(p, r, inputs.runs)}"
+                     f" ({took} of {len(edges)})")
+            md += ["", f"## {title}", ""]
+            md += [f"- {a} --{e}--> {b}" for a, e, b, t in edges if not t] or ["- every one"]
+            illegal = r.run_info.coverage.get("illegal", {})
+            md.append(f"\nIllegal runtime events tried and rejected: {illegal.get('tried')} of "
+                      f"{illegal.get('total')}.")
+            html.append(f"<h2>{escape(title)}</h2><p>Green: taken; red, dashed: never taken "
+                        "(hover an arrow for its name).</p>"
+                        + transition_graph(edges, State.SUBMITTED.value))
+
+    # ---------------------------------------------------------------- the kill matrix
+    for p, k in inputs.kills:
+        s = k.summarize().summary
+        head = (f"Kill matrix ({p.name}: seed {k.run_info.seed}, {k.run_info.profile}, "
+                f"{k.run_info.budget}{', fuzz only' if k.run_info.fuzz_only else ''})")
+        verdict = (f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s,"
+                   f" max {s['max_seconds_to_kill']} s to kill; alive: "
+                   f"{', '.join(s['alive']) or 'none'}")
+        md += ["", f"## {head}", "", verdict, "", "| mutant | catalog | killed | by | s |",
+               "| --- | --- | --- | --- | --- |"]
+        html.append(f"<h2>{escape(head)}</h2><p>{escape(verdict)}</p>")
+        html.append(kill_bars([(m.id, m.seconds, m.killed) for m in k.mutants]))
+        for m in k.mutants:
+            by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
+                  else m.message)
+            md.append(f"| {m.id} | {', '.join(m.catalog)} | {'yes' if m.killed else 'NO'} | "
+                      f"{by} | {m.seconds:.2f} |")
+
+    md_path = write_atomic(out_dir / "compliance.md", "\n".join(md) + "\n")
+    html_path = write_atomic(out_dir / "index.html", _page("\n".join(html)))
+    return md_path, html_path
+
+
+def _page(body: str) -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kvconf compliance report</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px;
+        color: #212121; padding: 0 1rem; }}
+h1 {{ font-size: 1.6rem; }} h2 {{ font-size: 1.2rem; margin-top: 2rem; }}
+table {{ border-collapse: collapse; margin: .5rem 0; font-size: .9rem; }}
+th, td {{ border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; }}
+th {{ background: #f5f5f5; position: sticky; top: 0; }}
+td.PASS, span.PASS {{ background: #e8f5e9; color: #1b5e20; }}
+td.FAIL, span.FAIL, td.ERROR, span.ERROR, td.TIMEOUT {{ background: #ffebee; color: #b71c1c;
+  font-weight: bold; }}
+td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
+td.none {{ color: #bbb; }}
+svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
+code {{ background: #f5f5f5; padding: 0 .2rem; }}
+</style></head>
+<body><h1>kvconf compliance report</h1>
+<p>Each cell is the worst status among the cases that cite the behaviour; hover a cell for the
+cases, click a failure for its minimal trace.</p>
+{body}
+</body></html>
+"""

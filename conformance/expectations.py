@@ -1,0 +1,129 @@
+"""Expectation files: an engine's known gaps, so everything else still gets a clean verdict.
+
+A file (TOML) names the engine and its known failures, each with the case, the status the case
+is known to end in, a reason and a link-shaped reference (an issue, a pull request):
+
+    engine = "tokenspeed"
+
+    [[known]]
+    case = "fuzz-scheduler-l3"
+    status = "NOT_SUPPORTED"
+    reason = "PrefetchOp / BackUpOp are not mapped by the adapter yet"
+    reference = "https://github.com/example/tokenspeed/issues/12"
+
+A run compared with it says, per case, whether the result was expected, a regression (worse
+than expected: a case that should pass failed) or an improvement (a known failure now passes);
+any difference, either way, fails the run, so a fixed gap gets its line removed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from conformance.errors import KitError
+from conformance.report import Report, Status
+
+LINK = re.compile(r"^(https?://\S+|[\w.-]+/[\w.-]+#\d+)$")
+
+
+class Known(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    case: str
+    status: Status
+    reason: str
+    reference: str
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must say why")
+        return v
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        if not LINK.match(v):
+            raise ValueError("must be a link (https://...) or owner/repo#N")
+        return v
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, v: Status) -> Status:
+        if v is Status.PASS:
+            raise ValueError("a known failure cannot be PASS")
+        return v
+
+
+class Expectations(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str
+    known: list[Known] = []
+
+    def by_case(self) -> dict[str, Known]:
+        return {k.case: k for k in self.known}
+
+
+class Verdict(str, Enum):
+    EXPECTED = "expected"  # as the file says (or PASS / NOT_SUPPORTED for an unlisted case)
+    REGRESSION = "regression"  # worse than expected
+    IMPROVEMENT = "improvement"  # a known failure that no longer fails that way
+
+
+def load_expectations(path: Path) -> Expectations:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise KitError(f"{path}: cannot read expectations ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise KitError(f"{path}: invalid TOML: {e}") from None
+    try:
+        exp = Expectations.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise KitError(f"{path}: {where}: {first['msg']}") from None
+    seen: set[str] = set()
+    for i, k in enumerate(exp.known):
+        if k.case in seen:
+            raise KitError(f"{path}: known[{i}].case: {k.case} is listed twice")
+        seen.add(k.case)
+    return exp
+
+
+def compare(report: Report, exp: Expectations, path: Path) -> dict[str, list[str]]:
+    """Stamp every result with its verdict; returns the cases per verdict (for the summary).
+    A known failure naming a case the run does not have is an error of the file."""
+    if exp.engine != report.run_info.engine:
+        raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of "
+                       f"{report.run_info.engine}")
+    known = exp.by_case()
+    ran = {r.case for r in report.results}
+    missing = sorted(set(known) - ran)
+    if missing and not report.run_info.interrupted:
+        selected = len(ran)
+        raise KitError(f"{path}: known case {missing[0]} did not run (the run had {selected} "
+                       "cases; a --case selection must include every listed case)")
+    out: dict[str, list[str]] = {v.value: [] for v in Verdict}
+    for r in report.results:
+        k = known.get(r.case)
+        if k is None:
+            ok = r.status in (Status.PASS, Status.NOT_SUPPORTED)
+            verdict = Verdict.EXPECTED if ok else Verdict.REGRESSION
+        elif r.status is k.status:
+            verdict = Verdict.EXPECTED
+        else:
+            verdict = Verdict.IMPROVEMENT if r.status is Status.PASS else Verdict.REGRESSION
+        r.expectation = verdict.value
+        if k is not None:
+            r.known = f"{k.reason} ({k.reference})"
+        out[verdict.value].append(r.case)
+    report.run_info.expectations = {"file": str(path), **out}
+    return out

@@ -1,0 +1,82 @@
+"""``kvconf mutants``: the kill matrix reports every mutant, killed or alive, with what killed it;
+the audit holds every mutant to a catalog defect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conformance.cli import app
+from conformance.mutants import all_mutants
+from conformance.mutants import cache as cache_mutants
+from conformance.mutants.kill import run_mutants
+from conformance.profiles import get_profile, parse_budget
+from reference import PrefixCache
+from spec.audit import audit
+from spec.registry import load_registry
+
+
+class Benign(PrefixCache):
+    """TREE-1 / E-7: nothing planted at all (a mutant the kit cannot kill)."""
+
+
+class Unfiled(PrefixCache):
+    """PIN-2: a defect the catalog does not name."""
+
+
+def test_every_mutant_names_a_catalog_defect_and_real_behaviours():
+    reg = load_registry()
+    for m in all_mutants():
+        assert m.cites(reg.catalog), m.name
+        assert m.cites(reg.behaviours), m.name
+        assert m.summary, m.name
+
+
+@pytest.mark.behaviours("PIN-2")
+def test_kvconf_mutants_writes_the_kill_matrix(tmp_path: Path):
+    report = tmp_path / "kill.json"
+    res = CliRunner().invoke(app, ["mutants", "--profile", "ci", "--quiet", "--mutant",
+                                   "EvictsPinned", "--mutant", "PublishDropsPin",
+                                   "--report", str(report)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(report.read_text())
+    assert data["format"] == "kvconf-kill-matrix/1"
+    by = {m["id"]: m for m in data["mutants"]}
+    assert by["EvictsPinned"]["killed"] and by["EvictsPinned"]["catalog"] == ["E-3"]
+    assert by["PublishDropsPin"]["catalog"] == ["D381-2"]
+    for m in by.values():
+        assert m["oracle"] and m["behaviours"] and m["case"] and m["seconds"] >= 0
+    assert data["summary"]["killed"] == 2 and data["summary"]["alive"] == []
+
+
+def test_a_mutant_nothing_kills_is_reported_alive_with_the_seed(tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(cache_mutants.PLANTED, "Benign", Benign)
+    profile = get_profile("ci")
+    matrix = run_mutants(seed_value=3, profile=profile, budget=parse_budget("5", profile),
+                         report_path=tmp_path / "k.json", names=["Benign"])
+    (m,) = matrix.mutants
+    assert not m.killed and "seed 3" in m.message and m.oracle is None
+    assert matrix.summary["alive"] == ["Benign"] and not matrix.ok
+    res = CliRunner().invoke(app, ["mutants", "--profile", "ci", "--budget", "5", "--quiet",
+                                   "--mutant", "Benign", "--report", str(tmp_path / "c.json")])
+    assert res.exit_code == 1 and "alive: Benign" in res.output
+
+
+def test_an_unknown_mutant_is_a_usage_error(tmp_path: Path):
+    res = CliRunner().invoke(app, ["mutants", "--mutant", "Nope", "--report",
+                                   str(tmp_path / "k.json")])
+    assert res.exit_code == 2 and "--mutant Nope: unknown" in res.output
+
+
+def test_the_audit_holds_every_mutant_to_a_catalog_defect(monkeypatch):
+    reg = load_registry()
+    tests = Path(__file__).parent
+    assert not [g for g in audit(reg, tests).gaps if "mutant" in g]
+    monkeypatch.setitem(cache_mutants.PLANTED, "Unfiled", Unfiled)
+    monkeypatch.delitem(cache_mutants.PLANTED, "TieByNewestSeq")  # the only D248-1 mutant
+    gaps = audit(reg, tests).gaps
+    assert "mutant Unfiled names no catalog defect" in gaps
+    assert "D248-1: no mutant plants it" in gaps

@@ -1,0 +1,129 @@
+"""Expectation files and the compliance report (``kvconf run --expect``, ``kvconf report``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conformance.cli import app
+from conformance.errors import KitError
+from conformance.expectations import compare, load_expectations
+from conformance.report import CaseResult, Report, RunInfo, Status
+
+KNOWN = """engine = "reference"
+
+[[known]]
+case = "b"
+status = "FAIL"
+reason = "known gap"
+reference = "https://example.org/issues/7"
+
+[[known]]
+case = "c"
+status = "FAIL"
+reason = "fixed since"
+reference = "example/engine#12"
+"""
+
+
+def _report(**statuses: Status) -> Report:
+    info = RunInfo(engine="reference", version="x", kvconf="x", features=[], config={}, seed=0,
+                   profile="ci", budget="1", started="t")
+    return Report(run_info=info, results=[
+        CaseResult(case=c, status=s, behaviours=["PIN-2"], duration_s=0.0)
+        for c, s in statuses.items()])
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_run_is_judged_against_its_expectations_both_ways(tmp_path: Path):
+    path = _write(tmp_path, KNOWN)
+    exp = load_expectations(path)
+    r = _report(a=Status.PASS, b=Status.FAIL, c=Status.PASS, d=Status.NOT_SUPPORTED)
+    out = compare(r, exp, path)
+    assert out == {"expected": ["a", "b", "d"], "regression": [], "improvement": ["c"]}
+    assert not r.ok  # a known failure that passes must have its line removed
+    assert r.results[1].known == "known gap (https://example.org/issues/7)"
+    r = _report(a=Status.FAIL, b=Status.FAIL, c=Status.FAIL)
+    assert compare(r, exp, path)["regression"] == ["a"] and not r.ok
+    r = _report(a=Status.PASS, b=Status.FAIL, c=Status.FAIL)
+    compare(r, exp, path)
+    assert r.ok and r.run_info.expectations["file"] == str(path)
+
+
+@pytest.mark.parametrize("text, where", [
+    (KNOWN.replace("https://example.org/issues/7", "see the wiki"), "known.0.reference"),
+    (KNOWN.replace('status = "FAIL"', 'status = "PASS"', 1), "known.0.status"),
+    (KNOWN.replace('case = "c"', 'case = "b"'), "known[1].case"),
+    (KNOWN + "color = 3\n", "color"),
+    ("engine = [", "invalid TOML"),
+])
+def test_a_bad_expectation_file_names_the_field(tmp_path: Path, text: str, where: str):
+    with pytest.raises(KitError) as e:
+        load_expectations(_write(tmp_path, text))
+    assert where in str(e.value) and "exp.toml" in str(e.value)
+
+
+def test_expectations_for_another_engine_or_missing_cases_are_refused(tmp_path: Path):
+    path = _write(tmp_path, KNOWN.replace('engine = "reference"', 'engine = "vllm"'))
+    with pytest.raises(KitError, match="the file is for vllm"):
+        compare(_report(b=Status.FAIL, c=Status.FAIL), load_expectations(path), path)
+    path = _write(tmp_path, KNOWN)
+    with pytest.raises(KitError, match="known case c did not run"):
+        compare(_report(b=Status.FAIL), load_expectations(path), path)
+
+
+def test_kvconf_run_with_expectations_fails_on_an_improvement(tmp_path: Path):
+    path = _write(tmp_path, KNOWN.replace('"b"', '"split-keeps-pins"').replace(
+        '"c"', '"lru-victim-order"'))
+    args = ["run", "--profile", "ci", "--quiet", "--case", "split-keeps-pins", "--case",
+            "lru-victim-order", "--expect", str(path), "--report", str(tmp_path / "r.json")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert "2 improvements" in res.output
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [r["expectation"] for r in data["results"]] == ["improvement", "improvement"]
+
+
+def test_kvconf_report_writes_markdown_and_html(tmp_path: Path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", "--profile", "ci", "--quiet", "--case", "split-keeps-pins",
+                               "--case", "sched-retract-and-recover",
+                               "--report", str(tmp_path / "run" / "r.json")]).exit_code == 0
+    assert runner.invoke(app, ["mutants", "--profile", "ci", "--quiet", "--mutant",
+                               "SplitDropsPins", "--report",
+                               str(tmp_path / "k.json")]).exit_code == 0
+    # a failing result of another run, with its trace
+    bad = json.loads((tmp_path / "run" / "r.json").read_text())
+    bad["run_info"]["engine"] = "other"
+    bad["results"][0].update(status="FAIL", behaviours=["PIN-1"], oracle="pinning",
+                             message="lost a pin", trace="traces/split.json", step=3)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "traces").mkdir()
+    (tmp_path / "other" / "traces" / "split.json").write_text("{}")
+    (tmp_path / "other" / "r.json").write_text(json.dumps(bad))
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["report", str(tmp_path / "run" / "r.json"),
+                              str(tmp_path / "other" / "r.json"), str(tmp_path / "k.json"),
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    md = (out / "compliance.md").read_text()
+    assert "| PIN-1 | MUST | PASS | [FAIL](../other/traces/split.json) |" in md
+    assert "kvconf replay" in md and "SplitDropsPins | E-6 | yes" in md
+    html = (out / "index.html").read_text()
+    assert html.startswith("<!doctype html>") and html.count("<svg") == 3  # 2 graphs, 1 chart
+    assert "http" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
+
+
+def test_kvconf_report_refuses_unknown_files(tmp_path: Path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"format": "something/1"}))
+    res = CliRunner().invoke(app, ["report", str(p), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "x.json: format" in res.output
