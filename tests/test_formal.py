@@ -34,7 +34,8 @@ TINY = Scope(namespaces=2, tokens=1, depth=1, device_pages=1, host_pages=1, requ
 
 
 @pytest.mark.behaviours("POOL-1", "POOL-4", "PIN-1", "PIN-2", "PIN-3", "HOST-1", "HOST-2",
-                        "HOST-3", "PLAN-5", "REQ-1", "REQ-3", "REQ-4", "NS-1", "NS-3", "TREE-2")
+                        "HOST-3", "PLAN-5", "REQ-1", "REQ-3", "REQ-4", "NS-1", "NS-3", "MAMBA-3",
+                        "MAMBA-4")
 def test_every_invariant_is_inductive_at_a_tiny_scope():
     res = induction(Model(TINY))
     assert {n: r.status for n, r in res.items()} == {i.name: PROVED for i in INVARIANTS}
@@ -73,7 +74,7 @@ def test_planted_model_defect_gives_a_trace_the_matching_mutant_fails(model, mut
     assert Model(scope) and bmc(Model(scope), len(run.actions), INV[inv]) is None
 
 
-@pytest.mark.behaviours("TREE-2")
+@pytest.mark.behaviours("MAMBA-3", "MAMBA-4")
 def test_mamba_reuse_at_another_depth_is_found():
     two = Scope(namespaces=1, tokens=1, depth=1, device_pages=2, host_pages=0, locks=0,
                 transfers=0, requests=2)

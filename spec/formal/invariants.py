@@ -27,7 +27,7 @@ from spec.formal.state import (
 )
 
 # The rule that prefix reuse takes a Mamba state only at exactly the reused depth (D162-4).
-MAMBA_BEHAVIOURS: tuple[str, ...] = ("TREE-2",)
+MAMBA_BEHAVIOURS: tuple[str, ...] = ("MAMBA-3", "MAMBA-4")
 
 
 @dataclass(frozen=True)
