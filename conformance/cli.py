@@ -1,4 +1,5 @@
-"""The ``kvconf`` command line: run the suite, replay a trace, print schemas, audit the spec.
+"""The ``kvconf`` command line: run the suite, replay a trace, print schemas, audit the spec,
+prove the formal model.
 
 Every bad input (unknown engine, malformed trace, bad config value, unwritable report) is one line
 on stderr naming the place, and exit code 2; a broken rule is exit code 1; a clean run is 0.
@@ -454,6 +455,57 @@ def docs_build(
     except KitError as e:
         _die(str(e))
     out.print(f"site: {site}/index.html")
+
+
+@app.command()
+def prove(
+    report: Annotated[Path, typer.Option(help="Where to write the JSON proof report.")] = Path(
+        "kvconf-report/prove.json"
+    ),
+    scope: Annotated[
+        str,
+        typer.Option(help="Bounded scope over the default, key=value,... (namespaces, tokens, "
+                     "depth, device_pages, host_pages, locks, transfers, requests)."),
+    ] = "",
+    depth: Annotated[int, typer.Option(help="BMC depth for counterexamples and reachability.")] = (
+        10
+    ),
+    timeout: Annotated[int, typer.Option(help="Solver time-out per query, seconds.")] = 60,
+) -> None:
+    """Prove the formal model's invariants (z3) at a bounded scope; exit 1 unless all proved."""
+    from conformance.trace import write_atomic
+    from spec.formal.report import prove_all
+    from spec.formal.scope import parse_scope
+
+    try:
+        sc = parse_scope(scope)
+    except ValueError as e:
+        _die(f"--scope {e}")
+    if depth < 1:
+        _die(f"--depth {depth}: must be >= 1")
+    if timeout < 1:
+        _die(f"--timeout {timeout}: must be >= 1")
+    try:
+        _check_writable(report)
+    except KitError as e:
+        _die(str(e))
+    doc = prove_all(sc, depth=depth, timeout_ms=timeout * 1000, out_dir=report.parent)
+    write_atomic(report, json.dumps(doc, indent=2) + "\n")
+    table = Table(title=f"kvconf prove ({doc['scope']['text']})")
+    for col in ("obligation", "behaviours", "status", "s", "detail"):
+        table.add_column(col, justify="right" if col == "s" else "left", overflow="fold")
+    style = {"proved": "green", "counterexample": "bold red", "unknown": "yellow"}
+    for r in doc["obligations"]:
+        detail = r["detail"] + (f" (trace {r['trace']})" if r.get("trace") else "")
+        table.add_row(r["obligation"], ", ".join(r["behaviours"]),
+                      f"[{style[r['status']]}]{r['status']}[/]", f"{r['seconds']:.2f}", detail)
+    out.print(table)
+    for r in doc["obligations"]:
+        if r.get("cti"):
+            out.print(f"[bold]{r['obligation']}[/]: counterexample to induction", highlight=False)
+            out.print("\n".join(r["cti"]), highlight=False, markup=False)
+    out.print(f"report: {report}")
+    raise typer.Exit(EXIT_OK if doc["ok"] else EXIT_FAIL)
 
 
 @spec_app.command("audit")
