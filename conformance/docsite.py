@@ -13,6 +13,7 @@ nothing goes stale; mkdocs then builds the site (``--strict``: a broken link or 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -36,13 +37,13 @@ def seeds() -> dict[str, dict]:
 def proof_citations() -> dict[str, list[str]]:
     """Behaviour -> proof obligations of the formal model, where the model is installed."""
     try:
-        from spec.formal.obligations import OBLIGATIONS  # type: ignore[import-not-found]
-    except ImportError:
+        from spec.formal.invariants import INVARIANTS
+    except ImportError:  # the model needs z3
         return {}
     out: dict[str, list[str]] = {}
-    for ob in OBLIGATIONS:
-        for b in getattr(ob, "behaviours", ()):
-            out.setdefault(b, []).append(ob.name)
+    for inv in INVARIANTS:
+        for b in inv.behaviours:
+            out.setdefault(b, []).append(inv.name)
     return out
 
 
@@ -308,14 +309,32 @@ def build_site(out: Path, reports: list[Path], strict: bool = True) -> Path:
     except ImportError:
         raise KitError("kvconf docs build needs mkdocs-material: "
                        "pip install -e '.[docs]'") from None
+    out = out.resolve()  # mkdocs reads paths relative to its config file
     src = out.parent / f".{out.name}-src"
     conf = generate(src, reports)
     cfg_path = out.parent / f".{out.name}-mkdocs.yml"
     cfg_path.write_text(json.dumps({**conf, "site_dir": str(out.resolve()), "strict": strict}),
                         encoding="utf-8")  # JSON is YAML
     os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # the theme's banner, not a finding
+    seen: list[str] = []
+    handler = _Collect(seen)
+    logging.getLogger("mkdocs").addHandler(handler)
     try:
         build(load_config(str(cfg_path)))
-    except Exception as e:  # mkdocs reports strict-mode warnings as an abort
-        raise KitError(f"the site does not build: {e}") from None
+    except BaseException as e:  # strict-mode warnings and config errors end in an abort
+        detail = "; ".join(seen[:5]) or str(e)
+        raise KitError(f"the site does not build: {detail}") from None
+    finally:
+        logging.getLogger("mkdocs").removeHandler(handler)
     return out
+
+
+class _Collect(logging.Handler):
+    """Keeps mkdocs' warnings and errors, so a failed build says what failed."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(" ".join(record.getMessage().split()))

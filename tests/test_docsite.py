@@ -39,6 +39,7 @@ def test_a_behaviour_block_lists_what_holds_it(site_src: Path):
     assert "MUST NOT" in block and "[D381-2](../catalog.md#D381-2)" in block
     assert "`pinning`" in block and "`pinned-content`" in block  # its oracles
     assert "test_" in block and "`EvictsPinned`" in block  # its tests and mutants
+    assert "`pinned-never-evicted`" in block  # its proof obligation
 
 
 def test_the_diagrams_are_drawn_from_the_reference(site_src: Path):
