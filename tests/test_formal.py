@@ -19,13 +19,17 @@ from typer.testing import CliRunner
 
 from conformance.adapters.reference_cache import ReferenceCacheAdapter
 from conformance.cli import app
+from conformance.mutants.cache import EvictsPinned, LeaksDuplicates
 from conformance.oracles import Violation
 from conformance.runner import play
 from conformance.trace import dump_trace, load_trace
+from reference import PrefixCache
+from reference.prefix_cache import CacheConfig
 from spec.formal.actions import Model
+from spec.formal.agreement import Slots, Unrepresentable, abstract, agree
 from spec.formal.invariants import INVARIANTS
 from spec.formal.prove import COUNTEREXAMPLE, PROVED, bmc, induction, reachable
-from spec.formal.scope import Scope, parse_scope
+from spec.formal.scope import DEFAULT_SCOPE, Scope, parse_scope
 from spec.formal.to_trace import to_trace
 
 INV = {i.name: i for i in INVARIANTS}
@@ -104,4 +108,44 @@ def test_prove_cli_writes_a_report(tmp_path):
     doc = json.loads(report.read_text())
     assert r.exit_code == (0 if doc["ok"] else 1)
     assert {o["status"] for o in doc["obligations"]} <= {"proved", "unknown"}
-    assert all(o["status"] == "proved" for o in doc["obligations"][:-1])
+    assert all(o["status"] == "proved" for o in doc["obligations"]
+               if o["obligation"] != "non-vacuity-reachability")
+    assert doc["obligations"][-1]["obligation"] == "agreement"
+
+
+@pytest.mark.behaviours("PIN-1", "PIN-2", "TREE-4", "TREE-5", "HOST-2", "HOST-4")
+def test_reference_traces_are_paths_of_the_model():
+    out = agree(DEFAULT_SCOPE, 50)
+    assert out.disagreement is None, out.disagreement.describe()
+    assert out.traces == 50 and out.steps == 50 * 24
+    for kind in ("insert", "lock", "unlock", "evict", "writeback", "ack", "insert declined",
+                 "evict declined", "unlock declined", "writeback declined"):
+        assert out.counts[kind] > 0, kind
+
+
+@pytest.mark.behaviours("PIN-2", "TREE-5", "POOL-4")
+@pytest.mark.parametrize(("mutant", "kind"), [(EvictsPinned, "evict"),
+                                               (LeaksDuplicates, "insert")],
+                         ids=["EvictsPinned", "LeaksDuplicates"])
+def test_a_mutant_of_the_reference_disagrees_with_the_model(mutant, kind, tmp_path):
+    out = agree(DEFAULT_SCOPE, 50, cache_cls=mutant)
+    d = out.disagreement
+    assert d is not None and d.what.startswith(kind), d and d.describe()
+    path = tmp_path / "agreement.json"
+    path.write_text(dump_trace(d.trace))
+    play(ReferenceCacheAdapter, load_trace(path))  # a valid kit trace, legal on the reference
+
+
+def test_the_abstraction_refuses_a_prefix_outside_the_scope():
+    cache = PrefixCache(CacheConfig(page_size=1, device_pages=2, host_pages=1))
+    cache.insert(0, [1, 1], cache.alloc(2) or [])
+    with pytest.raises(Unrepresentable, match="outside the scope"):
+        abstract(TINY, cache.snapshot(), Slots())  # TINY has depth 1
+
+
+def test_prove_reports_a_disagreement_with_its_trace(tmp_path):
+    from spec.formal.report import _agreement
+
+    r = _agreement(ModelLeaksDuplicates(DEFAULT_SCOPE), 20, tmp_path)
+    assert r.status == COUNTEREXAMPLE and r.trace and "insert" in r.detail
+    load_trace(tmp_path / "traces" / "prove-agreement.json")

@@ -203,8 +203,14 @@ class Model:
 
     def instance(self, s: StateVars, s2: StateVars, c: Sequence[Any], k: int) -> z3.BoolRef:
         """``s --k--> s2`` for one fixed instance ``k`` (the agreement check)."""
-        _a, g, u = self._instances(s, c)[k]
-        return z3.And([g] + [s2.var(key) == u.u.get(key, s.var(key)) for key in s.fields()])
+        return self.instances(s, s2, c)[k]
+
+    def instances(self, s: StateVars, s2: StateVars, c: Sequence[Any]) -> list[z3.BoolRef]:
+        """``s --k--> s2`` for every instance ``k``, built at once (the agreement check asks
+        for many instances between the same two states; building them one by one would build
+        every instance each time)."""
+        return [z3.And([g] + [s2.var(key) == u.u.get(key, s.var(key)) for key in s.fields()])
+                for _a, g, u in self._instances(s, c)]
 
     # ------------------------------------------------------------------ the instances
     def _instances(self, s: StateVars | None, c: Sequence[Any] | None) -> list:
