@@ -133,7 +133,9 @@ def test_a_mutant_of_the_reference_disagrees_with_the_model(mutant, kind, tmp_pa
     assert d is not None and d.what.startswith(kind), d and d.describe()
     path = tmp_path / "agreement.json"
     path.write_text(dump_trace(d.trace))
-    play(ReferenceCacheAdapter, load_trace(path))  # a valid kit trace, legal on the reference
+    with pytest.raises(Violation):  # the kit's oracles see the same step go wrong
+        play(partial(ReferenceCacheAdapter, cache_cls=mutant), load_trace(path))
+    play(ReferenceCacheAdapter, load_trace(path))
 
 
 def test_the_abstraction_refuses_a_prefix_outside_the_scope():
