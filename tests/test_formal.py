@@ -26,7 +26,7 @@ from conformance.trace import dump_trace, load_trace
 from reference import PrefixCache
 from reference.prefix_cache import CacheConfig
 from spec.formal.actions import Model
-from spec.formal.agreement import Slots, Unrepresentable, abstract, agree
+from spec.formal.agreement import Checker, Slots, Unrepresentable, abstract, agree
 from spec.formal.invariants import INVARIANTS
 from spec.formal.prove import COUNTEREXAMPLE, PROVED, bmc, induction, reachable
 from spec.formal.scope import DEFAULT_SCOPE, Scope, parse_scope
@@ -113,9 +113,14 @@ def test_prove_cli_writes_a_report(tmp_path):
     assert doc["obligations"][-1]["obligation"] == "agreement"
 
 
+@pytest.fixture(scope="module")
+def checker() -> Checker:
+    return Checker(Model(DEFAULT_SCOPE))
+
+
 @pytest.mark.behaviours("PIN-1", "PIN-2", "TREE-4", "TREE-5", "HOST-2", "HOST-4")
-def test_reference_traces_are_paths_of_the_model():
-    out = agree(DEFAULT_SCOPE, 50)
+def test_reference_traces_are_paths_of_the_model(checker):
+    out = agree(DEFAULT_SCOPE, 50, checker=checker)
     assert out.disagreement is None, out.disagreement.describe()
     assert out.traces == 50 and out.steps == 50 * 24
     for kind in ("insert", "lock", "unlock", "evict", "writeback", "ack", "insert declined",
@@ -127,8 +132,8 @@ def test_reference_traces_are_paths_of_the_model():
 @pytest.mark.parametrize(("mutant", "kind"), [(EvictsPinned, "evict"),
                                                (LeaksDuplicates, "insert")],
                          ids=["EvictsPinned", "LeaksDuplicates"])
-def test_a_mutant_of_the_reference_disagrees_with_the_model(mutant, kind, tmp_path):
-    out = agree(DEFAULT_SCOPE, 50, cache_cls=mutant)
+def test_a_mutant_of_the_reference_disagrees_with_the_model(mutant, kind, checker, tmp_path):
+    out = agree(DEFAULT_SCOPE, 50, cache_cls=mutant, checker=checker)
     d = out.disagreement
     assert d is not None and d.what.startswith(kind), d and d.describe()
     path = tmp_path / "agreement.json"
@@ -136,6 +141,23 @@ def test_a_mutant_of_the_reference_disagrees_with_the_model(mutant, kind, tmp_pa
     with pytest.raises(Violation):  # the kit's oracles see the same step go wrong
         play(partial(ReferenceCacheAdapter, cache_cls=mutant), load_trace(path))
     play(ReferenceCacheAdapter, load_trace(path))
+
+
+FOUND_BY_AGREEMENT = [
+    ("CopiesToWrongPages", "writeback"), ("EvictionDropsHostCopy", "evict"),
+    ("IgnoresFailedAck", "ack"), ("LoadbackVisibleEarly", "loadback"),
+    ("MatchOnePageLong", "match"), ("SharedNamespaces", "insert"), ("SplitDropsPins", "match"),
+    ("UnbalancedUnlockAccepted", "unlock"), ("WritebackParentUnpinned", "writeback"),
+]
+
+
+@pytest.mark.behaviours("HOST-3", "EVICT-5", "HOST-4", "TREE-1", "NS-1", "TREE-4", "PIN-3",
+                        "HOST-2")
+@pytest.mark.parametrize(("mutant", "kind"), FOUND_BY_AGREEMENT,
+                         ids=[m for m, _k in FOUND_BY_AGREEMENT])
+def test_agreement_finds_the_step_a_cache_mutant_breaks(mutant, kind, checker):
+    d = agree(DEFAULT_SCOPE, 50, cache_cls=PLANTED[mutant], checker=checker).disagreement
+    assert d is not None and d.what.startswith(kind), d and d.describe()
 
 
 def test_the_abstraction_refuses_a_prefix_outside_the_scope():

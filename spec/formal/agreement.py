@@ -346,6 +346,9 @@ class Player:
                 self._step()
             except (_Disagree, Unrepresentable) as e:
                 return Disagreement(self.seed, i, self.what, str(e), self.trace())
+            except CacheError as e:  # the driver only issues legal calls outside _declined
+                return Disagreement(self.seed, i, self.what, f"the reference rejects it: {e}",
+                                    self.trace())
         return None
 
     def _step(self) -> None:
@@ -384,9 +387,10 @@ class Player:
         self.what = f"match ns {ns} tokens {list(toks)}"
         self.steps.append(MatchStep(ns=ns, tokens=list(toks)))
         _s, pre = self._abs()
-        self.cache.match(ns, list(toks))
+        m = self.cache.match(ns, list(toks))
         if self._abs()[1] != pre:
             raise _Disagree("a match without a lock changed what the model sees")
+        self._served(pre, ns, toks, m)
 
     def _lock(self) -> None:
         ns, toks, tier = self._lock_target()
@@ -395,6 +399,7 @@ class Player:
         m = self.cache.match(ns, list(toks))
         node = m.device_node if tier is Tier.DEVICE else m.host_node
         snap, mid = self._abs()
+        self._served(mid, ns, toks, m)
         if snap.node_map()[node].parent is None:  # nothing cached on the tier: a plain match
             self.steps.append(MatchStep(ns=ns, tokens=list(toks)))
             if mid != pre:
@@ -408,6 +413,28 @@ class Player:
         self.locks.append(_Lock(len(self.steps) - 1, handle, node, tier, slot))
         x = deepest(self.scope, snap, node)
         self._expect(pre, [Action("lock", (slot, x, tier is Tier.DEVICE))], self._abs()[1])
+
+    def _served(self, v: dict, ns: int, toks: tuple[int, ...], m: Any) -> None:
+        """A match answers with the pages the model state holds along the path, on each tier,
+        down to the first position missing there (TREE-1, TREE-2)."""
+        for present, pg, got in (("dev", "dpg", m.device_pages), ("host", "hpg", m.host_pages)):
+            want = []
+            for y in self.scope.path(self.scope.index(ns, toks)):
+                if not v[present][y]:
+                    break
+                want.append(v[pg][y])
+            if tuple(got) != tuple(want):
+                raise _Disagree(f"the match serves {present} pages {list(got)}, the model state "
+                                f"holds {want}")
+
+    def _copied(self, post: dict, x: int, t: int, wb: bool, pairs: Any) -> None:
+        """A started copy hands out (source, destination) pages as the model's transfer holds
+        them, in path order (HOST-3)."""
+        src = "dpg" if wb else "hpg"
+        want = [(post[src][y], post["tpg"][y]) for y in self.scope.path(x) if post["pend"][y] == t]
+        if [tuple(p) for p in pairs] != want:
+            raise _Disagree(f"the copy hands out pairs {[list(p) for p in pairs]}, the model's "
+                            f"transfer copies {[list(p) for p in want]}")
 
     def _lock_target(self) -> tuple[int, tuple[int, ...], Tier]:
         """Mostly a random position on device; often a host-only one, which is what a loadback
@@ -484,7 +511,9 @@ class Player:
             return
         self.slots.transfers[op.op_id] = t
         self.transfers[op.op_id] = (len(self.steps) - 1, lk.node)
-        self._expect(pre, [action], self._abs()[1])
+        post = self._abs()[1]
+        self._expect(pre, [action], post)
+        self._copied(post, action.params[2], t, wb, op.pairs)
 
     def _ack(self) -> None:
         op = self.rng.choice(sorted(self.transfers))
@@ -494,7 +523,9 @@ class Player:
         self.steps.append(AckStep(step=step, success=ok))
         snap, pre = self._abs()
         t = self.slots.transfers[op]
-        wb = next(tv.kind == "writeback" for tv in snap.transfers if tv.op_id == op)
+        wb = next((tv.kind == "writeback" for tv in snap.transfers if tv.op_id == op), None)
+        if wb is None:
+            raise _Disagree(f"transfer {op} is no longer in flight before its ack")
         action = Action("ack", (t, ok, deepest(self.scope, snap, node), wb))
         self.cache.finish_transfer(op, ok)
         del self.slots.transfers[op]
@@ -502,11 +533,13 @@ class Player:
 
 
 def agree(scope: Scope, traces: int, *, seed: int = 0, length: int = STEPS_PER_TRACE,
-          cache_cls: type[PrefixCache] = PrefixCache, model: Model | None = None) -> Outcome:
+          cache_cls: type[PrefixCache] = PrefixCache, model: Model | None = None,
+          checker: Checker | None = None) -> Outcome:
     """Play ``traces`` seeded random traces (seeds ``seed..seed+traces-1``) and stop at the
-    first disagreement."""
+    first disagreement. A ``checker`` (of the scope's model) may be shared between calls:
+    building its formulas is most of a short run."""
     t0 = time.perf_counter()
-    checker = Checker(model or Model(scope))
+    checker = checker or Checker(model or Model(scope))
     steps, counts = 0, Counter[str]()
     for i in range(traces):
         player = Player(checker, seed + i, cache_cls)
