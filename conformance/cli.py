@@ -1,4 +1,5 @@
-"""The ``kvconf`` command line: run the suite, replay a trace, print schemas, audit the spec.
+"""The ``kvconf`` command line: run the suite, replay a trace, print schemas, audit the spec,
+prove the formal model.
 
 Every bad input (unknown engine, malformed trace, bad config value, unwritable report) is one line
 on stderr naming the place, and exit code 2; a broken rule is exit code 1; a clean run is 0.
@@ -30,6 +31,9 @@ spec_app = typer.Typer(
     help="The normative spec: registry, chapters, catalog.", no_args_is_help=True
 )
 app.add_typer(spec_app, name="spec")
+docs_app = typer.Typer(help="The documentation site, generated from spec/ and reference/.",
+                       no_args_is_help=True)
+app.add_typer(docs_app, name="docs")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True)
@@ -295,7 +299,8 @@ def mutants(
             def on_result(m) -> None:
                 if on_case is not None:  # a survivor shows as a failure line
                     on_case(SimpleNamespace(status=SimpleNamespace(
-                        value="PASS" if m.killed else "ALIVE"), case=m.id, message=m.message))
+                        value="PASS" if m.killed or m.skipped else "ALIVE"), case=m.id,
+                        message=m.message))
 
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                                  names=mutant, fuzz_only=fuzz_only, on_result=on_result)
@@ -310,14 +315,16 @@ def mutants(
         table.add_column(col, justify="right" if col == "s" else "left")
     for m in matrix.mutants:
         by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
-              else f"[red]{m.message}[/]")
-        table.add_row(m.id, ", ".join(m.catalog), "[green]yes[/]" if m.killed else "[red]NO[/]",
-                      f"{m.seconds:.2f}", by)
+              else f"[yellow]skipped: {m.skipped}[/]" if m.skipped else f"[red]{m.message}[/]")
+        killed = ("[green]yes[/]" if m.killed else "[yellow]skipped[/]" if m.skipped
+                  else "[red]NO[/]")
+        table.add_row(m.id, ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
     out.print(table)
     s = matrix.summary
     out.print(f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s, "
               f"max {s['max_seconds_to_kill']} s to kill"
-              + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else ""))
+              + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else "")
+              + (f"; skipped here: {', '.join(s['skipped'])}" if s["skipped"] else ""))
     out.print(f"report: {report}")
     raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
 
@@ -389,6 +396,22 @@ def replay(
 
 
 @app.command()
+def window(
+    model_config: Annotated[Path, typer.Argument(help="A model config.json (Hugging Face style).")],
+) -> None:
+    """Print the sliding window a model config states, read by the spec's rule (WIN-1: the top
+    level or the nested text_config; 0 means full attention)."""
+    from conformance.model_config import model_window
+
+    try:
+        size = model_window(model_config)
+    except KitError as e:
+        _die(str(e))
+    out.print(f"{model_config}: sliding window {size}" if size else
+              f"{model_config}: full attention (no sliding window)", highlight=False)
+
+
+@app.command()
 def schema(
     what: Annotated[str, typer.Argument(help="trace or report")] = "trace",
 ) -> None:
@@ -409,6 +432,80 @@ def engines() -> None:
 
     for name in known_engines():
         out.print(name)
+
+
+@docs_app.command("build")
+def docs_build(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the built site.")] = Path(
+        "site"
+    ),
+    reports: Annotated[
+        list[Path] | None,
+        typer.Option("--reports", help="Run reports and kill matrices for the results page "
+                     "(repeatable)."),
+    ] = None,
+    strict: Annotated[bool, typer.Option(help="Fail on any broken link or anchor.")] = True,
+) -> None:
+    """Generate the site's pages (behaviours, catalog, diagrams, formats, results) and build it
+    with mkdocs-material."""
+    from conformance.docsite import build_site
+
+    try:
+        site = build_site(out_dir, reports or [], strict=strict)
+    except KitError as e:
+        _die(str(e))
+    out.print(f"site: {site}/index.html")
+
+
+@app.command()
+def prove(
+    report: Annotated[Path, typer.Option(help="Where to write the JSON proof report.")] = Path(
+        "kvconf-report/prove.json"
+    ),
+    scope: Annotated[
+        str,
+        typer.Option(help="Bounded scope over the default, key=value,... (namespaces, tokens, "
+                     "depth, device_pages, host_pages, locks, transfers, requests)."),
+    ] = "",
+    depth: Annotated[int, typer.Option(help="BMC depth for counterexamples and reachability.")] = (
+        10
+    ),
+    timeout: Annotated[int, typer.Option(help="Solver time-out per query, seconds.")] = 60,
+) -> None:
+    """Prove the formal model's invariants (z3) at a bounded scope; exit 1 unless all proved."""
+    from conformance.trace import write_atomic
+    from spec.formal.report import prove_all
+    from spec.formal.scope import parse_scope
+
+    try:
+        sc = parse_scope(scope)
+    except ValueError as e:
+        _die(f"--scope {e}")
+    if depth < 1:
+        _die(f"--depth {depth}: must be >= 1")
+    if timeout < 1:
+        _die(f"--timeout {timeout}: must be >= 1")
+    try:
+        _check_writable(report)
+    except KitError as e:
+        _die(str(e))
+    doc = prove_all(sc, depth=depth, timeout_ms=timeout * 1000, out_dir=report.parent)
+    write_atomic(report, json.dumps(doc, indent=2) + "\n")
+    table = Table(title=f"kvconf prove ({doc['scope']['text']})")
+    for col in ("obligation", "behaviours", "status", "s", "detail"):
+        table.add_column(col, justify="right" if col == "s" else "left", overflow="fold")
+    style = {"proved": "green", "counterexample": "bold red", "unknown": "yellow"}
+    for r in doc["obligations"]:
+        detail = r["detail"] + (f" (trace {r['trace']})" if r.get("trace") else "")
+        table.add_row(r["obligation"], ", ".join(r["behaviours"]),
+                      f"[{style[r['status']]}]{r['status']}[/]", f"{r['seconds']:.2f}", detail)
+    out.print(table)
+    for r in doc["obligations"]:
+        if r.get("cti"):
+            out.print(f"[bold]{r['obligation']}[/]: counterexample to induction", highlight=False)
+            out.print("\n".join(r["cti"]), highlight=False, markup=False)
+    out.print(f"report: {report}")
+    raise typer.Exit(EXIT_OK if doc["ok"] else EXIT_FAIL)
 
 
 @spec_app.command("audit")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -78,7 +79,20 @@ def _label(path: Path, r: Report, all_runs: list[tuple[Path, Report]]) -> str:
     return f"{name} [{path.stem}]" if len(same) > 1 else name
 
 
-def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path
+def trace_link(path: Path, trace: str, out_dir: Path, copy: bool) -> str:
+    """A link from the report folder to a failing trace (copied in when ``copy``, so a site
+    built from the folder holds every trace it links)."""
+    src = (path.parent / trace).resolve()
+    if not copy:
+        return os.path.relpath(src, out_dir.resolve())
+    dst = out_dir / "traces" / path.stem / Path(trace).name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_file():
+        shutil.copyfile(src, dst)
+    return f"traces/{path.stem}/{Path(trace).name}"
+
+
+def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path, copy: bool = False
            ) -> tuple[list[str], dict[str, dict[str, Cell]]]:
     """Columns, and per behaviour per column the worst status of the cases citing it."""
     cols: list[str] = []
@@ -95,8 +109,7 @@ def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path
                     cell.status = res.status
                 cell.cases.append(f"{res.case}: {res.status.value}")
                 if res.trace and res.status is Status.FAIL:
-                    trace = (path.parent / res.trace).resolve()
-                    cell.traces.append(os.path.relpath(trace, out_dir.resolve()))
+                    cell.traces.append(trace_link(path, res.trace, out_dir, copy))
     return cols, cells
 
 
@@ -113,13 +126,13 @@ def coverage_edges(r: Report) -> list[tuple[str, str, str, bool]]:
     return out
 
 
-def build(inputs: Inputs, out_dir: Path) -> tuple[Path, Path]:
+def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Path, Path]:
     from reference.requests import State
     from spec.registry import load_registry
 
     reg = load_registry()
     behaviours = list(reg.behaviours)
-    cols, cells = matrix(inputs, behaviours, out_dir)
+    cols, cells = matrix(inputs, behaviours, out_dir, copy_traces)
     md: list[str] = ["# kvconf compliance report", ""]
     html: list[str] = []
 
@@ -178,8 +191,7 @@ def build(inputs: Inputs, out_dir: Path) -> tuple[Path, Path]:
             md.append("None.")
             html.append("<p>None.</p>")
         for p, r, x in fails:
-            trace = (os.path.relpath((p.parent / x.trace).resolve(), out_dir.resolve())
-                     if x.trace else None)
+            trace = trace_link(p, x.trace, out_dir, copy_traces) if x.trace else None
             where = f" step {x.step}," if x.step is not None else ""
             given = str(p.parent / x.trace) if x.trace else None  # as the caller named it
             replay = (f" Replay: `kvconf replay {given} --engine {r.run_info.engine}`"

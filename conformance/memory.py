@@ -181,3 +181,46 @@ class ShadowMemory:
 def shadow_memory(page_size: int, device_pages: int, host_pages: int) -> ShadowMemory:
     """The default ``MemoryFactory``."""
     return ShadowMemory(page_size, {Tier.DEVICE: device_pages, Tier.HOST: host_pages})
+
+
+@runtime_checkable
+class StateMemory(Protocol):
+    """Mamba state slots of the device and host pools, one content tag per slot (chapter mamba).
+
+    Copies follow the same rule as KV pages: a destination reads ``POISON`` until its copy
+    lands, and a raced or failed copy leaves ``POISON``."""
+
+    def write_states(self, tier: Tier, slots: Sequence[int], tags: Sequence[int]) -> None: ...
+
+    def read_states(self, tier: Tier, slots: Sequence[int]) -> list[int | None]: ...
+
+    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> Any: ...
+
+    def finish_copy(self, handle: Any, success: bool) -> list[int]: ...
+
+
+class ShadowStates:
+    """The kit's own state memory: a shadow memory whose pages are one-slot states."""
+
+    def __init__(self, device_slots: int, host_slots: int) -> None:
+        self.mem = ShadowMemory(1, {Tier.DEVICE: device_slots, Tier.HOST: host_slots})
+
+    def write_states(self, tier: Tier, slots: Sequence[int], tags: Sequence[int]) -> None:
+        self.mem.write_pages(tier, slots, tags)
+
+    def read_states(self, tier: Tier, slots: Sequence[int]) -> list[int | None]:
+        return self.mem.read_pages(tier, slots)
+
+    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> _Copy:
+        return self.mem.start_copy(src, dst, pairs)
+
+    def finish_copy(self, handle: _Copy, success: bool) -> list[int]:
+        return self.mem.finish_copy(handle, success)
+
+
+def state_memory(kv: KVMemory, device_slots: int, host_slots: int) -> StateMemory:
+    """The Mamba state memory beside ``kv``: the KV memory's own (``kv.states(...)``, e.g. the
+    GPU harness's torch pools) where it offers one, the shadow otherwise."""
+    make = getattr(kv, "states", None)
+    return make(device_slots, host_slots) if make is not None else ShadowStates(device_slots,
+                                                                                host_slots)

@@ -36,6 +36,7 @@ from conformance.sched_scenarios import SCHED_SCENARIOS
 from conformance.sched_trace import SchedConfig, SchedTrace
 from conformance.shrink import shrink
 from conformance.trace import Trace, dump_trace, write_atomic
+from conformance.window_cases import window_config_case
 from reference.requests import BY_OP, EXTERNAL, TRANSITIONS, State
 
 FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))
@@ -267,6 +268,9 @@ L3_FUZZ = SchedConfig(l3_store=True, device_pages=12, host_pages=8, max_tokens=8
 # One adapter slot per forward (PLAN-9) on a small device, so the cap meets retraction.
 ADAPTER_FUZZ = SchedConfig(max_adapters=1, device_pages=12, host_pages=8, max_tokens=8,
                            max_batch=3)
+# Mamba state beside KV under a sliding window, few state slots (chapter mamba).
+MAMBA_FUZZ = SchedConfig(mamba=True, sliding_window=4, device_pages=10, host_pages=8, max_tokens=6,
+                         max_batch=3, max_slots=4, mamba_slots=6, mamba_host_slots=3)
 SCHED_FUZZ_BEHAVIOURS = tuple(sorted({b for o in SCHED_ORACLES for b in o.behaviours}
                                      | {"DET-1", "TREE-2", "NS-1"}))
 
@@ -282,6 +286,7 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
                     needs: frozenset[Feature] = frozenset()) -> Case:
     behaviours = tuple(b for b in SCHED_FUZZ_BEHAVIOURS
                        if (config.l3_store or not b.startswith("L3-"))
+                       and (config.mamba or not b.startswith("MAMBA-"))
                        and (config.max_adapters or b != "PLAN-9"))
 
     def run(ctx: RunContext) -> CaseResult:
@@ -318,6 +323,7 @@ def all_cases() -> list[Case]:
     cases.append(fuzz_case("fuzz-cache-page1", lambda c: c.model_copy(update={"page_size": 1}),
                            "stateful traces at page size 1"))
     cases.extend(sched_scenario_case(sc) for sc in SCHED_SCENARIOS)
+    cases.append(window_config_case())
     cases.append(sched_fuzz_case("fuzz-scheduler", SchedConfig(),
                                  "workloads with shared prefixes, aborts, held and failed acks"))
     cases.append(sched_fuzz_case(
@@ -345,6 +351,15 @@ def all_cases() -> list[Case]:
         "fuzz-scheduler-l3", L3_FUZZ,
         "workloads over an L3 store: prefetches that land, stop short or are lost, backups "
         "acknowledged late, on a small host tier", frozenset({Feature.L3_STORE})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-l3-tight-host", L3_FUZZ.model_copy(update={"host_pages": 4}),
+        "workloads over an L3 store with a 4-page host tier: every prefetch must make room on "
+        "host, so the order of pinning and eviction shows", frozenset({Feature.L3_STORE})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-mamba", MAMBA_FUZZ,
+        "workloads with Mamba state slots under a 4-token sliding window, on a small device "
+        "with few state slots: retraction, eviction and recovery of states",
+        frozenset({Feature.MAMBA, Feature.SLIDING_WINDOW})))
     return cases
 
 

@@ -18,8 +18,15 @@ from typing import Any
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.l3_runtime import L3Runtime
-from conformance.memory import DROPPED, MemoryFactory, page_id_space, shadow_memory
+from conformance.memory import (
+    DROPPED,
+    MemoryFactory,
+    page_id_space,
+    shadow_memory,
+    state_memory,
+)
 from conformance.oracles.base import Violation
+from conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
 from conformance.oracles.scheduler import (
     Live,
     LivenessOracle,
@@ -80,7 +87,7 @@ class SchedulerDriver:
         self.states = RequestStateOracle() if self.white and not memory_only else None
         self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats and not memory_only
                       and trace.config.publish_mid_flight and not trace.config.sliding_window
-                      else None)
+                      and not trace.config.mamba else None)
         self.events = RuntimeEventOracle()
         self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}
@@ -99,6 +106,13 @@ class SchedulerDriver:
         self.l3 = (L3Runtime(trace, self.memory, self.p, self.live, self._tag,
                              checks=not memory_only)
                    if trace.config.l3_store else None)
+        # Mamba state slots beside the KV (spec chapter mamba), when the config has them.
+        c = trace.config
+        self.mstates = (state_memory(self.memory, c.mamba_slots, c.mamba_host_slots)
+                       if c.mamba else None)
+        self.mamba_content = MambaContentOracle()
+        self.mamba_owners = (MambaOwnershipOracle() if c.mamba and self.white
+                             and not memory_only else None)
         self.snap = self._snapshot()
 
     # ----------------------------------------------------------------- plumbing
@@ -132,6 +146,9 @@ class SchedulerDriver:
                               self.config.sliding_window)
         if self.l3 is not None and after is not None and phase != "submit":
             self.l3.check_tree(after)
+        if self.mamba_owners is not None and after is not None:
+            done = {rid for rid, evs in external.items() if Event.FINISH in evs}
+            self.mamba_owners.check(self.snap, after, done, self.p)
         taken = getattr(self.engine, "transitions", None)
         if taken is not None:
             self.exercised.update(taken())
@@ -196,10 +213,9 @@ class SchedulerDriver:
                                          r.page_table) for r in plan.rows],
                          [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]
                          + [(o.kind, o.rid, o.start, o.pages, o.keys) for o in plan.l3]))
-        loads = [self.memory.start_copy(Tier.HOST, Tier.DEVICE, op.pairs)
-                 for op in plan.loadbacks]
+        loads = [self._start_copy(Tier.HOST, Tier.DEVICE, op) for op in plan.loadbacks]
         for handle in loads:  # landed before the forward (PLAN-5)
-            self.memory.finish_copy(handle, True)
+            self._finish_copy(handle, True)
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
@@ -208,6 +224,8 @@ class SchedulerDriver:
                 self.l3.first_chunk(row)
             self.started.add(row.rid)
             self._forward(row, req)
+            if self.mstates is not None:
+                self._forward_state(row, req)
         events: list = []
         external: dict[str, set[Event]] = {}
         # Backups start before this plan's writebacks: a source page reused by one of them
@@ -298,6 +316,46 @@ class SchedulerDriver:
             self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
                               [i % p for i in drops], [DROPPED] * len(drops))
 
+    def _start_copy(self, src: Tier, dst: Tier, op: CopyOp) -> tuple[Any, Any]:
+        """One copy op, all its units: KV pages, and Mamba states by their own kind (D162-1)."""
+        kv = self.memory.start_copy(src, dst, op.pairs)
+        mamba = getattr(op, "mamba", ())
+        st = (self.mstates.start_copy(src, dst, mamba)
+              if self.mstates is not None and mamba else None)
+        return kv, st
+
+    def _finish_copy(self, handle: tuple[Any, Any], success: bool) -> None:
+        kv, st = handle
+        self.memory.finish_copy(kv, success)
+        if st is not None and self.mstates is not None:
+            self.mstates.finish_copy(st, success)
+
+    def _state_tag(self, row, req: Live, depth: int) -> int:
+        """The tag of the state at ``depth``: (namespace of the row, tokens[0..depth])."""
+        if row.namespace == req.ns:
+            return self._tag(row.rid, depth - 1)
+        return position_tags(row.namespace, req.tokens[:depth], 0, None)[depth - 1]
+
+    def _forward_state(self, row, req: Live) -> None:
+        """A row resumes the request's recurrent state at depth ``start`` (from its cached
+        source or its working slot), and leaves the state at its end depth in the working slot,
+        and at ``checkpoint_depth`` in its checkpoint slot (MAMBA-1)."""
+        assert self.mstates is not None
+        mamba = getattr(row, "mamba", -1)
+        if mamba < 0:
+            return
+        if row.start:
+            src = row.mamba_src if row.mamba_src >= 0 else mamba
+            got = self.mstates.read_states(Tier.DEVICE, [src])[0]
+            if got != self._state_tag(row, req, row.start):
+                own = {self._tag(row.rid, i): i + 1 for i in range(len(req.tokens))}
+                raise self.mamba_content.wrong(row, row.start, src, got, own)
+        end = row.start + len(row.input_tokens)
+        self.mstates.write_states(Tier.DEVICE, [mamba], [self._state_tag(row, req, end)])
+        if row.checkpoint >= 0:
+            self.mstates.write_states(Tier.DEVICE, [row.checkpoint],
+                                      [self._state_tag(row, req, row.checkpoint_depth)])
+
     def _computed(self, row, req: Live, writes: range) -> list[int]:
         """The KV a row computes: with the adapter the row names, so a continuation in another
         namespace than its request's writes KV of that namespace (NS-3)."""
@@ -314,7 +372,7 @@ class SchedulerDriver:
         failed: list[tuple[CopyOp, Any]] = []
         due, self.later = self.later, []
         for op in writebacks:
-            handle = self.memory.start_copy(Tier.DEVICE, Tier.HOST, op.pairs)
+            handle = self._start_copy(Tier.DEVICE, Tier.HOST, op)
             if self.l3 is not None:
                 self.l3.overwritten([d for _s, d in op.pairs])
             if op.rid in self.live:
@@ -333,10 +391,10 @@ class SchedulerDriver:
     def _land_copies(self, due: list, failed: list) -> list:
         out: list = []
         for op, handle in due:
-            self.memory.finish_copy(handle, True)
+            self._finish_copy(handle, True)
             out.append(WritebackDone(op.op_id, True))
         for op, handle in failed:
-            self.memory.finish_copy(handle, False)
+            self._finish_copy(handle, False)
             out.append(WritebackDone(op.op_id, False))
         for op, _handle in due + failed:
             if op.rid in self.live:

@@ -10,6 +10,8 @@ from conformance.sched_trace import AbortAt, Arrival, Preload, SchedConfig, Sche
 SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]  # a shared "system prompt" of 4 pages at page size 2
 L3 = frozenset({Feature.L3_STORE, Feature.NAMESPACES})
 CAP = frozenset({Feature.ADAPTER_CAP, Feature.NAMESPACES})
+MAMBA = frozenset({Feature.MAMBA})
+OTHER = [2, 2, 1, 1, 0, 0, 2, 1]  # a second shared prompt, four pages
 
 
 @dataclass(frozen=True)
@@ -174,5 +176,59 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
            l3_acks=["later"]),
         "A tiny host tier: a backup's source stays pinned while a later writeback wants room "
         "(D293-4), and a prefetch pins its host match before evicting for room (D293-6).",
+    ),
+    SchedScenario(
+        "sched-mamba-reuse", ("MAMBA-1", "MAMBA-2", "MAMBA-3", "MAMBA-6", "MAMBA-7", "MAMBA-8"),
+        MAMBA,
+        _t("sched-mamba-reuse", ("MAMBA-3",),
+           config=SchedConfig(mamba=True, device_pages=14, host_pages=24, mamba_slots=7,
+                              mamba_host_slots=8, max_tokens=12),
+           arrivals=[Arrival(at=0, rid="sys", tokens=SYSTEM),
+                     Arrival(at=0, rid="other", tokens=OTHER),
+                     Arrival(at=6, rid="sys-2", tokens=[*SYSTEM, 1, 1], new_tokens=2),
+                     Arrival(at=6, rid="other-2", tokens=[*OTHER, 0, 0], new_tokens=2),
+                     Arrival(at=10, rid="filler", tokens=[0, 1, 1, 2, 2, 1, 0, 0, 1, 2, 1],
+                             new_tokens=3),
+                     Arrival(at=18, rid="sys-3", tokens=[*SYSTEM, 2], new_tokens=3),
+                     Arrival(at=18, rid="other-3", tokens=[*OTHER, 2, 2], new_tokens=3)]),
+        "Finished prompts leave KV and a Mamba state of the same depth; two requests admitted "
+        "in one plan resume from their own cached states; after device pressure the states "
+        "come back from host in the loadbacks with the KV (D162-1, D162-3, D162-6, D243-3).",
+    ),
+    SchedScenario(
+        "sched-mamba-retract", ("MAMBA-4", "MAMBA-5", "MAMBA-7", "MAMBA-8", "PLAN-6", "LIVE-1"),
+        MAMBA | {Feature.NAMESPACES},
+        _t("sched-mamba-retract", ("MAMBA-4",),
+           config=SchedConfig(mamba=True, device_pages=9, host_pages=16, max_tokens=12,
+                              mamba_slots=5, mamba_host_slots=2),
+           arrivals=[Arrival(at=0, rid="a", tokens=[0, 1, 2, 0, 1], new_tokens=9),
+                     Arrival(at=0, rid="b", tokens=[2, 2, 1, 1], new_tokens=9, ns=1),
+                     Arrival(at=1, rid="c", tokens=[1, 0], new_tokens=7),
+                     Arrival(at=3, rid="d", tokens=[1, 1, 0, 2], new_tokens=2),
+                     Arrival(at=5, rid="e", tokens=[2, 0, 2, 0, 1], new_tokens=2)]),
+        "A full device retracts decodes with their Mamba state to a two-slot host pool, where "
+        "it stays protected while finished prompts' states are written back and evicted around "
+        "it; recovery resumes from it (D162-2, D162-5, D243-3, D243-4).",
+    ),
+    SchedScenario(
+        "sched-mamba-tight-slots", ("MAMBA-5", "MAMBA-7", "MAMBA-8", "LIVE-1"), MAMBA,
+        _t("sched-mamba-tight-slots", ("MAMBA-7",),
+           config=SchedConfig(mamba=True, device_pages=16, mamba_slots=3, mamba_host_slots=1),
+           arrivals=[Arrival(at=0, rid="r1", tokens=[0, 1, 2, 0]),
+                     Arrival(at=0, rid="r2", tokens=[1, 2, 0, 1]),
+                     Arrival(at=0, rid="r3", tokens=[2, 0, 1, 2]),
+                     Arrival(at=4, rid="r4", tokens=[0, 1, 2, 0, 1], new_tokens=2)]),
+        "Three state slots for three requests: one gets no checkpoint, says so, and finishes "
+        "from its working slot; one host slot: host eviction detaches only host states (D243-3, "
+        "D162-2).",
+    ),
+    SchedScenario(
+        "sched-mamba-finish-fallback", ("MAMBA-7",), MAMBA,
+        _t("sched-mamba-finish-fallback", ("MAMBA-7",),
+           config=SchedConfig(mamba=True, device_pages=16, mamba_slots=1, mamba_host_slots=1),
+           arrivals=[Arrival(at=0, rid="r0", tokens=[0, 1, 2], new_tokens=2),
+                     Arrival(at=6, rid="twin", tokens=[0, 1, 2, 0, 1], new_tokens=1)]),
+        "One state slot: the request has no checkpoint at all, so its finish publishes the "
+        "state of its working slot at the depth it publishes (D243-3).",
     ),
 )

@@ -33,6 +33,9 @@ class SchedConfig(BaseModel):
     prefetch_threshold: int = Field(1, ge=1, description="least L3 pages worth a prefetch")
     max_adapters: int = Field(0, ge=0, description="distinct non-base namespaces one forward "
                               "may serve (PLAN-9); 0 = no cap")
+    mamba: bool = Field(False, description="Mamba state slots beside KV (MAMBA-1..MAMBA-8)")
+    mamba_slots: int = Field(16, ge=1, le=1_000_000, description="device Mamba state slots")
+    mamba_host_slots: int = Field(16, ge=0, le=1_000_000, description="host Mamba state slots")
 
 
 class Arrival(BaseModel):
@@ -95,6 +98,10 @@ class SchedTrace(BaseModel):
         for i, a in enumerate(self.aborts):
             if a.rid not in seen:
                 raise ValueError(f"aborts[{i}].rid: {a.rid!r} never arrives")
+        if self.config.mamba and self.config.l3_store:
+            raise ValueError("config.mamba: the L3 store keeps KV pages only, so a prefix "
+                             "fetched from it is never reusable with Mamba (MAMBA-3); turn "
+                             "one of mamba / l3_store off")
         if (self.l3_preload or self.l3_acks) and not self.config.l3_store:
             raise ValueError("l3_preload / l3_acks: the config has no L3 store (l3_store)")
         return self

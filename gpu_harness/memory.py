@@ -12,8 +12,10 @@ from collections.abc import Sequence
 import torch
 
 from conformance.memory import MemoryFactory, out_of_pool
+from conformance.oracles.pinned import PinnedHostOracle
 from gpu_harness.copies import Copier, TensorCopy
 from gpu_harness.layout import KVLayout
+from gpu_harness.mamba import MambaMemory
 from gpu_harness.pool import TagPool
 from reference.tiers import Tier
 
@@ -33,12 +35,16 @@ class TensorMemory:
         self.page_size = page_size
         self.layout = layout or KVLayout()
         self.device = torch.device(device)
-        pinned = self.device.type == "cuda"
+        pinned = self.pin_host()
         self.pools = {
             Tier.DEVICE: kv_pool(device_pages, page_size, self.layout, self.device),
             Tier.HOST: kv_pool(host_pages, page_size, self.layout, torch.device("cpu"), pinned),
         }
         self.copier = Copier()
+
+    def pin_host(self) -> bool:
+        """Pin the host pool when copies with it cross to a GPU (HOST-7)."""
+        return self.device.type == "cuda"
 
     def _pool(self, tier: Tier, pages: Sequence[int]) -> TagPool:
         pool = self.pools[tier]
@@ -68,12 +74,26 @@ class TensorMemory:
     def finish_copy(self, handle: TensorCopy, success: bool) -> list[int]:
         return self.copier.finish(handle, success)
 
+    def states(self, device_slots: int, host_slots: int) -> MambaMemory:
+        """The Mamba state pools beside these KV pools, on the same device (chapter mamba)."""
+        mem = MambaMemory(device_slots, host_slots, device=self.device)
+        check_pinned(mem)
+        return mem
+
+
+def check_pinned(memory: TensorMemory | MambaMemory) -> None:
+    """HOST-7: the host pool of ``memory`` is pinned when its device is CUDA (D162-7)."""
+    PinnedHostOracle().check(type(memory).__name__, memory.pools[Tier.HOST].tensors,
+                             memory.device.type)
+
 
 def tensor_memory(layout: KVLayout | None = None, device: torch.device | str = "cpu"
                   ) -> MemoryFactory:
     """A ``MemoryFactory`` for the drivers: fresh tensor pools for every engine they start."""
 
     def make(page_size: int, device_pages: int, host_pages: int) -> TensorMemory:
-        return TensorMemory(page_size, device_pages, host_pages, layout, device)
+        mem = TensorMemory(page_size, device_pages, host_pages, layout, device)
+        check_pinned(mem)
+        return mem
 
     return make

@@ -38,6 +38,14 @@ class ForwardRow:
     new_pages: tuple[int, ...]
     slot: int
     samples: bool
+    # Mamba (spec chapter mamba): the request's working state slot, which the forward reads at
+    # depth ``start`` and leaves at depth ``start + len(input_tokens)``; ``mamba_src``, when set,
+    # is a cached prefix's device slot the forward resumes from instead (copy on write), and
+    # ``checkpoint`` a slot that also receives the state at depth ``checkpoint_depth``.
+    mamba: int = -1
+    mamba_src: int = -1
+    checkpoint: int = -1
+    checkpoint_depth: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,6 +57,12 @@ class CopyOp:
     rid: str
     pairs: tuple[tuple[int, int], ...]  # (source page, destination page)
     retract: bool = False
+    mamba: tuple[tuple[int, int], ...] = ()  # (source slot, destination slot) of Mamba states
+
+    def units(self) -> tuple[tuple[str, int, int], ...]:
+        """Every unit the copy moves, tagged with its kind (D162-1): KV pages, Mamba states."""
+        return (tuple(("kv", s, d) for s, d in self.pairs)
+                + tuple(("mamba", s, d) for s, d in self.mamba))
 
 
 @dataclass(slots=True, frozen=True)

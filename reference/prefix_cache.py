@@ -192,6 +192,11 @@ class PrefixCache:
                 raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
 
     # ----------------------------------------------------------------- match / insert
+    def reserve_op(self) -> int:
+        """A copy id no transfer has: for copies of other cache kinds beside KV (MAMBA-2)."""
+        self._next_op += 1
+        return self._next_op
+
     def match(self, namespace: int, tokens: Sequence[int]) -> MatchResult:
         """Longest cached whole-page prefix on each tier; splits where the query diverges."""
         self._check_tokens(tokens, whole_pages=False)

@@ -10,11 +10,12 @@ released exactly once, by the transition that leaves it. A rejected ``advance`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reference.errors import CacheError
 from reference.host_tier import Transfer
 from reference.l3 import L3Transfer
+from reference.mamba import MambaCache, MambaEntry, MambaView
 from reference.plan import (
     Abort,
     BackupDone,
@@ -32,6 +33,7 @@ from reference.plan import (
 from reference.prefix_cache import CacheConfig, PrefixCache
 from reference.requests import Event, State, legal, next_states
 from reference.tiers import Tier
+from reference.window import window_from_model_config
 
 
 class SchedulerError(Exception):
@@ -65,12 +67,18 @@ class SchedulerConfig:
     # At most this many distinct adapters (non-base namespaces) among the rows of one forward,
     # like a runtime's LoRA slots (PLAN-9, D268-5); 0 = no cap.
     max_adapters: int = 0
+    # Mamba state beside KV (spec chapter mamba): per request a working and a checkpoint slot,
+    # per cached prefix a state of exact depth, moved by the same copies as KV. Off: no slots.
+    mamba: bool = False
+    mamba_slots: int = 16  # device state slots
+    mamba_host_slots: int = 16  # host state slots
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "max_batch", "max_slots", "prefetch_threshold"):
+        for name in ("max_tokens", "max_batch", "max_slots", "prefetch_threshold",
+                     "mamba_slots"):
             if getattr(self, name) < 1:
                 raise CacheError("bad_config", f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("sliding_window", "max_adapters"):
+        for name in ("sliding_window", "max_adapters", "mamba_host_slots"):
             if getattr(self, name) < 0:
                 raise CacheError("bad_config", f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -91,6 +99,15 @@ class Request:
     op: int | None = None  # the writeback in flight for this request
     prefetch: int | None = None  # its prefetch in flight (Prefetching)
     hlock: int | None = None  # host pin on the pages its prefetch fetched (PrefetchDone)
+    # Mamba (MAMBA-7, MAMBA-8): request-local state slots, acquired at admission, refreshed by
+    # each row, published or released at finish, retraction and abort, by this request alone.
+    mamba: int | None = None  # working slot: the state at depth ``mdepth``
+    mdepth: int = 0
+    ckpt: int | None = None  # checkpoint slot: the state at the last page boundary passed
+    ckpt_depth: int = 0
+    mfailed: bool = False  # a checkpoint refresh failed (reported, D243-3)
+    msrc: int = -1  # the cached device state its next row resumes from
+    mstate: tuple[int, int, int] | None = None  # retract state: (entry, host slot, depth)
 
     @property
     def rid(self) -> str:
@@ -116,6 +133,10 @@ class RequestView:
     op: int | None
     host_lock: int | None = None
     prefetch: int | None = None
+    mamba: int | None = None  # working Mamba slot
+    checkpoint: int | None = None  # checkpoint Mamba slot
+    mamba_failed: bool = False  # a checkpoint refresh failed and was reported (D243-3)
+    mamba_state: int | None = None  # the protected entry of its retract state (D162-5)
 
 
 @dataclass(slots=True, frozen=True)
@@ -126,12 +147,16 @@ class SchedulerSnapshot:
     free_slots: tuple[int, ...]
     ops: tuple[tuple[int, str], ...]  # writebacks in flight: (op id, request id)
     l3_ops: tuple[tuple[int, str], ...] = ()  # L3 transfers in flight: (op id, request id)
+    mamba: MambaView | None = None  # state pools and entries (spec chapter mamba)
 
 
 class Scheduler:
     """Deterministic: requests are ordered by arrival, pages and slots come from stacks."""
 
     cache_cls: type[PrefixCache] = PrefixCache
+    mamba_cls: type[MambaCache] = MambaCache
+    # How the scheduler reads a model's window from its config (WIN-1, D381-6).
+    model_window = staticmethod(window_from_model_config)
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
@@ -147,6 +172,9 @@ class Scheduler:
         self._ops: dict[int, str] = {}  # writeback op id -> request id
         self.step = 0
         self.transitions: list[tuple[str, State, Event, State]] = []
+        self.mamba = self.mamba_cls(c.mamba_slots, c.mamba_host_slots) if c.mamba else None
+        self._mops: dict[int, list[tuple[int, int, str | None]]] = {}  # op -> Mamba units
+        self._mbusy: list[MambaEntry] = []  # entries this plan's rows read from
 
     # ----------------------------------------------------------------- submit
     def submit(self, specs: Sequence[RequestSpec]) -> None:
@@ -205,12 +233,19 @@ class Scheduler:
         r.pages, r.shared, r.computed = [], 0, 0
         self._unlock(r)
         self._release_slot(r)
+        self._mamba_free(r)
 
     # ----------------------------------------------------------------- plan
     def next_plan(self) -> Plan:
         """Erase finished requests, plan writebacks of draining ones, then schedule rows."""
         self.step += 1
         self.cache.tick()
+        if self.mamba is not None:
+            self.mamba.tick()
+            for e in self._mbusy:
+                e.busy -= 1
+                self.mamba.release(e)
+            self._mbusy = []
         for rid in [rid for rid, r in self.requests.items() if r.state is State.FINISHED]:
             del self.requests[rid]
         writebacks: list[CopyOp] = []
@@ -321,6 +356,15 @@ class Scheduler:
             return False
         ns, p = r.spec.namespace, self.p
         m = self.cache.match(ns, r.tokens[:-1])  # the last token is always computed (PLAN-4)
+        msrc: tuple[MambaEntry | None, int | None] = (None, None)
+        if self.mamba is not None:
+            m, msrc = self._mamba_reuse(r, m)
+            if msrc[0] is not None:
+                msrc[0].busy += 1  # read by this plan: not evicted under the row
+                self._mbusy.append(msrc[0])
+            r.mamba = self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}")
+            if r.mamba is None:
+                return False
         dev_lock = self.cache.lock(m.device_node, Tier.DEVICE)
         deeper = m.host_len > m.device_len
         host_lock = self.cache.lock(m.host_node, Tier.HOST) if deeper else None
@@ -336,18 +380,25 @@ class Scheduler:
             self.cache.unlock(host_lock)
         if not room or (deeper and t is None):
             self.cache.unlock(dev_lock)
+            self._mamba_free(r, keep_state=True)
             return False
+        mamba_units = self._mamba_admit(r, msrc) if self.mamba is not None else ()
         node, length, pages = m.device_node, m.device_len, list(m.device_pages)
         if t is not None:
             # A loadback in a plan lands before that plan's forward (PLAN-5): it is complete
             # as far as the tree is concerned, and the runtime copies before computing.
-            loadbacks.append(CopyOp(t.op_id, "loadback", r.rid, tuple(t.pairs)))
+            loadbacks.append(CopyOp(t.op_id, "loadback", r.rid, tuple(t.pairs),
+                                    mamba=mamba_units))
+            mamba_units = ()
             self.cache.finish_transfer(t.op_id, True)
-            m = self.cache.match(ns, r.tokens[:-1])
+            m = self.cache.match(ns, r.tokens[:base])
             node, length, pages = m.device_node, m.device_len, list(m.device_pages)
             lock = self.cache.lock(node, Tier.DEVICE)
             self.cache.unlock(dev_lock)
             dev_lock = lock
+        if mamba_units:  # the state alone is on host: a copy of its own (MAMBA-2)
+            loadbacks.append(CopyOp(self.cache.reserve_op(), "loadback", r.rid, (),
+                                    mamba=mamba_units))
         r.lock, r.node = dev_lock, node
         r.pages, r.shared, r.computed = pages, len(pages), length
         r.slot = self._slots.pop()
@@ -373,9 +424,10 @@ class Scheduler:
                    State.PREFILL_DONE if last else State.PREFILLING)
         self._release_host_pin(r)  # its fetched pages are pinned on device now, or reused
         r.awaiting = last
-        return ForwardRow(r.rid, "prefill", r.spec.namespace, start,
-                          tuple(r.tokens[start : start + n]), reused, tuple(r.pages),
-                          tuple(new), r.slot if r.slot is not None else -1, last)
+        row = ForwardRow(r.rid, "prefill", r.spec.namespace, start,
+                         tuple(r.tokens[start : start + n]), reused, tuple(r.pages),
+                         tuple(new), r.slot if r.slot is not None else -1, last)
+        return self._mamba_row(r, row) if self.mamba is not None else row
 
     def _decode_row(self, r: Request, writebacks: list[CopyOp],
                     rows: list[ForwardRow]) -> ForwardRow | None:
@@ -391,8 +443,9 @@ class Scheduler:
         r.computed += 1
         r.awaiting = True
         self._move(r, Event.DECODE, State.DECODING)
-        return ForwardRow(r.rid, "decode", r.spec.namespace, pos, (r.tokens[pos],), 0,
-                          tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
+        row = ForwardRow(r.rid, "decode", r.spec.namespace, pos, (r.tokens[pos],), 0,
+                         tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
+        return self._mamba_row(r, row) if self.mamba is not None else row
 
     def _retract_longest(self, writebacks: list[CopyOp], busy: set[str]) -> None:
         """Device full: push the longest decoding request off the device (PLAN-6). One per
@@ -409,6 +462,9 @@ class Scheduler:
             self.cache.free(victim.local)  # the partial page: recomputed on recovery
         self._release_slot(victim)
         t = self.cache.start_writeback(node) if node is not None else None
+        units: tuple[tuple[int, int], ...] = ()
+        if self.mamba is not None:
+            units = self._mamba_retract(victim, t.op_id if t is not None else None)
         self._unlock(victim)
         victim.pages, victim.shared, victim.computed = [], 0, 0
         if t is None:
@@ -416,7 +472,8 @@ class Scheduler:
             return
         victim.op = t.op_id
         self._ops[t.op_id] = victim.rid
-        writebacks.append(CopyOp(t.op_id, "writeback", victim.rid, tuple(t.pairs), retract=True))
+        writebacks.append(CopyOp(t.op_id, "writeback", victim.rid, tuple(t.pairs), retract=True,
+                                 mamba=units))
         self._move(victim, Event.RETRACT, State.RETRACTING)
 
     def _publish(self, r: Request, upto: int) -> int | None:
@@ -455,6 +512,9 @@ class Scheduler:
             if need > self.cache.available(Tier.HOST):
                 self.cache.evict(Tier.HOST, need - self.cache.available(Tier.HOST))
             t = self.cache.start_writeback(node)
+        units: tuple[tuple[int, int], ...] = ()
+        if t is not None and self.mamba is not None:
+            units = self._mamba_writeback(r, r.shared * self.p, t.op_id)
         self._unlock(r)
         if t is None:
             self._move(r, Event.WRITEBACK, State.FINISHED)
@@ -462,7 +522,7 @@ class Scheduler:
         r.op = t.op_id
         self._ops[t.op_id] = r.rid
         self._move(r, Event.WRITEBACK, State.WRITING_BACK)
-        return [CopyOp(t.op_id, "writeback", r.rid, tuple(t.pairs))]
+        return [CopyOp(t.op_id, "writeback", r.rid, tuple(t.pairs), mamba=units)]
 
     # ----------------------------------------------------------------- advance
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
@@ -564,6 +624,8 @@ class Scheduler:
         if isinstance(ev, WritebackDone):
             rid = self._ops.pop(ev.op_id)
             t = self.cache.finish_transfer(ev.op_id, ev.success)  # a failure frees it (E-1)
+            if self.mamba is not None:
+                self._mamba_landed(ev.op_id, ev.success)
             if ev.success and self.config.l3_store:
                 self._backup(t, rid)
             r = self.requests.get(rid)
@@ -608,9 +670,12 @@ class Scheduler:
 
     def _finish(self, r: Request) -> None:
         if r.state is State.RETRACTED:
+            self._mamba_free(r)
             self._move(r, Event.FINISH, State.FINISHED)
             return
-        self._publish(r, r.computed)
+        node = self._publish(r, r.computed)
+        if self.mamba is not None:
+            self._mamba_publish(r, r.shared * self.p if node is not None else 0)
         if r.local:
             self.cache.free(r.local)  # the partial last page (FIN-1)
         r.pages = r.pages[: r.shared]
@@ -623,7 +688,7 @@ class Scheduler:
     def _abort(self, r: Request) -> None:
         """From any live state: release what the state holds; a writeback in flight carries on
         under the cache's own pins and its acknowledgement is still accepted (E-2)."""
-        self._drop_pages(r)
+        self._drop_pages(r)  # Mamba slots and the retract state's protection too (D243-4)
         self._release_host_pin(r)
         r.awaiting = False
         r.prefetch = None  # a fetch in flight carries on under the cache's pin (L3-2)
@@ -637,9 +702,170 @@ class Scheduler:
         views = tuple(
             RequestView(r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed,
                         tuple(r.pages), r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock,
-                        r.prefetch)
+                        r.prefetch, r.mamba, r.ckpt, r.mfailed,
+                        r.mstate[0] if r.mstate is not None else None)
             for r in sorted(self.requests.values(), key=lambda r: r.arrival)
         )
         return SchedulerSnapshot(self.step, views, self.cache.snapshot(),
                                  tuple(self._slots), tuple(sorted(self._ops.items())),
-                                 tuple(sorted(self._l3.items())))
+                                 tuple(sorted(self._l3.items())),
+                                 self.mamba.view() if self.mamba is not None else None)
+
+    # ----------------------------------------------------------------- Mamba (chapter mamba)
+    def _mamba_reuse(self, r: Request, m):
+        """Cut the KV match back to the deepest depth that also has a Mamba state (MAMBA-3):
+        a cached prefix's state of exactly that depth (D162-4), or for a retracted request its
+        own protected retract state, whatever depth it was taken at (MAMBA-4)."""
+        assert self.mamba is not None
+        ns, p = r.spec.namespace, self.p
+        usable = max(m.device_len, m.host_len)
+        entry, host, depth = None, None, 0
+        if r.mstate is not None and 0 < r.mstate[2] <= usable:
+            entry, host, depth = self.mamba.by_id[r.mstate[0]], r.mstate[1], r.mstate[2]
+        else:
+            entry = self.mamba.deepest(ns, r.tokens, usable, p)
+            if entry is not None:
+                depth = entry.depth
+                host = entry.host if entry.device is None else None
+        if depth < usable:
+            m = self.cache.match(ns, r.tokens[:depth])
+        return m, (entry, host)
+
+    def _mamba_admit(self, r: Request, msrc) -> tuple[tuple[int, int], ...]:
+        """Commit the state the first row resumes from: a device state is read in place (copy
+        on write into the working slot), a host state is loaded into the working slot by a
+        loadback unit of its own (MAMBA-2, MAMBA-6). The checkpoint slot is acquired too; when
+        none can be had the failure is recorded, never silent (MAMBA-7)."""
+        assert self.mamba is not None and r.mamba is not None
+        entry, host = msrc
+        units: tuple[tuple[int, int], ...] = ()
+        if entry is not None:
+            self.mamba.touch(entry)
+            if host is not None:
+                units = ((host, r.mamba),)
+            else:
+                r.msrc = entry.device if entry.device is not None else -1
+        self._mamba_unprotect(r)
+        r.ckpt = self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}")
+        r.ckpt_depth = 0
+        if r.ckpt is None:
+            r.mfailed = True
+        return units
+
+    def _mamba_row(self, r: Request, row: ForwardRow) -> ForwardRow:
+        end = row.start + len(row.input_tokens)
+        b = (end // self.p) * self.p
+        ck, cd = -1, 0
+        if b > row.start and r.ckpt is not None:
+            ck, cd = r.ckpt, b
+            r.ckpt_depth = b
+        elif b > row.start:
+            r.mfailed = True  # no checkpoint slot to refresh: reported (D243-3)
+        r.mdepth = end
+        src, r.msrc = r.msrc, -1
+        return replace(row, mamba=r.mamba if r.mamba is not None else -1, mamba_src=src,
+                       checkpoint=ck, checkpoint_depth=cd)
+
+    def _mamba_take(self, r: Request, depth: int) -> int | None:
+        """The request's slot holding the state at ``depth``: its checkpoint, or when it has
+        none there, its working slot (the finish fallback, D243-3). The slot leaves the
+        request."""
+        if depth and r.ckpt is not None and r.ckpt_depth == depth:
+            slot, r.ckpt = r.ckpt, None
+            return slot
+        if depth and r.mamba is not None and r.mdepth == depth:
+            slot, r.mamba = r.mamba, None
+            return slot
+        return None
+
+    def _mamba_publish(self, r: Request, depth: int) -> None:
+        """Finish: the state at the published depth joins the cache beside the KV (MAMBA-7)."""
+        assert self.mamba is not None
+        slot = self._mamba_take(r, depth)
+        if slot is not None:
+            self.mamba.attach(r.spec.namespace, tuple(r.tokens[:depth]), Tier.DEVICE, slot)
+        elif depth:
+            r.mfailed = True  # published KV without its state: said so, never silent
+        self._mamba_free(r)
+
+    def _mamba_writeback(self, r: Request, depth: int, op: int) -> tuple[tuple[int, int], ...]:
+        """A unit of the draining request's writeback copies its prefix's state to host."""
+        assert self.mamba is not None
+        e = self.mamba.get(r.spec.namespace, tuple(r.tokens[:depth])) if depth else None
+        if e is None or e.device is None or e.host is not None or e.busy:
+            return ()
+        e.busy += 1  # so that its device state outlives the copy
+        host = self.mamba.alloc(Tier.HOST, f"transfer:{op}")
+        if host is None:
+            e.busy -= 1
+            return ()
+        self._mops.setdefault(op, []).append((e.id, host, None))
+        return ((e.device, host),)
+
+    def _mamba_retract(self, r: Request, op: int | None) -> tuple[tuple[int, int], ...]:
+        """The retracted request's state at its published depth goes to host with its KV and is
+        protected there until it recovers, finishes or aborts (MAMBA-4, D162-5)."""
+        assert self.mamba is not None
+        depth = r.shared * self.p
+        slot = self._mamba_take(r, depth) if op is not None else None
+        units: tuple[tuple[int, int], ...] = ()
+        if slot is not None and op is not None:
+            key = tuple(r.tokens[:depth])
+            self.mamba.attach(r.spec.namespace, key, Tier.DEVICE, slot)
+            e = self.mamba.entry(r.spec.namespace, key)
+            if e.host is not None and not e.busy:
+                e.protect += 1
+                r.mstate = (e.id, e.host, depth)
+            elif e.device is not None:
+                e.busy += 1
+                host = self.mamba.alloc(Tier.HOST, f"transfer:{op}")
+                if host is None:
+                    e.busy -= 1
+                    self.mamba.release(e)
+                else:
+                    e.protect += 1
+                    r.mstate = (e.id, host, depth)
+                    self._mops.setdefault(op, []).append((e.id, host, r.rid))
+                    units = ((e.device, host),)
+        self._mamba_free(r, keep_state=True)
+        return units
+
+    def _mamba_landed(self, op: int, success: bool) -> None:
+        """A writeback's Mamba units land with it, or fail with it (MAMBA-2)."""
+        assert self.mamba is not None
+        for eid, host, rid in self._mops.pop(op, []):
+            e = self.mamba.by_id[eid]
+            e.busy -= 1
+            r = self.requests.get(rid) if rid is not None else None
+            mine = r is not None and r.mstate is not None and r.mstate[0] == eid
+            if success and e.host is None:
+                e.host = host
+                self.mamba.give(Tier.HOST, host, f"entry:{e.id}")
+            else:
+                self.mamba.free(Tier.HOST, host)
+            if mine and r is not None:
+                if success and e.host is not None:
+                    r.mstate = (eid, e.host, e.depth)
+                else:
+                    self._mamba_unprotect(r)
+            self.mamba.release(e)
+
+    def _mamba_unprotect(self, r: Request) -> None:
+        if self.mamba is not None and r.mstate is not None:
+            e = self.mamba.by_id[r.mstate[0]]
+            e.protect -= 1
+            r.mstate = None
+            self.mamba.release(e)
+
+    def _mamba_free(self, r: Request, keep_state: bool = False) -> None:
+        """Release every request-local state slot (MAMBA-8, D243-4)."""
+        if self.mamba is None:
+            return
+        for slot in (r.mamba, r.ckpt):
+            if slot is not None:
+                self.mamba.free(Tier.DEVICE, slot)
+        r.mamba = r.ckpt = None
+        r.mdepth = r.ckpt_depth = 0
+        r.msrc = -1
+        if not keep_state:
+            self._mamba_unprotect(r)

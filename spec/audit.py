@@ -2,9 +2,10 @@
 
 Gaps it reports: a behaviour with no oracle or no test citing it, an oracle or test citing an ID
 that does not exist, a behaviour missing from (or repeated in) its chapter, a chapter marker for an
-unknown ID, a mutant (``conformance.mutants``) that names no catalog defect or an unknown ID.
-Catalog IDs no behaviour guards yet, or no mutant plants yet, are listed with an empty list, not
-as gaps, so the audit shows how much of the catalog is covered while later work fills it.
+unknown ID, a catalog defect no mutant (``conformance.mutants``) plants, a mutant that names no
+catalog defect or an unknown ID. Catalog IDs no behaviour guards yet are listed with an empty
+list, not as gaps, so the audit shows how much of the catalog is covered while later work fills
+it.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def oracle_citations() -> dict[str, list[str]]:
 
 
 def mutant_citations(registry: Registry) -> tuple[dict[str, list[str]], list[str]]:
-    """Catalog id -> the mutants that plant it; and the gaps: a mutant that names no catalog
-    defect, or an ID that is neither a behaviour nor a defect."""
+    """Catalog id -> the mutants that plant it; and the gaps: a defect no mutant plants, a
+    mutant that names no catalog defect, or an ID that is neither a behaviour nor a defect."""
     from conformance.mutants import all_mutants
 
     by: dict[str, list[str]] = {d: [] for d in registry.catalog}
@@ -81,6 +82,7 @@ def mutant_citations(registry: Registry) -> tuple[dict[str, list[str]], list[str
             gaps.append(f"mutant {m.name} names no catalog defect")
         for d in cat:
             by[d].append(m.name)
+    gaps.extend(f"{d}: no mutant plants it" for d, names in by.items() if not names)
     return by, gaps
 
 

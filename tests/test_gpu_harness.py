@@ -337,3 +337,48 @@ def test_kvconf_gpu_rejects_bad_options(tmp_path: Path):
     res = runner.invoke(app, ["gpu", "--head-dim", "1", "--heads", "1", "--layers", "1",
                               "--report", str(tmp_path / "r.json")])
     assert res.exit_code == 2 and "multiple of 8" in res.output
+
+
+@pytest.mark.behaviours("HOST-7")
+def test_host_pools_are_pinned_for_a_gpu_and_pageable_ones_are_caught():
+    """D162-7: on CUDA the harness pins its host KV and Mamba pools; a pageable host pool
+    meant for copies with a GPU is what the pinned-host oracle reports."""
+    from conformance.oracles import Violation
+    from conformance.oracles.pinned import PinnedHostOracle
+    from gpu_harness.mamba import MambaMemory
+    from gpu_harness.memory import TensorMemory, check_pinned
+
+    for mem in (TensorMemory(2, 4, 4), MambaMemory(2, 2)):
+        check_pinned(mem)  # a CPU device: nothing to pin
+        host = mem.pools[Tier.HOST].tensors
+        with pytest.raises(Violation) as e:  # the same pageable pool beside a GPU
+            PinnedHostOracle().check(type(mem).__name__, host, "cuda")
+        assert e.value.oracle == "pinned-host" and e.value.behaviours == ("HOST-7",)
+    if torch.cuda.is_available():
+        for mem in (TensorMemory(2, 4, 4, device="cuda"), MambaMemory(2, 2, device="cuda")):
+            check_pinned(mem)
+
+
+@pytest.mark.behaviours("MAMBA-1", "MAMBA-2", "MAMBA-6")
+@pytest.mark.parametrize("name", ["MambaUnitsDropped", "SharedResumeSource"])
+def test_mamba_defects_are_caught_on_the_tensors(name):
+    """The driver takes its Mamba state memory from the KV memory, so with the GPU harness the
+    states live in MambaMemory's torch pools and the defect is seen there."""
+    from planted_mamba import PLANTED_MAMBA
+    from test_mamba_kit import CATCHES
+
+    from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from conformance.generators.sched_traces import play_sched
+    from conformance.oracles import Violation
+    from conformance.sched_scenarios import SCHED_SCENARIOS
+    from gpu_harness.mamba import MambaMemory
+    from gpu_harness.memory import tensor_memory
+
+    workload, oracle, behaviour = CATCHES[name]
+    sc = next(s for s in SCHED_SCENARIOS if s.name == workload)
+    planted = partial(ReferenceSchedulerAdapter, scheduler_cls=PLANTED_MAMBA[name])
+    with pytest.raises(Violation) as e:
+        play_sched(planted, sc.trace, memory=tensor_memory(), memory_only=True)
+    assert e.value.oracle == oracle and behaviour in e.value.behaviours, e.value
+    driver = play_sched(ReferenceSchedulerAdapter, sc.trace, memory=tensor_memory())
+    assert isinstance(driver.mstates, MambaMemory)

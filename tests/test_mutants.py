@@ -76,5 +76,7 @@ def test_the_audit_holds_every_mutant_to_a_catalog_defect(monkeypatch):
     tests = Path(__file__).parent
     assert not [g for g in audit(reg, tests).gaps if "mutant" in g]
     monkeypatch.setitem(cache_mutants.PLANTED, "Unfiled", Unfiled)
+    monkeypatch.delitem(cache_mutants.PLANTED, "TieByNewestSeq")  # the only D248-1 mutant
     gaps = audit(reg, tests).gaps
     assert "mutant Unfiled names no catalog defect" in gaps
+    assert "D248-1: no mutant plants it" in gaps

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from conformance import __version__
 from conformance.errors import EngineRejected
@@ -19,12 +20,13 @@ class ReferenceSchedulerAdapter:
     features = frozenset({
         Feature.SNAPSHOT, Feature.HOST_TIER, Feature.NAMESPACES, Feature.KV_EVENTS,
         Feature.MID_FLIGHT_PUBLISH, Feature.SLIDING_WINDOW, Feature.L3_STORE,
-        Feature.ADAPTER_CAP,
+        Feature.ADAPTER_CAP, Feature.MODEL_CONFIG, Feature.MAMBA,
     })
 
     def __init__(self, config: SchedConfig, scheduler_cls: type[Scheduler] = Scheduler) -> None:
         self.page_size = config.page_size
         self.sched = scheduler_cls(SchedulerConfig(**config.model_dump()))
+        self.sched_cls = scheduler_cls
 
     def _call(self, fn, *args):
         try:
@@ -42,6 +44,10 @@ class ReferenceSchedulerAdapter:
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         self._call(self.sched.advance, list(events))
+
+    def model_window(self, model_config: Mapping[str, Any]) -> int:
+        """The sliding window this scheduler reads from a model config (WIN-1)."""
+        return self._call(self.sched_cls.model_window, model_config)
 
     def drain_events(self):
         return self.sched.drain_events()

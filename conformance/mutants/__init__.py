@@ -1,9 +1,10 @@
 """The kit's mutants: the reference with one catalog defect planted each.
 
-Each mutant is a subclass of the reference cache (``cache``) or scheduler (``scheduler``); the
-reference's source is never edited. The head of its docstring, before the first colon, names
-the behaviours it breaks and the catalog defects it is, e.g. ``"PLAN-6 / D268-2: ..."``.
-``kvconf mutants`` runs the suite against every one of them and reports which the kit kills.
+Each mutant is a subclass of the reference cache (``cache``) or scheduler (``scheduler``), or of
+the GPU harness's memory (``memory``: a defect on the runtime side); no source is edited. The
+head of its docstring, before the first colon, names the behaviours it breaks and the catalog
+defects it is, e.g. ``"PLAN-6 / D268-2: ..."``. ``kvconf mutants`` runs the suite against every
+one of them and reports which the kit kills.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from functools import partial
 from typing import Literal
 
 ID = re.compile(r"\b[A-Z][A-Z0-9]*-[0-9]+\b")
-Level = Literal["cache", "scheduler"]
+Level = Literal["cache", "scheduler", "memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,10 @@ class Mutant:
     summary: str
 
     def factory(self):
-        """The engine factory the runner takes for this mutant."""
+        """The engine factory the runner takes for this mutant (a memory mutant is its own
+        factory: ``cls(page_size, device_pages, host_pages, layout, device)``)."""
+        if self.level == "memory":
+            return self.cls
         if self.level == "cache":
             from conformance.adapters.reference_cache import ReferenceCacheAdapter
 
@@ -48,7 +52,16 @@ def _mutant(name: str, level: Level, cls: type) -> Mutant:
 def all_mutants() -> list[Mutant]:
     """Every mutant, cache level first, each level by name."""
     from conformance.mutants.cache import PLANTED
+    from conformance.mutants.mamba import PLANTED_MAMBA
     from conformance.mutants.scheduler import PLANTED_SCHED
+    from conformance.mutants.window import WindowFromTopLevelOnly
 
-    return ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
-            + [_mutant(n, "scheduler", c) for n, c in sorted(PLANTED_SCHED.items())])
+    sched = {**PLANTED_SCHED, **PLANTED_MAMBA,
+             WindowFromTopLevelOnly.__name__: WindowFromTopLevelOnly}
+    out = ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
+           + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())])
+    try:  # the runtime side's mutants need torch (the GPU harness)
+        from gpu_harness.mutants import MEMORY_MUTANTS
+    except ImportError:
+        return out
+    return out + [_mutant(n, "memory", c) for n, c in sorted(MEMORY_MUTANTS.items())]

@@ -40,6 +40,7 @@ class MutantResult(BaseModel):
     examples: int | None = None  # generated traces, when a fuzz case killed it
     trace: str | None = None  # the killing trace, relative to the report
     message: str = ""
+    skipped: str | None = None  # why it could not be run here (not counted as alive)
 
 
 class KillInfo(BaseModel):
@@ -67,7 +68,8 @@ class KillMatrix(BaseModel):
         killed = [m.seconds for m in self.mutants if m.killed]
         self.summary = {
             "killed": len(killed), "total": len(self.mutants),
-            "alive": [m.id for m in self.mutants if not m.killed],
+            "alive": [m.id for m in self.mutants if not m.killed and not m.skipped],
+            "skipped": [m.id for m in self.mutants if m.skipped],
             "median_seconds_to_kill": round(statistics.median(killed), 3) if killed else None,
             "max_seconds_to_kill": round(max(killed), 3) if killed else None,
         }
@@ -75,7 +77,7 @@ class KillMatrix(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return all(m.killed for m in self.mutants)
+        return all(m.killed or m.skipped for m in self.mutants)
 
 
 def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Profile,
@@ -83,6 +85,9 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
     """Run the suite's cases of the mutant's level against it until one fails (only the fuzz
     cases with ``fuzz_only``: what the generators find without the hand-written scenarios)."""
     from conformance.runner import RunContext, all_cases
+
+    if mutant.level == "memory":
+        return _kill_memory(mutant, catalog)
 
     factory = mutant.factory()
     level = Feature.CACHE if mutant.level == "cache" else Feature.SCHEDULER
@@ -112,6 +117,30 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
         seconds=round(time.perf_counter() - t0, 3),
         message=f"alive: no case failed (seed {seed_value}, {profile.name}, {budget})",
     )
+
+
+def _kill_memory(mutant: Mutant, catalog: set[str]) -> MutantResult:
+    """A runtime-side mutant is judged where it matters: its pools built for a CUDA device and
+    checked by the harness's own oracles. Without a GPU it is skipped, not counted alive."""
+    import torch
+
+    from conformance.oracles import Violation
+    from gpu_harness.memory import check_pinned
+
+    cat = list(mutant.cites(catalog))
+    if not torch.cuda.is_available():
+        return MutantResult(id=mutant.name, level=mutant.level, catalog=cat, killed=False,
+                            seconds=0.0, skipped="needs a CUDA device (kvconf gpu)")
+    t0 = time.perf_counter()
+    try:
+        check_pinned(mutant.factory()(4, 8, 8, None, "cuda"))
+    except Violation as v:
+        return MutantResult(id=mutant.name, level=mutant.level, catalog=cat, killed=True,
+                            case="memory-pools", oracle=v.oracle, behaviours=list(v.behaviours),
+                            seconds=round(time.perf_counter() - t0, 3), message=v.message)
+    return MutantResult(id=mutant.name, level=mutant.level, catalog=cat, killed=False,
+                        seconds=round(time.perf_counter() - t0, 3),
+                        message="alive: its pools passed the harness's checks on CUDA")
 
 
 def run_mutants(

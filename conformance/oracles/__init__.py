@@ -7,9 +7,11 @@ from conformance.oracles.events import EventOracle
 from conformance.oracles.eviction import EvictionOracle
 from conformance.oracles.faults import FaultOracle
 from conformance.oracles.l3 import L3Oracle
+from conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
 from conformance.oracles.matching import MatchOracle
 from conformance.oracles.memory import PageHashOracle, PinnedContentOracle
 from conformance.oracles.ownership import OwnershipOracle
+from conformance.oracles.pinned import PinnedHostOracle
 from conformance.oracles.pinning import PinOracle
 from conformance.oracles.scheduler import (
     LivenessOracle,
@@ -20,6 +22,7 @@ from conformance.oracles.scheduler import (
     SchedContentOracle,
 )
 from conformance.oracles.unload import UnloadOracle
+from conformance.oracles.window import WindowConfigOracle
 
 # Oracles the driver runs on every step, in this order.
 STEP_ORACLES: tuple[type[Oracle], ...] = (
@@ -40,8 +43,9 @@ MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, 
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
-    SchedContentOracle, L3Oracle,
+    SchedContentOracle, L3Oracle, MambaContentOracle, MambaOwnershipOracle,
 )
-ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle)
+ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle,
+                                         WindowConfigOracle, PinnedHostOracle)
 
 __all__ = ["ALL_ORACLES", "MEMORY_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

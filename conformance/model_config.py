@@ -1,0 +1,47 @@
+"""Model configs at the kit's boundary: a Hugging Face style ``config.json`` to a window size.
+
+The rule itself is the reference's (``reference.window``, WIN-1); here a file or mapping is
+read, and a bad one becomes a KitError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from conformance.errors import KitError
+from conformance.sched_trace import SchedConfig
+from reference.errors import CacheError
+from reference.window import window_from_model_config
+
+
+def load_model_config(path: Path | str) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise KitError(f"{p}: cannot read the model config ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise KitError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise KitError(f"{p}: a model config is a JSON object, got {type(data).__name__}")
+    return data
+
+
+def model_window(source: Mapping[str, Any] | Path | str) -> int:
+    """The sliding window a model config states (0 = full attention)."""
+    where = "model config"
+    if isinstance(source, (Path, str)):
+        where = str(source)
+        source = load_model_config(source)
+    try:
+        return window_from_model_config(source)
+    except CacheError as e:
+        raise KitError(f"{where}: {e.message}") from None
+
+
+def with_model_window(config: SchedConfig, source: Mapping[str, Any] | Path | str) -> SchedConfig:
+    """``config`` with the model's window switched on (D381-5: an explicit switch)."""
+    return config.model_copy(update={"sliding_window": model_window(source)})
