@@ -241,9 +241,10 @@ def render_results(out: Path, reports: list[Path]) -> None:
 
     build(load_inputs(reports), out / "results", copy_traces=True)
     md = (out / "results" / "compliance.md").read_text(encoding="utf-8")
-    md = md.replace("# kvconf compliance report", "# Compliance and kill matrices", 1)
+    md = md.replace("# kvconf compliance report",
+                    "# Compliance and kill matrices\n\nGenerated from the latest reports.", 1)
     md = re.sub(r"\]\((traces/[^)]+)\)", r"](results/\1)", md)
-    page.write_text("Generated from the latest reports.\n\n" + md, encoding="utf-8")
+    page.write_text(md, encoding="utf-8")
 
 
 def _title(path: Path) -> str:
