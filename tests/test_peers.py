@@ -155,11 +155,11 @@ def test_reference_refuses_by_node_too():
         a.unlock(h)
 
 
-@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (scripts/install-peers.sh)")
+@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
 @pytest.mark.parametrize("engine", ["sglang-radix", "sglang-radix-salt"])
 def test_sglang_radix_meets_its_expectations(engine):
     report = run_suite(engine, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
                        budget=Budget(examples=20), report_path=None)
-    path = ROOT / "expectations" / f"{engine}.toml"
+    path = ROOT / "conformance" / "adapters" / "expectations" / f"{engine}.toml"
     verdicts = compare(report, load_expectations(path), path)
     assert not verdicts["regression"] and not verdicts["improvement"], verdicts

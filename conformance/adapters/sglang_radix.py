@@ -52,7 +52,7 @@ def sglang_modules() -> SimpleNamespace:
     except Exception as e:  # an ImportError, or an import chain that fails on this machine
         raise EngineUnavailable(
             f"sglang cannot be imported ({type(e).__name__}: {e}); install it with "
-            "scripts/install-peers.sh"
+            ".ci/install-peers.sh"
         ) from None
 
 
