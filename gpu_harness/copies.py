@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from conformance.memory import out_of_pool
 from gpu_harness.pool import TagPool
+from reference.tiers import Tier
 
 
 @dataclass(slots=True)
@@ -133,3 +135,26 @@ class Copier:
         op.dst.touched([d for _s, d in op.pairs])
         op.dst.poison(bad)
         return raced
+
+
+class TierPools:
+    """A device pool and a host pool of one kind, with bounds-checked access and copies between
+    them: what the KV memory and the Mamba state memory share."""
+
+    pools: dict[Tier, TagPool]
+    copier: Copier
+
+    def _pool(self, tier: Tier, rows: Sequence[int]) -> TagPool:
+        pool = self.pools[tier]
+        bad = out_of_pool(tier, rows, pool.rows)
+        if bad is not None:
+            raise bad
+        return pool
+
+    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> TensorCopy:
+        a = self._pool(src, [s for s, _d in pairs])
+        b = self._pool(dst, [d for _s, d in pairs])
+        return self.copier.start(a, b, pairs)
+
+    def finish_copy(self, handle: TensorCopy, success: bool) -> list[int]:
+        return self.copier.finish(handle, success)

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from conformance.memory import out_of_pool
-from gpu_harness.copies import Copier, TensorCopy
+from gpu_harness.copies import Copier, TierPools
 from gpu_harness.layout import MambaLayout
 from gpu_harness.pool import TagPool
 from reference.tiers import Tier
@@ -28,7 +27,7 @@ def mamba_pool(slots: int, layout: MambaLayout, device: torch.device,
     return TagPool([conv, ssm], slots, 1)
 
 
-class MambaMemory:
+class MambaMemory(TierPools):
     """Device and host Mamba state slots; one tag per slot, in both of its states."""
 
     def __init__(self, device_slots: int, host_slots: int, layout: MambaLayout | None = None,
@@ -42,22 +41,8 @@ class MambaMemory:
         }
         self.copier = Copier()
 
-    def _pool(self, tier: Tier, slots: Sequence[int]) -> TagPool:
-        bad = out_of_pool(tier, slots, self.pools[tier].rows)
-        if bad is not None:
-            raise bad
-        return self.pools[tier]
-
     def write_states(self, tier: Tier, slots: Sequence[int], tags: Sequence[int]) -> None:
         self._pool(tier, slots).write_rows(slots, tags)
 
     def read_states(self, tier: Tier, slots: Sequence[int]) -> list[int | None]:
         return self._pool(tier, slots).read_rows(slots)
-
-    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> TensorCopy:
-        a = self._pool(src, [s for s, _d in pairs])
-        b = self._pool(dst, [d for _s, d in pairs])
-        return self.copier.start(a, b, pairs)
-
-    def finish_copy(self, handle: TensorCopy, success: bool) -> list[int]:
-        return self.copier.finish(handle, success)

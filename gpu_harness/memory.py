@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import torch
 
-from conformance.memory import MemoryFactory, out_of_pool
+from conformance.memory import MemoryFactory
 from conformance.oracles.pinned import PinnedHostOracle
-from gpu_harness.copies import Copier, TensorCopy
+from gpu_harness.copies import Copier, TierPools
 from gpu_harness.layout import KVLayout
 from gpu_harness.mamba import MambaMemory
 from gpu_harness.pool import TagPool
@@ -27,7 +27,7 @@ def kv_pool(pages: int, page_size: int, layout: KVLayout, device: torch.device,
     return TagPool([t], pages, page_size)
 
 
-class TensorMemory:
+class TensorMemory(TierPools):
     """Device and host KV pools as tensors; tags in every word of every token slot."""
 
     def __init__(self, page_size: int, device_pages: int, host_pages: int,
@@ -46,13 +46,6 @@ class TensorMemory:
         """Pin the host pool when copies with it cross to a GPU (HOST-7)."""
         return self.device.type == "cuda"
 
-    def _pool(self, tier: Tier, pages: Sequence[int]) -> TagPool:
-        pool = self.pools[tier]
-        bad = out_of_pool(tier, pages, pool.rows)
-        if bad is not None:
-            raise bad
-        return pool
-
     def write(self, tier: Tier, pages: Sequence[int], slots: Sequence[int],
               tags: Sequence[int]) -> None:
         self._pool(tier, pages).write(pages, slots, tags)
@@ -65,14 +58,6 @@ class TensorMemory:
 
     def read_pages(self, tier: Tier, pages: Sequence[int]) -> list[int | None]:
         return self._pool(tier, pages).read_rows(pages)
-
-    def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> TensorCopy:
-        a = self._pool(src, [s for s, _d in pairs])
-        b = self._pool(dst, [d for _s, d in pairs])
-        return self.copier.start(a, b, pairs)
-
-    def finish_copy(self, handle: TensorCopy, success: bool) -> list[int]:
-        return self.copier.finish(handle, success)
 
     def states(self, device_slots: int, host_slots: int) -> MambaMemory:
         """The Mamba state pools beside these KV pools, on the same device (chapter mamba)."""
