@@ -45,6 +45,30 @@ STATUS_STYLE = {
 }
 
 
+# Options several commands share, declared once.
+EngineOpt = Annotated[str, typer.Option(help="Engine adapter to test (see `kvconf engines`).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")]
+BudgetOpt = Annotated[
+    str | None,
+    typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
+]
+ConfigOpt = Annotated[
+    list[str] | None,
+    typer.Option("--config", help="Engine config override key=value (repeatable)."),
+]
+CaseOpt = Annotated[
+    list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
+ExpectOpt = Annotated[
+    Path | None, typer.Option(help="Expectation file: the engine's known failures (TOML).")
+]
+
+
 def _die(message: str) -> None:
     sys.stderr.write(f"kvconf: error: {message}\n")
     raise typer.Exit(EXIT_USAGE)
@@ -60,32 +84,17 @@ def _default_tests_dir() -> Path:
 
 @app.command()
 def run(
-    engine: Annotated[str, typer.Option(help="Engine adapter to test (see `kvconf engines`).")] = (
-        "reference"
-    ),
+    engine: EngineOpt = "reference",
     report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
         "kvconf-report/report.json"
     ),
-    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
-    budget: Annotated[
-        str | None,
-        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
-    ] = None,
-    config: Annotated[
-        list[str] | None,
-        typer.Option("--config", help="Engine config override key=value (repeatable)."),
-    ] = None,
-    case: Annotated[
-        list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
-    expect: Annotated[
-        Path | None, typer.Option(help="Expectation file: the engine's known failures (TOML).")
-    ] = None,
+    seed: SeedOpt = 0,
+    budget: BudgetOpt = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    case: CaseOpt = None,
+    quiet: QuietOpt = False,
+    expect: ExpectOpt = None,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
     from conformance.runner import run_suite
@@ -129,9 +138,7 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
 
 @app.command()
 def gpu(
-    engine: Annotated[str, typer.Option(help="Engine adapter to test (see `kvconf engines`).")] = (
-        "reference"
-    ),
+    engine: EngineOpt = "reference",
     device: Annotated[
         str, typer.Option(help="Where the KV pools live: auto (CUDA if present), cpu, cuda[:N].")
     ] = "auto",
@@ -148,26 +155,13 @@ def gpu(
         bool, typer.Option("--memory-only",
                            help="Judge by the oracles that read the pools alone.")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
-    budget: Annotated[
-        str | None,
-        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
-    ] = None,
-    config: Annotated[
-        list[str] | None,
-        typer.Option("--config", help="Engine config override key=value (repeatable)."),
-    ] = None,
-    case: Annotated[
-        list[str] | None, typer.Option("--case", help="Run only this case (repeatable).")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
-    expect: Annotated[
-        Path | None, typer.Option(help="Expectation file: the engine's known failures (TOML).")
-    ] = None,
+    seed: SeedOpt = 0,
+    budget: BudgetOpt = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    case: CaseOpt = None,
+    quiet: QuietOpt = False,
+    expect: ExpectOpt = None,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -266,22 +260,16 @@ def mutants(
     report: Annotated[Path, typer.Option(help="Where to write the kill matrix (JSON).")] = Path(
         "kvconf-report/mutants.json"
     ),
-    seed: Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")] = 0,
-    budget: Annotated[
-        str | None,
-        typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="ci, default or nightly (default: $KVCONF_PROFILE or default)."),
-    ] = None,
+    seed: SeedOpt = 0,
+    budget: BudgetOpt = None,
+    profile: ProfileOpt = None,
     mutant: Annotated[
         list[str] | None, typer.Option("--mutant", help="Only this mutant (repeatable).")
     ] = None,
     fuzz_only: Annotated[
         bool, typer.Option("--fuzz-only", help="Only the fuzz cases, no hand-written scenario.")
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
     mutant survives."""

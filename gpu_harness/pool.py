@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from conformance.memory import POISON, TORN
-from gpu_harness.tags import from_word, to_word, word_view
+from gpu_harness.tags import from_word, word_view, words
 
 
 class TagPool:
@@ -35,7 +35,7 @@ class TagPool:
         return torch.tensor(list(rows), dtype=torch.int64, device=self.device)
 
     def _words(self, tags: Sequence[int]) -> torch.Tensor:
-        return torch.tensor([to_word(t) for t in tags], dtype=torch.int64, device=self.device)
+        return words(tags, self.device)
 
     def touched(self, rows: Sequence[int]) -> None:
         for r in set(rows):

@@ -15,50 +15,44 @@ from reference.kv_events import EventKind, KVEvent
 from reference.pages import node_owner
 
 
+def _evict_by(cache, tier, num_pages, eligible, choose) -> int:
+    """Eviction the slow way, one victim at a time: ``choose`` among the nodes ``eligible``
+    says until enough pages are freed. The eviction mutants differ only in those two."""
+    freed = 0
+    while freed < num_pages:
+        cands = [n for n in cache._nodes.values() if eligible(n)]
+        if not cands:
+            break
+        freed += cache._drop_tier(choose(cands), tier)
+    return freed
+
+
 class EvictsPinned(PrefixCache):
     """PIN-2 / E-3: eviction forgets to skip pinned nodes."""
 
     def evict(self, tier, num_pages):
-        freed = 0
-        while freed < num_pages:
-            leaves = [
-                n for n in self._nodes.values()
-                if not n.is_root and n.pages(tier) is not None
-                and all(c.pages(tier) is None for c in n.children.values())
-            ]
-            if not leaves:
-                break
-            victim = min(leaves, key=lambda n: (n.access(tier), n.seq))
-            freed += self._drop_tier(victim, tier)
-        return freed
+        def leaves(n):  # pinned or not
+            return (not n.is_root and n.pages(tier) is not None
+                    and all(c.pages(tier) is None for c in n.children.values()))
+
+        return _evict_by(self, tier, num_pages, leaves,
+                         lambda cs: min(cs, key=lambda n: (n.access(tier), n.seq)))
 
 
 class NewestFirst(PrefixCache):
     """EVICT-2 / E-4: the most recently used leaf is evicted first."""
 
     def evict(self, tier, num_pages):
-        freed = 0
-        while freed < num_pages:
-            cands = [n for n in self._nodes.values() if is_candidate(n, tier)]
-            if not cands:
-                break
-            victim = max(cands, key=lambda n: (n.access(tier), n.seq))
-            freed += self._drop_tier(victim, tier)
-        return freed
+        return _evict_by(self, tier, num_pages, lambda n: is_candidate(n, tier),
+                         lambda cs: max(cs, key=lambda n: (n.access(tier), n.seq)))
 
 
 class TieByNewestSeq(PrefixCache):
     """EVICT-3 / D248-1: equal access times broken by the newest node, not the oldest."""
 
     def evict(self, tier, num_pages):
-        freed = 0
-        while freed < num_pages:
-            cands = [n for n in self._nodes.values() if is_candidate(n, tier)]
-            if not cands:
-                break
-            victim = min(cands, key=lambda n: (n.access(tier), -n.seq))
-            freed += self._drop_tier(victim, tier)
-        return freed
+        return _evict_by(self, tier, num_pages, lambda n: is_candidate(n, tier),
+                         lambda cs: min(cs, key=lambda n: (n.access(tier), -n.seq)))
 
 
 class LeaksDuplicates(PrefixCache):
