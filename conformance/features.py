@@ -20,6 +20,8 @@ class Feature(str, Enum):
     CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
     UNLOAD = "unload"  # a namespace (adapter) can be unloaded
     ADAPTER_CAP = "adapter_cap"  # a cap on distinct adapters per forward (max_adapters, PLAN-9)
+    MATCH_LEAVES_LAST = "match_leaves_last"  # matches never cover the query's last token (TREE-7)
+    PAGE_EVICTION = "page_eviction"  # evicts page by page, freeing exactly what is asked (EVICT-6)
     MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
 
     def __str__(self) -> str:

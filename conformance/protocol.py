@@ -63,3 +63,11 @@ class CacheEngine(Protocol):
     def snapshot(self) -> CacheSnapshot | None: ...
     def unload(self, namespace: int) -> int:
         """Unload a namespace's adapter (only engines declaring ``unload``); pages freed now."""
+
+
+def match_scope(engine: CacheEngine, tokens: Sequence[int]) -> Sequence[int]:
+    """The part of a query a match of ``engine`` may cover: all of it, or all but the last token
+    for an engine that declares ``match_leaves_last`` (TREE-7)."""
+    if Feature.MATCH_LEAVES_LAST in engine.features:
+        return tokens[:-1]
+    return tokens

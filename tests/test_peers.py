@@ -19,6 +19,7 @@ from conformance.expectations import compare, load_expectations
 from conformance.features import Feature
 from conformance.oracles.base import Ctx
 from conformance.oracles.events import EventOracle
+from conformance.oracles.eviction import PageEvictionOracle
 from conformance.profiles import PROFILES, Budget
 from conformance.report import Status
 from conformance.runner import play, run_suite, select_cases
@@ -30,6 +31,7 @@ from reference.tiers import Tier
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def _scenario(name: str):
@@ -49,6 +51,21 @@ def test_missing_peer_is_not_supported_with_its_reason(monkeypatch):
     assert {r.status for r in report.results} == {Status.NOT_SUPPORTED}
     assert all("sglang cannot be imported" in r.message for r in report.results)
     assert report.run_info.version == "unavailable"
+
+
+def test_missing_vllm_is_not_supported_with_its_reason(monkeypatch):
+    mod = importlib.import_module("conformance.adapters.vllm_cache")
+
+    def absent(name: str):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(mod, "import_module", absent)
+    for engine in ("vllm", "vllm-salt"):
+        report = run_suite(engine, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                           budget=Budget(examples=1), report_path=None,
+                           cases=select_cases(["match-longest-whole-pages", "fuzz-cache"]))
+        assert {r.status for r in report.results} == {Status.NOT_SUPPORTED}
+        assert all("vllm cannot be imported" in r.message for r in report.results)
 
 
 def test_stand_in_modules_answer_anything_and_never_shadow():
@@ -163,3 +180,93 @@ def test_sglang_radix_meets_its_expectations(engine):
     path = ROOT / "conformance" / "adapters" / "expectations" / f"{engine}.toml"
     verdicts = compare(report, load_expectations(path), path)
     assert not verdicts["regression"] and not verdicts["improvement"], verdicts
+
+
+class LeavesLastReference(ReferenceCacheAdapter):
+    """The reference matching as an engine that leaves the query's last token to compute."""
+
+    name = "leaves-last"
+    features = ReferenceCacheAdapter.features | {Feature.MATCH_LEAVES_LAST}
+
+    def match(self, namespace, tokens):
+        return super().match(namespace, list(tokens)[:-1])
+
+
+class ClaimsLeavesLast(ReferenceCacheAdapter):
+    """Declares match_leaves_last but covers the whole query: the declaration is checked."""
+
+    name = "claims-leaves-last"
+    features = ReferenceCacheAdapter.features | {Feature.MATCH_LEAVES_LAST}
+
+
+class UndeclaredLeavesLast(LeavesLastReference):
+    features = ReferenceCacheAdapter.features
+
+
+@pytest.mark.behaviours("TREE-7", "TREE-1")
+@pytest.mark.parametrize("case", ["match-longest-whole-pages", "split-keeps-pins",
+                                  "pinned-never-evicted", "lru-victim-order",
+                                  "duplicate-insert-frees-caller-pages"])
+def test_a_match_may_leave_the_last_token_when_declared(case):
+    """Expected lengths are capped at the query less its last token, and a scenario whose lock
+    extent matters ends its query with a page nobody holds, so it pins the same pages."""
+    play(LeavesLastReference, _scenario(case).trace(EngineConfig()))
+
+
+@pytest.mark.behaviours("TREE-7", "TREE-1")
+def test_the_match_answer_is_judged_by_the_declaration():
+    trace = _scenario("split-keeps-pins").trace(EngineConfig())  # matches a whole held query
+    with pytest.raises(Exception) as e:
+        play(ClaimsLeavesLast, trace)
+    assert "TREE-7" in str(e.value)
+    with pytest.raises(Exception) as e:
+        play(UndeclaredLeavesLast, trace)
+    assert "TREE-1" in str(e.value)
+
+
+class ClaimsPageEviction(ReferenceCacheAdapter):
+    """Declares page_eviction but frees whole nodes: the declaration is checked."""
+
+    name = "claims-page-eviction"
+    features = ReferenceCacheAdapter.features | {Feature.PAGE_EVICTION}
+
+
+@pytest.mark.behaviours("EVICT-6", "EVICT-4")
+def test_page_eviction_frees_at_most_what_is_asked():
+    trace = _scenario("eviction-frees-whole-victims").trace(EngineConfig())
+    play(ReferenceCacheAdapter, trace)
+    with pytest.raises(Exception) as e:
+        play(ClaimsPageEviction, trace)
+    assert "EVICT-6" in str(e.value)
+    oracle = PageEvictionOracle()
+    oracle.on_evict(None, Tier.DEVICE, 2, 2, None, None)
+    with pytest.raises(Exception) as e:
+        oracle.on_evict(None, Tier.DEVICE, 1, 3, None, None)
+    assert "EVICT-6" in str(e.value)
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (.ci/install-peers.sh)")
+@pytest.mark.parametrize("engine", ["vllm", "vllm-salt"])
+def test_vllm_meets_its_expectations(engine):
+    report = run_suite(engine, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=20), report_path=None)
+    path = ROOT / "conformance" / "adapters" / "expectations" / f"{engine}.toml"
+    verdicts = compare(report, load_expectations(path), path)
+    assert not verdicts["regression"] and not verdicts["improvement"], verdicts
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (.ci/install-peers.sh)")
+@pytest.mark.behaviours("EVENT-1", "EVENT-6")
+def test_vllm_announces_a_duplicate_block_twice_and_its_removal_while_cached():
+    """The finding on vLLM, reduced: one page inserted twice is stored twice; evicting one copy
+    announces its removal while a match still finds the other."""
+    from conformance.adapters.vllm_cache import VLLMAdapter
+
+    a = VLLMAdapter(EngineConfig(page_size=2, device_pages=4))
+    for _ in range(2):
+        a.insert(0, [1, 1], a.alloc(1))
+    stored = [e.block_hashes for e in a.drain_events()]
+    assert len(stored) == 2 and stored[0] == stored[1]
+    assert a.evict(Tier.DEVICE, 1) == 1
+    assert [e.kind for e in a.drain_events()] == [EventKind.REMOVED]
+    assert a.match(0, [1, 1, 9, 9]).device_len == 2

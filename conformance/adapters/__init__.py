@@ -14,6 +14,8 @@ ENGINES: dict[str, str] = {
     "reference": "conformance.adapters.reference_cache:ReferenceCacheAdapter",
     "sglang-radix": "conformance.adapters.sglang_radix:SGLangRadixAdapter",
     "sglang-radix-salt": "conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
+    "vllm": "conformance.adapters.vllm_cache:VLLMAdapter",
+    "vllm-salt": "conformance.adapters.vllm_cache:VLLMSaltAdapter",
 }
 
 

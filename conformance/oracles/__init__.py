@@ -4,7 +4,7 @@ from conformance.oracles.base import Ctx, Oracle, Violation
 from conformance.oracles.content import ContentOracle
 from conformance.oracles.determinism import DeterminismOracle
 from conformance.oracles.events import EventOracle
-from conformance.oracles.eviction import EvictionOracle
+from conformance.oracles.eviction import EvictionOracle, PageEvictionOracle
 from conformance.oracles.faults import FaultOracle
 from conformance.oracles.l3 import L3Oracle
 from conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
@@ -31,6 +31,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     PinOracle,
     OwnershipOracle,
     EvictionOracle,
+    PageEvictionOracle,
     EventOracle,
     FaultOracle,
     UnloadOracle,

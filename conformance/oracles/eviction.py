@@ -45,6 +45,12 @@ class EvictionOracle(Oracle):
     behaviours = ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5", "HOST-6", "PIN-2")
     needs = frozenset({Feature.SNAPSHOT})
 
+    @classmethod
+    def applies(cls, engine) -> bool:
+        """Victims are derived node by node; an engine that evicts page by page (EVICT-6) is
+        judged by its counts, its matches and its events instead."""
+        return super().applies(engine) and Feature.PAGE_EVICTION not in engine.features
+
     def on_evict(self, ctx, tier, asked, freed, before, after) -> None:
         if before is None or after is None:
             return
@@ -117,3 +123,17 @@ class EvictionOracle(Oracle):
                     f"node {n.id} was just written back but its host access time "
                     f"{n.host_access} is older than another node's {newest_other}",
                 )
+
+
+class PageEvictionOracle(Oracle):
+    """EVICT-6, black-box: an engine that evicts page by page frees at most what it is asked
+    (all of it while candidates last, which the scenarios' expected counts check)."""
+
+    name = "page-eviction"
+    behaviours = ("EVICT-6",)
+    needs = frozenset({Feature.PAGE_EVICTION})
+
+    def on_evict(self, ctx, tier, asked, freed, before, after) -> None:
+        if not 0 <= freed <= asked:
+            raise self.fail("EVICT-6", f"asked to evict {asked} {tier} pages, the engine reports "
+                            f"{freed} freed; page-by-page eviction frees at most what is asked")

@@ -1,18 +1,18 @@
-"""Match oracle (TREE-1, TREE-3, TREE-4, TREE-5, TREE-6): what a match returns and leaves."""
+"""Match oracle (TREE-1, TREE-3..TREE-7): what a match returns and leaves."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from conformance.oracles.base import Ctx, Oracle
-from conformance.protocol import Inserted, Match
+from conformance.protocol import Inserted, Match, match_scope
 from conformance.tree_view import TreeView
 from reference.tiers import Tier
 
 
 class MatchOracle(Oracle):
     name = "match"
-    behaviours = ("TREE-1", "TREE-3", "TREE-4", "TREE-5", "TREE-6")
+    behaviours = ("TREE-1", "TREE-3", "TREE-4", "TREE-5", "TREE-6", "TREE-7")
 
     def __init__(self) -> None:
         self._pending_match: tuple[int, tuple[int, ...], Match] | None = None
@@ -32,10 +32,15 @@ class MatchOracle(Oracle):
                     f"{tier} match of {n} tokens with {len(pages)} pages is not whole pages "
                     f"within a {len(tokens)}-token query",
                 )
+        scope = match_scope(ctx.engine, tokens)
+        if max(m.device_len, m.host_len) > len(scope):
+            raise self.fail("TREE-7", f"a match of {max(m.device_len, m.host_len)} tokens covers "
+                            f"the last token of the {len(tokens)}-token query, and the engine "
+                            "declares match_leaves_last")
         if ctx.before is not None and ctx.op in ("match", "extend"):
             view = TreeView(ctx.before)
             for tier, n in ((Tier.DEVICE, m.device_len), (Tier.HOST, m.host_len)):
-                want = view.longest(ns, tokens, tier)
+                want = view.longest(ns, scope, tier)
                 if n != want:
                     raise self.fail(
                         "TREE-1",
