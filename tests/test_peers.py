@@ -270,3 +270,31 @@ def test_vllm_announces_a_duplicate_block_twice_and_its_removal_while_cached():
     assert a.evict(Tier.DEVICE, 1) == 1
     assert [e.kind for e in a.drain_events()] == [EventKind.REMOVED]
     assert a.match(0, [1, 1, 9, 9]).device_len == 2
+
+
+@pytest.mark.behaviours("EVENT-6")
+def test_a_match_serving_a_block_announced_removed_is_caught_without_a_snapshot():
+    """Black-box EVENT-6: what a match serves from the device tier must be stored by the events
+    so far, as vLLM's duplicate shows when one copy's removal is announced."""
+    from conformance.ledger import Ledger
+    from conformance.memory import shadow_memory
+    from conformance.protocol import Match
+
+    class Hashes:
+        page_size = 2
+        block_hash = staticmethod(block_hash)
+
+    engine, ledger = Hashes(), Ledger(2, shadow_memory(2, 4, 0))
+    h = block_hash(None, 0, [1, 1])
+    stored = KVEvent(EventKind.STORED, (h,), 0, None, (1, 1), 2)
+    served = Match(2, 0, (1,), (), 0, 0)
+    oracle = EventOracle()
+    oracle.after_step(Ctx(0, "insert", engine, ledger, events=[stored]))  # type: ignore[arg-type]
+    oracle.on_match(Ctx(1, "match", engine, ledger), 0, [1, 1, 9, 9], served)  # type: ignore
+    oracle.after_step(Ctx(1, "match", engine, ledger))  # type: ignore[arg-type]
+    removed = KVEvent(EventKind.REMOVED, (h,))
+    oracle.after_step(Ctx(2, "evict", engine, ledger, events=[removed]))  # type: ignore
+    oracle.on_match(Ctx(3, "match", engine, ledger), 0, [1, 1, 9, 9], served)  # type: ignore
+    with pytest.raises(Exception) as e:
+        oracle.after_step(Ctx(3, "match", engine, ledger))  # type: ignore[arg-type]
+    assert "EVENT-6" in str(e.value)

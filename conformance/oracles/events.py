@@ -16,6 +16,11 @@ class EventOracle(Oracle):
     def __init__(self) -> None:
         self.stored: dict[int, int] = {}  # hash -> namespace
         self.prefix: dict[int, tuple[int, ...]] = {}  # hash -> the tokens of its whole prefix
+        self.served: list[tuple[int, tuple[int, ...]]] = []  # this step's device matches
+
+    def on_match(self, ctx: Ctx, ns: int, tokens, m) -> None:
+        if m.device_len:
+            self.served.append((ns, tuple(tokens[: m.device_len])))
 
     def after_step(self, ctx: Ctx) -> None:
         engine = ctx.engine
@@ -62,6 +67,20 @@ class EventOracle(Oracle):
                 self.stored[h] = ev.namespace
                 self.prefix[h] = whole
                 parent = h
+        served, self.served = self.served, []
+        for ns, tokens in served:
+            p = ctx.ledger.page_size
+            # Black-box EVENT-6: every block a match serves from the device tier is one the
+            # events say is stored there (its hash recomputed along the served prefix).
+            h = None
+            for i in range(0, len(tokens), p):
+                h = engine.block_hash(h, ns, tokens[i : i + p])
+                if h not in self.stored:
+                    raise self.fail(
+                        "EVENT-6", f"a match in namespace {ns} serves the {i + p}-token prefix "
+                        f"from the device tier, but its block hash {h:#x} is not stored by the "
+                        "events published so far",
+                    )
         if ctx.after is not None:
             held = TreeView(ctx.after).device_hashes()
             stored = set(self.stored)
