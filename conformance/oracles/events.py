@@ -1,4 +1,5 @@
-"""Event oracle (EVENT-1..EVENT-6): the published KV events tell the device tier's true story."""
+"""Event oracle (EVENT-1..EVENT-6, and EVICT-1 as the events show it): the published KV events
+tell the device tier's true story."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from reference.kv_events import EventKind
 
 class EventOracle(Oracle):
     name = "events"
-    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-5", "EVENT-6")
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-5", "EVENT-6", "EVICT-1")
     needs = frozenset({Feature.KV_EVENTS})
 
     def __init__(self) -> None:
         self.stored: dict[int, int] = {}  # hash -> namespace
         self.prefix: dict[int, tuple[int, ...]] = {}  # hash -> the tokens of its whole prefix
         self.served: list[tuple[int, tuple[int, ...]]] = []  # this step's device matches
+        self.children: dict[int, list[int]] = {}  # hash -> hashes stored under it, in order
 
     def on_match(self, ctx: Ctx, ns: int, tokens, m) -> None:
         if m.device_len:
@@ -24,16 +26,19 @@ class EventOracle(Oracle):
 
     def after_step(self, ctx: Ctx) -> None:
         engine = ctx.engine
+        removed: list[int] = []
         for ev in ctx.events:
             if ev.kind is EventKind.CLEARED:
                 self.stored.clear()
                 self.prefix.clear()
+                self.children.clear()
                 continue
             if ev.kind is EventKind.REMOVED:
                 for h in ev.block_hashes:
                     if h not in self.stored:
                         raise self.fail("EVENT-2", f"BlockRemoved for {h:#x}, which is not stored")
                     del self.stored[h]
+                    removed.append(h)
                 continue
             parent = ev.parent_hash
             if parent is not None and parent not in self.stored:
@@ -66,7 +71,20 @@ class EventOracle(Oracle):
                     )
                 self.stored[h] = ev.namespace
                 self.prefix[h] = whole
+                if parent is not None:
+                    self.children.setdefault(parent, []).append(h)
                 parent = h
+        for h in removed:
+            # A step leaves no block stored under a removed one: only the ends of cached
+            # prefixes are evicted (EVICT-1), and what the events call stored is a tree (EVENT-6).
+            if h in self.stored:  # stored again later in the step
+                continue
+            below = [c for c in self.children.pop(h, ()) if c in self.stored]
+            if below:
+                raise self.fail(
+                    "EVICT-1" if ctx.op in ("evict", "drain") else "EVENT-6",
+                    f"BlockRemoved for {h:#x} while {below[0]:#x}, stored under it, stays stored",
+                )
         served, self.served = self.served, []
         for ns, tokens in served:
             p = ctx.ledger.page_size
