@@ -13,7 +13,7 @@ Tree core. SGLang selects the Rust ``TreeCore`` by default
 core where the Rust one is not supported; the adapter asks for the Rust core, so it runs what a
 server runs, and lets SGLang's own fallback policy (``resolve_tree_core_backend``) pick the
 Python core where the bundled extension cannot be used. The core in use is part of ``version``
-(``0.5.23 (rust TreeCore)``). Both cores produce the same node ids, hashes and events.
+(``0.5.23 (rust TreeCore)``). The two cores number nodes differently; hashes and events are the same.
 
 Pages. The allocator is SGLang's: page ``g`` is slots ``g*p .. g*p+p-1`` and page 0 is SGLang's
 reserved padding page, so device page ids run from 1 to ``device_pages`` (``page_ids``).
@@ -23,14 +23,20 @@ applied to the allocator); the adapter does not compute them, it records every s
 frees during an insert and reports those pages as ``freed``, so the kit judges what the engine
 really did.
 
-Nodes and locks. Match results carry integer ``NodeId``\\ s; the adapter still maps them to its
+Nodes and locks. Match results carry integer ``NodeId`` values; the adapter still maps them to its
 own integers in first-seen order, so no engine numbering reaches what the kit compares.
 ``lock`` is ``UnifiedRadixCache.lock(node)``, which returns a ``TreeLock`` holding the acquire's
 receipt (``DecLockRefParams``); ``unlock`` hands that same ``TreeLock`` back to
-``UnifiedRadixCache.unlock``. Unlock therefore names the lock it releases: the engine declares
-``lock_handles``, and the kit sends it every unbalanced unlock (PIN-3). What the engine does
-with one is its own: nothing is caught or translated here (an ``AssertionError`` from the Python
-core or a ``RuntimeError`` from a Rust panic is a crash to the kit, FAULT-2).
+``UnifiedRadixCache.unlock``. The receipt is not a lock handle in the kit's sense, so
+``lock_handles`` is not declared: it is a value naming the anchor node and, per component, the
+segment boundary the acquire reached (FULL records none), two locks of one node get equal
+receipts, and the engine keeps no table of live locks. A second release of one lock while
+another lock of the node is held is a valid-looking release of the other (its count goes from 2
+to 0 and the node can be evicted under the remaining lock); what the engine can tell is a count
+at zero, where both cores refuse by crashing (``FULL segment release hit lock_ref=0``: an
+``AssertionError`` in the Python core, a Rust panic surfacing as ``RuntimeError`` that poisons the
+Rust core's state for every later call). Nothing of that is caught or translated here: a crash
+is a crash to the kit (FAULT-2).
 
 Namespaces are a LoRA ``extra_key`` registered with the event recorder's name table, as in
 ``sglang-radix``: the extra key is part of every child key under the one shared root, and the
@@ -82,7 +88,7 @@ def unified_modules() -> SimpleNamespace:
 class SGLangUnifiedAdapter(SGLangRadixAdapter):
     name = "sglang-unified"
     namespace_part = "extra_key"
-    features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS, Feature.LOCK_HANDLES})
+    features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS})
 
     def __init__(self, config: EngineConfig) -> None:
         import torch
