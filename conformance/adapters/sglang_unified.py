@@ -13,15 +13,18 @@ Tree core. SGLang selects the Rust ``TreeCore`` by default
 core where the Rust one is not supported; the adapter asks for the Rust core, so it runs what a
 server runs, and lets SGLang's own fallback policy (``resolve_tree_core_backend``) pick the
 Python core where the bundled extension cannot be used. The core in use is part of ``version``
-(``0.5.23 (rust TreeCore)``). The two cores number nodes differently; hashes and events are the same.
+(``0.5.23 (rust TreeCore)``). The two cores number nodes differently; hashes and events are the
+same.
 
 Pages. The allocator is SGLang's: page ``g`` is slots ``g*p .. g*p+p-1`` and page 0 is SGLang's
 reserved padding page, so device page ids run from 1 to ``device_pages`` (``page_ids``).
 ``alloc`` and ``free`` are the allocator's own ``alloc`` and ``free``. Unlike ``RadixCache``,
 ``UnifiedRadixCache.insert`` frees the caller's duplicate slots itself (``FreeDeviceKV`` actions
-applied to the allocator); the adapter does not compute them, it records every slot the engine
-frees during an insert and reports those pages as ``freed``, so the kit judges what the engine
-really did.
+applied to the allocator), from the point SGLang's caller names: ``prev_prefix_len``, the
+length of the row that came from the tree (``req.kv.cache_protected_len``), is the leading run
+of the caller's pages that are the tree's own at those places (``_protected``). The adapter does
+not compute the duplicates: it reports as ``freed`` the pages that joined the allocator's free
+list during the insert, so the kit judges what the engine really did.
 
 Nodes and locks. Match results carry integer ``NodeId`` values; the adapter still maps them to its
 own integers in first-seen order, so no engine numbering reaches what the kit compares.
@@ -113,15 +116,6 @@ class SGLangUnifiedAdapter(SGLangRadixAdapter):
             self.allocator = sg.allocator.TokenToKVPoolAllocator(
                 size=size, dtype=torch.bfloat16, device="cpu", kvcache=kv, need_sort=False,
             )
-        self._freed: list[int] | None = None  # slots the engine frees, while an insert runs
-        engine_free = self.allocator.free
-
-        def free(index: Any) -> None:
-            if self._freed is not None:
-                self._freed.extend(int(s) for s in index.tolist())
-            engine_free(index)
-
-        self.allocator.free = free
         self.names = sg.events.KvEventLoraNames()
         params = sg.params.CacheInitParams(
             disable=False,
@@ -163,6 +157,11 @@ class SGLangUnifiedAdapter(SGLangRadixAdapter):
         root = self.cache.root_node_handle(self._part(namespace))
         slots = self.cache.tree_core.collect_full_device_indices(node, root)[:n_tokens]
         return tuple(int(s) // self.page_size for s in slots.tolist()[:: self.page_size])
+
+    def _free_pages(self) -> set[int]:
+        """The allocator's free list, as page ids (the token allocator's ids are pages when
+        ``page_size`` is 1)."""
+        return {int(g) for g in self.allocator.get_all_free_pages().tolist()}
 
     def _slots(self, pages: Sequence[int]) -> Any:
         import torch
@@ -211,14 +210,11 @@ class SGLangUnifiedAdapter(SGLangRadixAdapter):
         key = self._key(namespace, tokens)
         params = self.sg.base.InsertParams(key=key, value=self._slots(pages),
                                            prev_prefix_len=self._protected(namespace, key, pages))
-        self._freed = []
-        try:
-            r = self.cache.insert(params)
-            freed = self._freed
-        finally:
-            self._freed = None
-        # What the engine handed back to the allocator during the insert, in whole pages.
-        dup = sorted({s // self.page_size for s in freed})
+        before = self._free_pages()
+        r = self.cache.insert(params)
+        # What the engine handed back to the allocator during the insert, whichever of the
+        # allocator's free paths it took (free, free_segment, free_page_ids).
+        dup = sorted(self._free_pages() - before)
         return Inserted(int(r.prefix_len), tuple(dup))
 
     def lock(self, node: int, tier: Tier) -> int:
