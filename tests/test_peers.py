@@ -298,3 +298,85 @@ def test_a_match_serving_a_block_announced_removed_is_caught_without_a_snapshot(
     with pytest.raises(Exception) as e:
         oracle.after_step(Ctx(3, "match", engine, ledger))  # type: ignore[arg-type]
     assert "EVENT-6" in str(e.value)
+
+
+def test_missing_unified_cache_is_not_supported_with_its_reason(monkeypatch):
+    """sglang-unified goes through the same import gate, then its own: either failing reports
+    every case NOT_SUPPORTED with the reason, whether sglang is installed or not."""
+    radix = importlib.import_module("conformance.adapters.sglang_radix")
+    unified = importlib.import_module("conformance.adapters.sglang_unified")
+
+    def absent(name: str):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(unified, "import_module", absent)
+    cases = select_cases(["match-longest-whole-pages", "unbalanced-unlock-rejected"])
+    report = run_suite("sglang-unified", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=1), report_path=None, cases=cases)
+    assert {r.status for r in report.results} == {Status.NOT_SUPPORTED}
+    assert all("cannot be imported" in r.message for r in report.results)
+    monkeypatch.setattr(radix, "import_module", absent)
+    report = run_suite("sglang-unified", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=1), report_path=None, cases=cases)
+    assert {r.status for r in report.results} == {Status.NOT_SUPPORTED}
+    assert all("sglang cannot be imported" in r.message for r in report.results)
+    assert report.run_info.version == "unavailable"
+
+
+def test_unified_engine_is_registered_with_its_expectations():
+    from conformance.adapters import ENGINES
+
+    assert ENGINES["sglang-unified"] == "conformance.adapters.sglang_unified:SGLangUnifiedAdapter"
+    path = ROOT / "conformance" / "adapters" / "expectations" / "sglang-unified.toml"
+    exp = load_expectations(path)
+    assert exp.engine == "sglang-unified"
+    assert "unbalanced-unlock-rejected" in exp.by_case()
+    ci = (ROOT / ".ci" / "peers").read_text()
+    assert "sglang-unified" in ci
+
+
+@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
+def test_sglang_unified_meets_its_expectations():
+    report = run_suite("sglang-unified", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=20), report_path=None)
+    assert "TreeCore" in report.run_info.version
+    path = ROOT / "conformance" / "adapters" / "expectations" / "sglang-unified.toml"
+    verdicts = compare(report, load_expectations(path), path)
+    assert not verdicts["regression"] and not verdicts["improvement"], verdicts
+
+
+@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
+def test_sglang_unified_frees_only_the_callers_duplicates():
+    """The engine frees duplicates itself; the adapter reports what it freed, and passes the
+    caller's protected prefix (the tree's own pages) so those are never freed."""
+    from conformance.adapters.sglang_unified import SGLangUnifiedAdapter
+
+    a = SGLangUnifiedAdapter(EngineConfig(page_size=2, device_pages=6))
+    assert Feature.LOCK_HANDLES not in a.features
+    first = a.alloc(2)
+    assert a.insert(0, [1, 2, 3, 4], first).freed == ()
+    m = a.match(0, [1, 2, 3, 4, 5, 6])
+    assert (m.device_len, m.device_pages) == (4, tuple(first))
+    new = a.alloc(1)
+    ins = a.insert(0, [1, 2, 3, 4, 5, 6], list(m.device_pages) + new)
+    assert (ins.cached_len, ins.freed) == (4, ())
+    dup = a.alloc(3)
+    ins = a.insert(0, [1, 2, 3, 4, 5, 6], dup)
+    assert (ins.cached_len, sorted(ins.freed)) == (6, sorted(dup))
+    assert a.match(0, [1, 2, 3, 4, 5, 6]).device_pages == (*first, *new)
+
+
+@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
+def test_sglang_unified_receipt_names_a_node_not_a_lock():
+    """Why lock_handles is not declared: two locks of one node get equal receipts, and a second
+    release of the first is taken as the release of the other."""
+    from conformance.adapters.sglang_unified import SGLangUnifiedAdapter
+
+    a = SGLangUnifiedAdapter(EngineConfig(page_size=2, device_pages=4))
+    a.insert(0, [1, 2], a.alloc(1))
+    node = a.match(0, [1, 2]).device_node
+    h1, h2 = a.lock(node, Tier.DEVICE), a.lock(node, Tier.DEVICE)
+    assert a._locks[h1] == a._locks[h2]
+    a.unlock(h1)
+    a.unlock(h1)  # accepted: h2's count is gone with it
+    assert a.evict(Tier.DEVICE, 1) == 1

@@ -14,6 +14,7 @@ ENGINES: dict[str, str] = {
     "reference": "conformance.adapters.reference_cache:ReferenceCacheAdapter",
     "sglang-radix": "conformance.adapters.sglang_radix:SGLangRadixAdapter",
     "sglang-radix-salt": "conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
+    "sglang-unified": "conformance.adapters.sglang_unified:SGLangUnifiedAdapter",
     "vllm": "conformance.adapters.vllm_cache:VLLMAdapter",
     "vllm-salt": "conformance.adapters.vllm_cache:VLLMSaltAdapter",
 }
