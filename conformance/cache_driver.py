@@ -370,5 +370,6 @@ def _check_expect(step: Step, out: dict[str, Any], behaviours: tuple[str, ...],
             want = min(want, step.pages)  # EVICT-6
         if want is not None and out.get(field) != want:
             raise Violation(
-                "expect", behaviours, f"{field} is {out.get(field)!r}, the trace expects {want!r}"
+                "expect", tuple(exp.behaviours or behaviours),
+                f"{field} is {out.get(field)!r}, the trace expects {want!r}",
             )

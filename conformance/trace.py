@@ -35,6 +35,9 @@ class Expect(BaseModel):
     evicted: int | None = None
     started: bool | None = None  # a transfer was started (not declined)
     rejected: bool | None = None  # the engine must reject the call (FAULT-1)
+    behaviours: list[str] | None = Field(
+        None, description="the behaviours a mismatch breaks; the trace's own list when absent",
+    )
 
 
 class _Step(BaseModel):

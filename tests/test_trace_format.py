@@ -194,3 +194,38 @@ def test_a_bad_header_is_named(tmp_path):
     assert ": clock: " in msg
     msg = load_error(write(tmp_path, "[1, 2]\n"))
     assert "valid dictionary" in msg
+
+
+def test_an_expectation_names_behaviours_of_its_case():
+    """A step's expectation may narrow what its mismatch breaks; those IDs exist and are among
+    the case's own, so the compliance matrix never blames a rule the case does not claim."""
+    from spec.registry import load_registry
+
+    known = set(load_registry().behaviours)
+    named = 0
+    for sc in SCENARIOS:
+        for step in sc.steps:
+            ids = step.expect.behaviours if step.expect is not None else None
+            if ids:
+                named += 1
+                assert set(ids) <= known and set(ids) <= set(sc.behaviours), (sc.name, ids)
+    assert named >= 10
+
+
+def test_a_mismatch_blames_the_behaviours_its_expectation_names():
+    from conformance.features import Feature
+    from conformance.oracles.base import Violation
+
+    class WrongVictim(ReferenceCacheAdapter):
+        """Frees nothing when asked for a few pages, and offers no snapshot, so the expectation
+        is what catches it."""
+
+        features = ReferenceCacheAdapter.features - {Feature.SNAPSHOT}
+
+        def evict(self, tier, num_pages):
+            return 0 if num_pages < 100 else super().evict(tier, num_pages)
+
+    trace = next(s for s in SCENARIOS if s.name == "lru-victim-order").trace(EngineConfig())
+    with pytest.raises(Violation) as e:
+        play(WrongVictim, trace)
+    assert e.value.behaviours == ("EVICT-4", "EVICT-6")
