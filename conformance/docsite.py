@@ -264,7 +264,7 @@ def nav(chapters: list[str]) -> list:
                     {"Read a report, replay a trace": "reports.md"},
                     {"Write a new behaviour": "new-behaviour.md"},
                     {"The GPU harness": "gpu-harness.md"},
-                    {"Peer engines (SGLang)": "peers.md"},
+                    {"Peer engines (SGLang, vLLM)": "peers.md"},
                     {"Formats": "formats.md"}]},
         {"Spec": spec},
         {"Diagrams": [{"Request state machine": "state-machine.md"},
