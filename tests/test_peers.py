@@ -380,3 +380,38 @@ def test_sglang_unified_receipt_names_a_node_not_a_lock():
     a.unlock(h1)
     a.unlock(h1)  # accepted: h2's count is gone with it
     assert a.evict(Tier.DEVICE, 1) == 1
+
+
+@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
+@pytest.mark.behaviours("PIN-1", "POOL-1")
+def test_sglang_radix_snapshot_is_read_from_its_tree_and_judged():
+    """The snapshot gives each namespace its own root, lists the adapter's live locks and
+    SGLang's own counts; a snapshot with one count off fails the ownership oracle."""
+    import dataclasses
+
+    from conformance.adapters.sglang_radix import SGLangRadixAdapter
+
+    a = SGLangRadixAdapter(EngineConfig(page_size=2, device_pages=8))
+    for ns in (0, 1):
+        a.insert(ns, [1, 1, 2, 2], a.alloc(2))
+    h = a.lock(a.match(1, [1, 1, 2, 2]).device_node, Tier.DEVICE)
+    snap = a.snapshot()
+    assert set(snap.roots) == {0, 1} and snap.roots[0] != snap.roots[1]
+    leaves = [n for n in snap.nodes if n.parent is not None]
+    assert sorted((n.namespace, n.device_ref) for n in leaves) == [(0, 0), (1, 1)]
+    assert all(n.parent == snap.roots[n.namespace] for n in leaves)
+    assert [lk.handle for lk in snap.locks] == [h]
+    assert sorted(snap.pools[Tier.DEVICE].owners).count("free") == 4
+
+    class OffByOne(SGLangRadixAdapter):
+        def snapshot(self):
+            s = super().snapshot()
+            return dataclasses.replace(s, nodes=tuple(
+                dataclasses.replace(n, device_ref=n.device_ref + 1) if n.parent is not None
+                else n for n in s.nodes))
+
+    trace = _scenario("split-keeps-pins").trace(EngineConfig())
+    play(SGLangRadixAdapter, trace)
+    with pytest.raises(Exception) as e:
+        play(OffByOne, trace)
+    assert "PIN-1" in str(e.value)

@@ -8,11 +8,21 @@ protected prefix and the returned prefix length), so the adapter frees exactly t
 
 Namespaces are SGLang's: a LoRA ``extra_key`` registered with the event recorder's name table
 (``sglang-radix``) or a ``cache_salt`` (``sglang-radix-salt``); both are part of the child key,
-so namespaces never share nodes. There is no host tier (HiCache is another class), no snapshot,
-and no lock handle: ``dec_lock_ref(node)`` names a node, so the kit can only demand a rejection
-when that node's count is zero (PIN-3). Access times are SGLang's wall clock; ``tick`` is ignored.
+so namespaces never share nodes. There is no host tier (HiCache is another class) and no lock
+handle: ``dec_lock_ref(node)`` names a node, so the kit can only demand a rejection when that
+node's count is zero (PIN-3). Access times are SGLang's wall clock; ``tick`` is ignored.
 Node objects are mapped to adapter-local integers in the order first seen, so no object identity
 reaches what the kit compares.
+
+The tree is plain Python, so the adapter offers a white-box ``snapshot`` read from it: each node's
+key, slots (as pages), ``lock_ref``, creation counter (``TreeNode.id``, the sequence number) and
+published event hashes (the recorder's own), and its ``last_access_time`` as a rank among the
+nodes', which keeps the order SGLang evicts by without a wall-clock value. SGLang keeps one root
+for every namespace (the namespace is part of the child key); the snapshot gives each namespace a
+root of its own, as the kit's model has, with that namespace's children under it. The free pages
+are the allocator's; a page neither free nor in the tree is the caller's. SGLang keeps no list
+of locks, only counts, so the locks listed are the ones the adapter passed on and did not
+release: the reference counts they imply are checked against SGLang's ``lock_ref`` (PIN-1).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from conformance.errors import EngineRejected, EngineUnavailable
 from conformance.features import Feature
 from conformance.protocol import CopyOp, Inserted, Match
 from reference.kv_events import EventKind, KVEvent
+from reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView
 from reference.tiers import Tier
 
 MASK64 = (1 << 64) - 1
@@ -87,7 +98,7 @@ def slots_to_pages(slots: Any, page_size: int) -> list[int]:
 class SGLangRadixAdapter:
     name = "sglang-radix"
     namespace_part = "extra_key"  # the RadixKey field that carries a namespace
-    features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS})
+    features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS, Feature.SNAPSHOT})
 
     def __init__(self, config: EngineConfig) -> None:
         sg = sglang_modules()
@@ -104,6 +115,9 @@ class SGLangRadixAdapter:
         self._nodes: list[Any] = []  # handle -> node
         self._handles: dict[int, int] = {}  # id(node) -> handle (nodes stay referenced)
         self._locks: list[Any] = []  # lock handle -> node
+        self._live: set[int] = set()  # lock handles passed on and not released
+        self._lock_nodes: list[int] = []  # lock handle -> the node handle it was taken on
+        self._vroots: dict[int, int] = {}  # namespace -> the handle of its root in snapshots
         self._digests: dict[int, str] = {}  # published hash -> SHA-256 chain digest
         self._ns_of: dict[str, int] = {}  # extra key or salt -> namespace
 
@@ -153,8 +167,10 @@ class SGLangRadixAdapter:
         m = self.cache.match_prefix(params)
         n = int(m.device_prefix_len)
         node = self._handle(m.last_device_node)
-        return Match(n, 0, self._pages_to(m.last_device_node, n), (), node,
-                     self._handle(self.cache.root_node))
+        root = self._vroot(namespace) if namespace else self._handle(self.cache.root_node)
+        if m.last_device_node is self.cache.root_node:
+            node = root
+        return Match(n, 0, self._pages_to(m.last_device_node, n), (), node, root)
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> Inserted:
         import torch
@@ -175,11 +191,14 @@ class SGLangRadixAdapter:
         target = self._nodes[node]
         self.cache.inc_lock_ref(target)
         self._locks.append(target)
+        self._lock_nodes.append(node)
+        self._live.add(len(self._locks) - 1)
         return len(self._locks) - 1
 
     def unlock(self, handle: int) -> None:
         """Every unlock goes to the engine: the adapter keeps no count that could refuse one."""
         self.cache.dec_lock_ref(self._locks[handle])
+        self._live.discard(handle)
 
     def evict(self, tier: Tier, num_pages: int) -> int:
         if tier is Tier.HOST:
@@ -238,8 +257,82 @@ class SGLangRadixAdapter:
         self._digests.setdefault(h, digest)
         return h
 
-    def snapshot(self) -> None:
-        return None
+    def snapshot(self) -> CacheSnapshot:
+        """The tree as SGLang holds it (see the module docstring for what is read how)."""
+        root = self.cache.root_node
+        root_id = self._handle(root)
+        p = self.page_size
+        order: list[tuple[Any, int | None, int]] = []  # (node, parent handle, start)
+        queue: list[tuple[Any, int | None, int]] = [(root, None, 0)]
+        while queue:
+            node, parent, start = queue.pop(0)
+            order.append((node, parent, start))
+            me = self._handle(node)
+            for child in node.children.values():
+                ns = self._namespace_of(child)
+                up = me if node is not root or ns == 0 else self._vroot(ns)
+                queue.append((child, up, start + len(child.key)))
+        times = sorted({n.last_access_time for n, _, _ in order})
+        rank = {t: i for i, t in enumerate(times)}
+        tree_pages: dict[int, int] = {}
+        nodes: list[NodeView] = []
+        for ns in sorted(self._vroots):
+            nodes.append(NodeView(self._vroots[ns], ns, None, 0, (), (), (), (), 0, 0, 0, 0, -1,
+                                  None))
+        for node, parent, start in order:
+            me = self._handle(node)
+            if node is root:
+                nodes.append(NodeView(me, 0, None, 0, (), (), (), (), 0, 0, 0, 0, node.id, None))
+                continue
+            pages = tuple(slots_to_pages(node.value.tolist(), p))
+            for g in pages:
+                tree_pages[g] = me
+            nodes.append(NodeView(
+                me, self._namespace_of(node), parent, start - len(node.key),
+                tuple(int(t) for t in node.key.token_ids), pages, None, self._hashes(node),
+                int(node.lock_ref), 0, rank[node.last_access_time], 0, node.id, None,
+            ))
+        free = tuple(sorted(self.pool.free_pages))
+        free_set = set(free)
+        size = self.page_ids[0]
+        owners = tuple(
+            "free" if g in free_set else
+            f"node:{tree_pages[g]}" if g in tree_pages else "caller"
+            for g in range(size)
+        )
+        locks = tuple(LockView(h, self._lock_nodes[h], Tier.DEVICE, False)
+                      for h in sorted(self._live))
+        return CacheSnapshot(
+            page_size=p,
+            pools={Tier.DEVICE: PoolView(Tier.DEVICE, size, free, owners),
+                   Tier.HOST: PoolView(Tier.HOST, 0, (), ())},
+            nodes=tuple(nodes),
+            roots={0: root_id, **self._vroots},
+            locks=locks,
+            transfers=(),
+        )
+
+    def _namespace_of(self, node: Any) -> int:
+        part = getattr(node.key, self.namespace_part, None)
+        return self._ns_of.get(part, 0) if part is not None else 0
+
+    def _vroot(self, ns: int) -> int:
+        """The handle standing for namespace ``ns``'s root: SGLang has one root for all, which
+        is what a lock of it locks."""
+        if ns not in self._vroots:
+            self._nodes.append(self.cache.root_node)
+            self._vroots[ns] = len(self._nodes) - 1
+        return self._vroots[ns]
+
+    def _hashes(self, node: Any) -> tuple[int, ...]:
+        """The hashes SGLang publishes for the node's pages, from its own event recorder."""
+        rec = self.cache.kv_events
+        seed = rec._namespace_seed(node)
+        kv = self.sg.kv_events
+        return tuple(
+            kv.namespaced_block_hash(self.sg.utils.hash_str_to_int64(v), namespace_seed=seed)
+            & MASK64 for v in rec._node_event_hash_values(node)
+        )
 
 
 class SGLangRadixSaltAdapter(SGLangRadixAdapter):

@@ -113,7 +113,10 @@ class OwnershipOracle(Oracle):
                         f"{pool.owners[key[1]]}",
                     )
         counts = TreeView(snap).subtree_locks()
+        by_node = Feature.LOCK_HANDLES not in ctx.engine.features
         for n in snap.nodes:
+            if by_node and n.parent is None:
+                continue  # an engine that unlocks by node need not count at a root (PIN-3)
             for tier in (Tier.DEVICE, Tier.HOST):
                 want = counts.get((n.id, tier), 0)
                 if n.ref(tier) != want:
