@@ -172,11 +172,21 @@ def test_reference_refuses_by_node_too():
         a.unlock(h)
 
 
-@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
-@pytest.mark.parametrize("engine", ["sglang-radix", "sglang-radix-salt"])
-def test_sglang_radix_meets_its_expectations(engine):
+def _peer(engine: str, installed: bool, package: str):
+    return pytest.param(engine, marks=pytest.mark.skipif(
+        not installed, reason=f"{package} is not installed (.ci/install-peers.sh)"))
+
+
+@pytest.mark.parametrize("engine", [
+    _peer("sglang-radix", HAS_SGLANG, "sglang"), _peer("sglang-radix-salt", HAS_SGLANG, "sglang"),
+    _peer("sglang-unified", HAS_SGLANG, "sglang"),
+    _peer("vllm", HAS_VLLM, "vllm"), _peer("vllm-salt", HAS_VLLM, "vllm"),
+])
+def test_peer_meets_its_expectations(engine):
     report = run_suite(engine, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
                        budget=Budget(examples=20), report_path=None)
+    if engine == "sglang-unified":
+        assert "TreeCore" in report.run_info.version  # which tree core ran is reported
     path = ROOT / "conformance" / "adapters" / "expectations" / f"{engine}.toml"
     verdicts = compare(report, load_expectations(path), path)
     assert not verdicts["regression"] and not verdicts["improvement"], verdicts
@@ -243,16 +253,6 @@ def test_page_eviction_frees_at_most_what_is_asked():
     with pytest.raises(Exception) as e:
         oracle.on_evict(None, Tier.DEVICE, 1, 3, None, None)
     assert "EVICT-6" in str(e.value)
-
-
-@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (.ci/install-peers.sh)")
-@pytest.mark.parametrize("engine", ["vllm", "vllm-salt"])
-def test_vllm_meets_its_expectations(engine):
-    report = run_suite(engine, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
-                       budget=Budget(examples=20), report_path=None)
-    path = ROOT / "conformance" / "adapters" / "expectations" / f"{engine}.toml"
-    verdicts = compare(report, load_expectations(path), path)
-    assert not verdicts["regression"] and not verdicts["improvement"], verdicts
 
 
 @pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (.ci/install-peers.sh)")
@@ -333,16 +333,6 @@ def test_unified_engine_is_registered_with_its_expectations():
     assert "unbalanced-unlock-rejected" in exp.by_case()
     ci = (ROOT / ".ci" / "peers").read_text()
     assert "sglang-unified" in ci
-
-
-@pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")
-def test_sglang_unified_meets_its_expectations():
-    report = run_suite("sglang-unified", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
-                       budget=Budget(examples=20), report_path=None)
-    assert "TreeCore" in report.run_info.version
-    path = ROOT / "conformance" / "adapters" / "expectations" / "sglang-unified.toml"
-    verdicts = compare(report, load_expectations(path), path)
-    assert not verdicts["regression"] and not verdicts["improvement"], verdicts
 
 
 @pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (.ci/install-peers.sh)")

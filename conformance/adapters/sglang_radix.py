@@ -35,15 +35,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from conformance.adapters import stand_ins
+from conformance.adapters.device_only import DeviceOnly
+from conformance.adapters.peer_events import MASK64, to_kit_events
 from conformance.engine_config import EngineConfig
-from conformance.errors import EngineRejected, EngineUnavailable
+from conformance.errors import EngineUnavailable
 from conformance.features import Feature
-from conformance.protocol import CopyOp, Inserted, Match
-from reference.kv_events import EventKind, KVEvent
+from conformance.protocol import Inserted, Match
+from reference.kv_events import KVEvent
 from reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView
 from reference.tiers import Tier
 
-MASK64 = (1 << 64) - 1
 SOURCE = "https://github.com/sgl-project/sglang/blob/v{version}/python/sglang/srt/mem_cache/{file}"
 
 
@@ -95,7 +96,8 @@ def slots_to_pages(slots: Any, page_size: int) -> list[int]:
     return [int(s) // page_size for s in list(slots)[::page_size]]
 
 
-class SGLangRadixAdapter:
+class SGLangRadixAdapter(DeviceOnly):
+    engine_label = "sglang RadixCache"
     name = "sglang-radix"
     namespace_part = "extra_key"  # the RadixKey field that carries a namespace
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS, Feature.SNAPSHOT})
@@ -206,33 +208,12 @@ class SGLangRadixAdapter:
         r = self.cache.evict(self.sg.base.EvictParams(num_tokens=num_pages * self.page_size))
         return int(r.num_tokens_evicted) // self.page_size
 
-    def start_writeback(self, node: int) -> CopyOp | None:
-        return None
-
-    def start_loadback(self, node: int) -> CopyOp | None:
-        return None
-
-    def finish_transfer(self, op_id: Any, success: bool) -> None:
-        raise EngineRejected("no_transfer", "sglang RadixCache has no host tier")
-
     def drain_events(self) -> list[KVEvent]:
-        out: list[KVEvent] = []
-        kv = self.sg.kv_events
-        for ev in self.cache.take_events():
-            if isinstance(ev, kv.AllBlocksCleared):
-                out.append(KVEvent(EventKind.CLEARED, ()))
-            elif isinstance(ev, kv.BlockRemoved):
-                out.append(KVEvent(EventKind.REMOVED, tuple(h & MASK64 for h in ev.block_hashes)))
-            else:
-                part = ev.cache_salt if self.namespace_part == "cache_salt" else ev.lora_name
-                parent = ev.parent_block_hash
-                out.append(KVEvent(
-                    EventKind.STORED, tuple(h & MASK64 for h in ev.block_hashes),
-                    namespace=self._ns_of.get(part, 0) if part else 0,
-                    parent_hash=None if parent is None else parent & MASK64,
-                    tokens=tuple(int(t) for t in ev.token_ids), block_size=int(ev.block_size),
-                ))
-        return out
+        return to_kit_events(self.cache.take_events(), self.sg.kv_events, self._event_namespace)
+
+    def _event_namespace(self, ev: Any) -> int:
+        part = ev.cache_salt if self.namespace_part == "cache_salt" else ev.lora_name
+        return self._ns_of.get(part, 0) if part else 0
 
     def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
         """SGLang's published hash, recomputed: the SHA-256 chain digest of the page (from the

@@ -90,6 +90,7 @@ def unified_modules() -> SimpleNamespace:
 
 class SGLangUnifiedAdapter(SGLangRadixAdapter):
     name = "sglang-unified"
+    engine_label = "sglang UnifiedRadixCache"
     namespace_part = "extra_key"
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS})
 

@@ -36,14 +36,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from conformance.adapters import stand_ins
+from conformance.adapters.device_only import DeviceOnly
+from conformance.adapters.peer_events import MASK64, to_kit_events
 from conformance.engine_config import EngineConfig
 from conformance.errors import EngineRejected, EngineUnavailable
 from conformance.features import Feature
-from conformance.protocol import CopyOp, Inserted, Match
-from reference.kv_events import EventKind, KVEvent
+from conformance.protocol import Inserted, Match
+from reference.kv_events import KVEvent
 from reference.tiers import Tier
 
-MASK64 = (1 << 64) - 1
 SOURCE = "https://github.com/vllm-project/vllm/blob/v{version}/vllm/v1/core/{file}"
 
 
@@ -77,7 +78,8 @@ def external_hash(h: bytes) -> int:
     return int.from_bytes(h, "big") & MASK64
 
 
-class VLLMAdapter:
+class VLLMAdapter(DeviceOnly):
+    engine_label = "vLLM's KVCacheManager"
     name = "vllm"
     namespace_part = "lora"  # "lora" | "cache_salt": what carries a namespace
     features = frozenset({
@@ -231,35 +233,16 @@ class VLLMAdapter:
     def _free_queue(self) -> list[Any]:
         return self.pool.free_block_queue.get_all_free_blocks()
 
-    def start_writeback(self, node: int) -> CopyOp | None:
-        return None
-
-    def start_loadback(self, node: int) -> CopyOp | None:
-        return None
-
-    def finish_transfer(self, op_id: Any, success: bool) -> None:
-        raise EngineRejected("no_transfer", "vLLM's KVCacheManager has no host tier")
-
     def drain_events(self) -> list[KVEvent]:
-        out: list[KVEvent] = []
-        ev_mod = self.v.events
-        for ev in self.mgr.take_events():
-            if isinstance(ev, ev_mod.AllBlocksCleared):
-                out.append(KVEvent(EventKind.CLEARED, ()))
-            elif isinstance(ev, ev_mod.BlockRemoved):
-                out.append(KVEvent(EventKind.REMOVED, tuple(h & MASK64 for h in ev.block_hashes)))
-            else:
-                ns = self._ns_of(ev)
-                hashes = tuple(h & MASK64 for h in ev.block_hashes)
-                for h in hashes:
-                    self._event_ns[h] = ns
-                parent = ev.parent_block_hash
-                out.append(KVEvent(
-                    EventKind.STORED, hashes, namespace=ns,
-                    parent_hash=None if parent is None else parent & MASK64,
-                    tokens=tuple(int(t) for t in ev.token_ids), block_size=int(ev.block_size),
-                ))
-        return out
+        return to_kit_events(self.mgr.take_events(), self.v.events, self._event_namespace)
+
+    def _event_namespace(self, ev: Any) -> int:
+        """A stored event's namespace, remembered for the blocks chained below it (a salt names
+        only the first block of a chain)."""
+        ns = self._ns_of(ev)
+        for h in ev.block_hashes:
+            self._event_ns[h & MASK64] = ns
+        return ns
 
     def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
         """vLLM's hash recomputed with its own functions: ``hash_block_tokens`` over the
