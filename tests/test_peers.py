@@ -405,3 +405,26 @@ def test_sglang_radix_snapshot_is_read_from_its_tree_and_judged():
     with pytest.raises(Exception) as e:
         play(OffByOne, trace)
     assert "PIN-1" in str(e.value)
+
+
+class HidesFreedDuplicates(ReferenceCacheAdapter):
+    """Frees the caller's duplicates but reports none, and offers no snapshot."""
+
+    name = "hides-freed"
+    features = ReferenceCacheAdapter.features - {Feature.SNAPSHOT}
+
+    def insert(self, namespace, tokens, pages):
+        r = super().insert(namespace, tokens, pages)
+        return type(r)(r.cached_len, ())
+
+
+@pytest.mark.behaviours("TREE-5", "POOL-1")
+def test_an_insert_that_frees_more_than_it_reports_is_caught_without_a_snapshot():
+    """The pages an insert keeps stay the tree's until an eviction; an allocation that returns
+    one before then shows the insert freed it silently."""
+    trace = _scenario("duplicate-insert-frees-caller-pages").trace(EngineConfig())
+    play(type("Blind", (ReferenceCacheAdapter,), {
+        "features": ReferenceCacheAdapter.features - {Feature.SNAPSHOT}}), trace)
+    with pytest.raises(Exception) as e:
+        play(HidesFreedDuplicates, trace)
+    assert "TREE-5" in str(e.value)

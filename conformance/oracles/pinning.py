@@ -1,8 +1,12 @@
-"""Pin oracle (PIN-2, POOL-2): pinned pages are never taken; allocations give only free pages.
+"""Pin oracle (PIN-2, POOL-2, POOL-1, TREE-5): pinned pages are never taken; allocations give
+only free pages.
 
 Black-box: the kit knows the pages of every lock it holds and every page it holds itself, so an
 allocation that returns one of them, or a match that no longer covers a locked prefix, is caught
-without looking inside the engine. White-box: locked pages must still belong to a tree node.
+without looking inside the engine. It also knows which device pages the tree has held since the
+last eviction (what inserts kept and matches served): nothing but an eviction frees those, so an
+allocation that returns one is a page in two places, or an insert that freed more than it said.
+White-box: locked pages must still belong to a tree node.
 """
 
 from __future__ import annotations
@@ -10,13 +14,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.oracles.base import Ctx, Oracle
-from conformance.protocol import Match, match_scope
+from conformance.protocol import Inserted, Match, match_scope
 from reference.tiers import Tier
 
 
 class PinOracle(Oracle):
     name = "pinning"
-    behaviours = ("PIN-2", "POOL-2")
+    behaviours = ("PIN-2", "POOL-2", "POOL-1", "TREE-5")
+
+    def __init__(self) -> None:
+        self.cached: dict[int, int] = {}  # device page -> step that showed it in the tree
+
+    def on_insert(self, ctx: Ctx, ns: int, tokens: Sequence[int], pages: Sequence[int],
+                  r: Inserted) -> None:
+        freed = set(r.freed)
+        for pg in pages:
+            if pg not in freed:
+                self.cached[pg] = ctx.index
+
+    def on_evict(self, ctx: Ctx, tier, asked, freed, before, after) -> None:
+        self.cached.clear()  # which pages an eviction freed, the kit cannot tell
+
+    def on_unload(self, ctx: Ctx, ns: int) -> None:
+        self.cached.clear()
 
     def on_alloc(self, ctx: Ctx, pages: list[int]) -> None:
         if len(set(pages)) != len(pages):
@@ -27,8 +47,18 @@ class PinOracle(Oracle):
         pinned = sorted(set(pages) & ctx.ledger.pinned_pages(Tier.DEVICE))
         if pinned:
             raise self.fail("PIN-2", f"allocation handed out pinned device pages {pinned}")
+        cached = sorted(pg for pg in pages if pg in self.cached)
+        if cached:
+            raise self.fail(
+                ("POOL-1", "TREE-5"),
+                f"allocation handed out device page {cached[0]}, which the tree held at step "
+                f"{self.cached[cached[0]]} with no eviction since (a page in two places, or an "
+                "insert that freed more than it reported)",
+            )
 
     def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
+        for pg in m.device_pages:
+            self.cached[pg] = ctx.index
         for rec in ctx.ledger.live_locks():
             if rec.detached or rec.namespace != ns:
                 continue
