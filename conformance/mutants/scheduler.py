@@ -108,6 +108,16 @@ class PublishesUnderWindow(Scheduler):
 PLANTED_SCHED[PublishesUnderWindow.__name__] = PublishesUnderWindow
 
 
+def _publish_in_base_model(publish, r, upto):
+    """``publish(r, upto)`` with the request's adapter forgotten: its KV goes to namespace 0."""
+    real = r.spec
+    r.spec = replace(real, namespace=0)
+    try:
+        return publish(r, upto)
+    finally:
+        r.spec = real
+
+
 class RetractsIntoBaseModel(Scheduler):
     """PLAN-6 / D268-2: a retracted request's own pages are inserted into namespace 0."""
 
@@ -120,12 +130,7 @@ class RetractsIntoBaseModel(Scheduler):
 
     def _publish(self, r, upto):
         if getattr(self, "_retracting", False) and r.shared == 0:
-            real = r.spec
-            r.spec = replace(real, namespace=0)
-            try:
-                return super()._publish(r, upto)
-            finally:
-                r.spec = real
+            return _publish_in_base_model(super()._publish, r, upto)
         return super()._publish(r, upto)
 
 
@@ -137,12 +142,7 @@ class ContinuesInBaseModel(Scheduler):
     publish (mid-flight, at retraction, at finish) is inserted into namespace 0."""
 
     def _publish(self, r, upto):
-        real = r.spec
-        r.spec = replace(real, namespace=0)
-        try:
-            return super()._publish(r, upto)
-        finally:
-            r.spec = real
+        return _publish_in_base_model(super()._publish, r, upto)
 
 
 class ComputesInBaseModel(Scheduler):
