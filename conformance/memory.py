@@ -76,6 +76,23 @@ def out_of_pool(tier: Tier, pages: Sequence[int], size: int) -> Exception | None
                      f"{tier} page {bad} is outside the pool of {size} pages")
 
 
+def copy_outcome(pairs: Sequence[tuple[int, int]], src_version: Sequence[int],
+                 dst_version: Sequence[int], src_now: Callable[[int], int],
+                 dst_now: Callable[[int], int], success: bool) -> tuple[list[int], set[int]]:
+    """The copy rule, whatever holds the pages: the sources written while a copy was in flight,
+    and the destinations left holding poison (those of a failed copy, of a raced source, and
+    ones someone else wrote after the copy claimed them). ``*_now`` read a page's write count."""
+    raced: list[int] = []
+    poisoned: set[int] = set()
+    for (s, d), sv, dv in zip(pairs, src_version, dst_version, strict=True):
+        moved = src_now(s) != sv
+        if moved:
+            raced.append(s)
+        if not success or moved or dst_now(d) != dv:
+            poisoned.add(d)
+    return raced, poisoned
+
+
 @dataclass(slots=True)
 class _Copy:
     src: Tier
@@ -161,18 +178,18 @@ class ShadowMemory:
         if handle.done:
             raise ValueError("this copy has landed already")
         handle.done = True
-        raced: list[int] = []
-        for (s, d), sv, dv in zip(handle.pairs, handle.src_version, handle.dst_version,
-                                  strict=True):
-            self.landing[(handle.dst, d)] -= 1
-            moved = self.version.get((handle.src, s), 0) != sv
-            if moved:
-                raced.append(s)
-            if success and not moved and self.version[(handle.dst, d)] == dv:
-                seen = self.cells.get((handle.src, s))  # unchanged since the copy started
-                self.cells[(handle.dst, d)] = list(seen) if seen else [None] * self.page_size
+        src, dst = handle.src, handle.dst
+        raced, poisoned = copy_outcome(
+            handle.pairs, handle.src_version, handle.dst_version,
+            lambda pg: self.version.get((src, pg), 0), lambda pg: self.version[(dst, pg)],
+            success)
+        for s, d in handle.pairs:
+            self.landing[(dst, d)] -= 1
+            if d in poisoned:
+                self.cells[(dst, d)] = [POISON] * self.page_size
             else:
-                self.cells[(handle.dst, d)] = [POISON] * self.page_size
+                seen = self.cells.get((src, s))  # unchanged since the copy started
+                self.cells[(dst, d)] = list(seen) if seen else [None] * self.page_size
         for _s, d in handle.pairs:
             self._touch(handle.dst, d)
         return raced

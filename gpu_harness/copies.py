@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.memory import out_of_pool
+from conformance.memory import copy_outcome, out_of_pool
 from gpu_harness.pool import TagPool
 from reference.tiers import Tier
 
@@ -123,17 +123,13 @@ class Copier:
             op.event.synchronize()
         if op.staged is not None:
             op.dst.scatter(op.dst.index([d for _s, d in op.pairs]), op.staged)
-        raced: list[int] = []
-        bad: list[int] = []
-        for (s, d), sv, dv in zip(op.pairs, op.src_version, op.dst_version, strict=True):
+        raced, poisoned = copy_outcome(op.pairs, op.src_version, op.dst_version,
+                                       op.src.version.__getitem__, op.dst.version.__getitem__,
+                                       success)
+        for _s, d in op.pairs:
             op.dst.landing[d] -= 1
-            src_moved = op.src.version[s] != sv
-            if src_moved:
-                raced.append(s)
-            if not success or src_moved or op.dst.version[d] != dv:
-                bad.append(d)
         op.dst.touched([d for _s, d in op.pairs])
-        op.dst.poison(bad)
+        op.dst.poison([d for _s, d in op.pairs if d in poisoned])
         return raced
 
 
