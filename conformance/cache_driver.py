@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from conformance import flight
 from conformance.content import page_tags
 from conformance.engine_config import EngineConfig
 from conformance.errors import EngineRejected, KitError
@@ -173,6 +174,8 @@ class CacheDriver:
         return self.log
 
     def step(self, index: int, step: Step) -> dict[str, Any]:
+        if flight.on():  # a worker: the parent holds the trace if the engine kills us here
+            flight.step(step.model_dump_json(exclude_none=True))
         self.ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
         try:
             if self.tick_every_step or isinstance(step, TickStep):

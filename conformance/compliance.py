@@ -22,12 +22,13 @@ from conformance.errors import KitError
 from conformance.mutants.kill import FORMAT as KILL_FORMAT
 from conformance.mutants.kill import KillMatrix
 from conformance.report import FORMAT as REPORT_FORMAT
+from conformance.report import FORMATS as REPORT_FORMATS
 from conformance.report import Report, Status
 from conformance.svg import kill_bars, transition_graph
 from conformance.trace import write_atomic
 
-ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.TIMEOUT: 2, Status.PASS: 3,
-         Status.NOT_SUPPORTED: 4}
+ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, Status.PASS: 4,
+         Status.NOT_SUPPORTED: 5}
 
 
 @dataclass
@@ -55,7 +56,7 @@ def load_inputs(paths: list[Path]) -> Inputs:
             raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
         fmt = data.get("format") if isinstance(data, dict) else None
         try:
-            if fmt == REPORT_FORMAT:
+            if fmt in REPORT_FORMATS:
                 out.runs.append((path, Report.model_validate(data)))
             elif fmt == KILL_FORMAT:
                 out.kills.append((path, KillMatrix.model_validate(data)))
@@ -108,7 +109,7 @@ def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path, copy: bool = Fa
                 if ORDER[res.status] < ORDER[cell.status]:
                     cell.status = res.status
                 cell.cases.append(f"{res.case}: {res.status.value}")
-                if res.trace and res.status is Status.FAIL:
+                if res.trace and res.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT):
                     cell.traces.append(trace_link(path, res.trace, out_dir, copy))
     return cols, cells
 
@@ -272,8 +273,8 @@ table {{ border-collapse: collapse; margin: .5rem 0; font-size: .9rem; }}
 th, td {{ border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; }}
 th {{ background: #f5f5f5; position: sticky; top: 0; }}
 td.PASS, span.PASS {{ background: #e8f5e9; color: #1b5e20; }}
-td.FAIL, span.FAIL, td.ERROR, span.ERROR, td.TIMEOUT {{ background: #ffebee; color: #b71c1c;
-  font-weight: bold; }}
+td.FAIL, span.FAIL, td.ERROR, span.ERROR, td.TIMEOUT, span.TIMEOUT, td.CRASH,
+span.CRASH {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
 td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
 td.none {{ color: #bbb; }}
 svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}

@@ -224,7 +224,7 @@ def render_formats(out: Path) -> None:
              "`kvconf schema report`).", ""]
     for title, schema in (("Cache-level trace (`kvconf-trace/1`)", trace_schema()),
                           ("Scheduler-level trace", SchedTrace.model_json_schema()),
-                          ("Run report (`kvconf-report/1`)", report_schema()),
+                          ("Run report (`kvconf-report/2`)", report_schema()),
                           ("Kill matrix (`kvconf-kill-matrix/1`)",
                            KillMatrix.model_json_schema())):
         parts += [f"## {title}", "", "```json", json.dumps(schema, indent=2), "```", ""]

@@ -11,15 +11,47 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from conformance.errors import KitError
 from conformance.trace import write_atomic
 
-FORMAT = "kvconf-report/1"
+FORMAT = "kvconf-report/2"
+FORMATS = ("kvconf-report/1", FORMAT)  # /2 added CRASH, units, coverage, shards; /1 still reads
 
 
 class Status(str, Enum):
+    """A case's outcome (spec chapter faults, "Statuses of a run")."""
+
     PASS = "PASS"
     FAIL = "FAIL"
     NOT_SUPPORTED = "NOT_SUPPORTED"
     ERROR = "ERROR"
     TIMEOUT = "TIMEOUT"
+    CRASH = "CRASH"
+
+
+# Statuses that fail a run without an expectation file (exit code 1).
+BAD = (Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.CRASH)
+
+
+class Coverage(BaseModel):
+    """The request table's (state, event) pairs a case took, and the illegal ones it tried."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exercised: list[tuple[str, str]] = []
+    illegal: list[tuple[str, str]] = []
+
+
+class UnitResult(BaseModel):
+    """One slice of a fuzz case's budget, run by one worker with its own derived seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    of: int
+    status: Status
+    examples: int | None = None
+    steps: int | None = None
+    duration_s: float = 0.0
+    ops: dict[str, int] = {}  # cache-level operations played, by kind
+    coverage: Coverage | None = None
 
 
 class CaseResult(BaseModel):
@@ -38,6 +70,12 @@ class CaseResult(BaseModel):
     found_steps: int | None = None  # a fuzz failure's steps before shrinking
     expectation: str | None = None  # with an expectation file: expected/regression/improvement
     known: str | None = None  # the expectation file's reason and reference for this case
+    traceback: str | None = None  # where the engine raised, died or hung (innermost last)
+    output: str | None = None  # the engine's last output (its process's stdout and stderr)
+    exit_code: int | None = None  # CRASH: the code the engine's process exited with
+    signal: str | None = None  # CRASH: the signal that killed it (SIGSEGV, SIGABRT, ...)
+    units: list[UnitResult] | None = None  # a fuzz case's slices, up to the first failing one
+    coverage: Coverage | None = None  # scheduler level: request table pairs this case took
 
 
 class RunInfo(BaseModel):
@@ -57,6 +95,12 @@ class RunInfo(BaseModel):
     coverage: dict | None = None  # request state machine pairs exercised (scheduler level)
     memory: dict | None = None  # the KV memory the runtime used, when not the kit's own dict
     expectations: dict | None = None  # the expectation file and the cases per verdict
+    jobs: int = 1  # worker processes (0: the cases ran in the kit's own process)
+    shard: str | None = None  # "i/N": this report holds the i-th of N slices of the work
+    merged: list[str] | None = None  # the shard reports a merged report was made from
+    call_timeout_s: float | None = None  # per-call deadline of the workers (TIMEOUT past it)
+    examples_db: str | None = None  # Hypothesis example database the fuzz cases shared
+    not_run: list[str] = []  # cases an interrupted run did not finish
 
 
 class Report(BaseModel):
@@ -77,8 +121,7 @@ class Report(BaseModel):
         as the file expects (a known failure that now passes is a difference too)."""
         if self.run_info.expectations is not None:
             return all(r.expectation == "expected" for r in self.results)
-        bad = (Status.FAIL, Status.ERROR, Status.TIMEOUT)
-        return not any(r.status in bad for r in self.results)
+        return not any(r.status in BAD for r in self.results) and not self.run_info.interrupted
 
 
 def write_report(report: Report, path: str | Path) -> Path:

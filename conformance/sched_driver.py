@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from conformance import flight
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.l3_runtime import L3Runtime
@@ -159,6 +160,7 @@ class SchedulerDriver:
         arrivals = sorted(self.trace.arrivals, key=lambda a: a.at)
         last_arrival = max((a.at for a in arrivals), default=0)
         for step in range(self.trace.max_plans):
+            flight.beat()
             specs = [a for a in arrivals if a.at == step]
             if specs:
                 self._submit(specs)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from conformance import flight
 from conformance.cache_driver import CacheDriver
 from conformance.engine_config import EngineConfig
 from conformance.features import Feature
@@ -84,10 +85,11 @@ def cache_machine(
     class CacheTraceMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
+            self.trace = Trace(config=config, name="fuzz", clock="explicit")
+            flight.begin(self.trace)
             self.engine = factory(config)
             self.driver = CacheDriver(self.engine, config, oracles, clock="explicit",
                                       memory=memory)
-            self.trace = Trace(config=config, name="fuzz", clock="explicit")
             self.failed = False
             self.live: dict[Tier, list[int]] = {Tier.DEVICE: [], Tier.HOST: []}
             self.released: list[int] = []
@@ -270,6 +272,7 @@ def cache_machine(
                 return
             self.driver.drain()
             if determinism:
+                flight.begin(self.trace.model_copy(update={"steps": []}))
                 again = CacheDriver(factory(config), config, oracles=(), clock="explicit",
                                     memory=memory)
                 for i, s in enumerate(self.trace.steps):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from conformance import flight
 from conformance.memory import MemoryFactory, shadow_memory
 from conformance.oracles.base import Violation
 from conformance.sched_driver import SchedulerDriver
@@ -73,23 +74,27 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                memory: MemoryFactory = shadow_memory,
                memory_only: bool = False) -> SchedulerDriver:
     """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
+    flight.begin(trace)
     driver = SchedulerDriver(factory(trace.config), trace, memory, memory_only)
     log = driver.run()
     if determinism:
         from conformance.oracles.determinism import DeterminismOracle
 
+        flight.begin(trace)
         again = SchedulerDriver(factory(trace.config), trace, memory).run()
         DeterminismOracle().compare(log, again)
     return driver
 
 
 def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: float | None,
-               base_seed: int, holder: dict, ctx=None, namespaces: int = 2) -> None:
-    """Generate workloads until the budget is spent; raise the first Violation (unshrunk)."""
+               base_seed: int, holder: dict, ctx=None, namespaces: int = 2, stream: int = 0,
+               database=None) -> None:
+    """Generate workloads until the budget is spent; raise the first Violation (unshrunk).
+    ``stream`` picks the seeds (a unit's index); ``database`` is Hypothesis's example store."""
     deadline = None if seconds is None else time.perf_counter() + seconds
     batches = [examples] if examples is not None else iter(lambda: 25, None)
     for k, n in enumerate(batches):
-        @settings(max_examples=n, deadline=None, database=None, print_blob=False,
+        @settings(max_examples=n, deadline=None, database=database, print_blob=False,
                   suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
         @given(trace=workloads(config, namespaces=namespaces))
@@ -102,7 +107,7 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal
 
-        seed(base_seed * 1_000_003 + k)(test)
+        seed(base_seed * 1_000_003 + k + (stream << 32))(test)
         test()
         if deadline is None or time.perf_counter() >= deadline:
             return

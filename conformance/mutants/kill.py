@@ -84,7 +84,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
              budget: Budget, out_dir: Path | None, fuzz_only: bool = False) -> MutantResult:
     """Run the suite's cases of the mutant's level against it until one fails (only the fuzz
     cases with ``fuzz_only``: what the generators find without the hand-written scenarios)."""
-    from conformance.runner import RunContext, all_cases
+    from conformance.runner import RunContext, all_cases, run_case
 
     if mutant.level == "memory":
         return _kill_memory(mutant, catalog)
@@ -103,7 +103,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
     for case in all_cases():
         if not case.needs <= features or (fuzz_only and not case.fuzz):
             continue
-        result = case.run(ctx)
+        result = run_case(ctx, case)
         if result.status is Status.FAIL:
             trace = f"{mutant.name}/{result.trace}" if result.trace else None
             return MutantResult(
