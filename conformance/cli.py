@@ -20,6 +20,8 @@ from rich.table import Table
 
 from conformance.errors import EngineUnavailable, KitError
 
+DEFAULT_EXAMPLES_DB = ".kvconf/examples"  # conformance.examples_db.DEFAULT, without importing it
+
 app = typer.Typer(
     name="kvconf",
     help="Conformance kit for LLM-serving KV / Mamba cache schedulers.",
@@ -67,6 +69,22 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress displ
 ExpectOpt = Annotated[
     Path | None, typer.Option(help="Expectation file: the engine's known failures (TOML).")
 ]
+JobsOpt = Annotated[
+    int, typer.Option("--jobs", "-j", help="Worker processes that run the engine; 0 runs it in "
+                      "kvconf's own process (no crash or hang isolation: for debuggers).")
+]
+ShardOpt = Annotated[
+    str | None, typer.Option(help="Run the i-th of N deterministic slices of the work (i/N, "
+                             "1 <= i <= N); join the reports with `kvconf merge`.")
+]
+CallTimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds a worker may stay silent (one engine call, one oracle "
+                        "check) before its case is TIMEOUT and it is killed.")
+]
+ExamplesDbOpt = Annotated[
+    str, typer.Option(help="Hypothesis example database the workers share: a folder, "
+                      "module:attr for any ExampleDatabase, or none.")
+]
 
 
 def _die(message: str) -> None:
@@ -95,42 +113,64 @@ def run(
     case: CaseOpt = None,
     quiet: QuietOpt = False,
     expect: ExpectOpt = None,
+    jobs: JobsOpt = 1,
+    shard: ShardOpt = None,
+    call_timeout: CallTimeoutOpt = 60.0,
+    examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
     from conformance.runner import run_suite
 
-    _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect)
+    _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect,
+           jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db)
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM (what CI runners send at a time-out), handled as SIGINT is."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Stopped
 
 
 def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, expect,
-           **extra) -> None:
+           shard=None, **extra) -> None:
     """Parse the common options, run the suite with ``runner``, print the table, exit."""
+    import signal
+
     from conformance.engine_config import EngineConfig, parse_overrides
     from conformance.expectations import compare, load_expectations
     from conformance.profiles import get_profile, parse_budget
     from conformance.report import write_report
     from conformance.runner import select_cases
+    from conformance.units import parse_shard
 
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         expectations = load_expectations(expect) if expect is not None else None
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         cfg = parse_overrides(EngineConfig(), config or [])
         cases = select_cases(case)
+        part = parse_shard(shard)
         _check_writable(report)
         with _progress(quiet, len(cases)) as (on_start, on_result):
             result = runner(
                 engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
-                cases=cases, on_start=on_start, on_result=on_result, **extra,
+                cases=cases, on_start=on_start, on_result=on_result, shard=part, **extra,
             )
         if expectations is not None:
             compare(result, expectations, expect)
             write_report(result, report)
     except KitError as e:
         _die(str(e))
-    except KeyboardInterrupt:
-        err.print(f"interrupted: the results so far are in {report}")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        by = "SIGTERM" if isinstance(e, _Stopped) else "SIGINT"
+        err.print(f"interrupted ({by}): the report says so, and the results so far are in "
+                  f"{report}")
+        raise typer.Exit(143 if by == "SIGTERM" else 130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _print_results(result)
     out.print(f"report: {report}")
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
@@ -162,6 +202,10 @@ def gpu(
     case: CaseOpt = None,
     quiet: QuietOpt = False,
     expect: ExpectOpt = None,
+    jobs: JobsOpt = 1,
+    shard: ShardOpt = None,
+    call_timeout: CallTimeoutOpt = 60.0,
+    examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -174,7 +218,8 @@ def gpu(
     except KitError as e:
         _die(str(e))
     _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, expect,
-           device=device, layout=layout, memory_only=memory_only)
+           device=device, layout=layout, memory_only=memory_only, jobs=jobs, shard=shard,
+           call_timeout=call_timeout, database=examples_db)
 
 
 def _check_writable(report: Path) -> None:

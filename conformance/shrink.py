@@ -23,6 +23,13 @@ from conformance.trace import Trace
 
 Signature = tuple[str, tuple[str, ...]]
 
+_interrupted = False  # an interrupt arrived while shrinking: the caller stops after this case
+
+
+def interrupted() -> bool:
+    """True once an interrupt cut a shrink short (the finding was kept); the run must stop."""
+    return _interrupted
+
 
 def signature(v: Violation) -> Signature:
     return (v.oracle, tuple(sorted(v.behaviours)))
@@ -91,6 +98,12 @@ class Attempts:
         self.left -= 1
         try:
             self.replay(candidate)
+        except KeyboardInterrupt:
+            # Interrupted (Ctrl-C, SIGTERM): the best trace so far is the finding; keep it.
+            global _interrupted
+            _interrupted = True
+            self.left = 0
+            return False
         except Violation as v:
             if signature(v) == self.want:
                 self.best, self.best_v = candidate, v

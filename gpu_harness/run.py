@@ -29,8 +29,10 @@ def run_gpu(
     cases: list | None = None,
     on_start: Callable | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    **run: object,
 ) -> Report:
-    """Run the kit's cases with every KV page a slice of a torch pool on ``device``."""
+    """Run the kit's cases with every KV page a slice of a torch pool on ``device``; ``run``
+    passes the worker options (jobs, shard, call_timeout, database) on to ``run_suite``."""
     from conformance.runner import run_suite
 
     dev = resolve_device(device)
@@ -41,4 +43,6 @@ def run_gpu(
         engine, config, seed_value=seed_value, profile=profile, budget=budget,
         report_path=report_path, cases=cases, on_start=on_start, on_result=on_result,
         memory=tensor_memory(layout, dev), memory_only=memory_only, memory_info=info,
+        memory_spec=("gpu_harness.memory:tensor_memory", {"layout": layout, "device": str(dev)}),
+        **run,
     )
