@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -43,7 +44,7 @@ err = Console(stderr=True)
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 STATUS_STYLE = {
     "PASS": "green", "FAIL": "bold red", "NOT_SUPPORTED": "yellow", "ERROR": "bold magenta",
-    "TIMEOUT": "red",
+    "TIMEOUT": "red", "CRASH": "bold red",
 }
 
 
@@ -257,8 +258,9 @@ class _progress:
         def on_result(result) -> None:
             self.bar.advance(self.task)
             if result.status.value not in ("PASS", "NOT_SUPPORTED"):
-                self.bar.console.print(f"[red]{result.status.value}[/] {result.case}: "
-                                       f"{result.message}", markup=True, highlight=False)
+                self.bar.console.print(f"[red]{result.status.value}[/] {escape(result.case)}: "
+                                       f"{escape(result.message)}", markup=True,
+                                       highlight=False)
 
         return on_start, on_result
 
@@ -281,7 +283,7 @@ def _print_results(report) -> None:
                 f"{len(r.behaviours)} behaviours")
         else:
             where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
-            detail = f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}"
+            detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}")
         status = f"[{style}]{r.status.value}[/]"
         if r.expectation is not None and r.expectation != "expected":
             status += f" [bold]({r.expectation})[/]"

@@ -168,7 +168,11 @@ class Pool:
         self.spawned += 1
         log = self.tmp / f"worker-{self.spawned}.log"
         r, w = os.pipe()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The worker imports what this process can import (an engine next to the user's code,
+        # a test's folder), and the engine's Python output reaches the log before a crash.
+        path = [p for p in sys.path if p and Path(p).exists()]
+        env = dict(os.environ, PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "conformance.worker", str(w)],
@@ -194,8 +198,11 @@ class Pool:
         return worker.said.pop(0)
 
     def open(self) -> tuple[frozenset[Feature], str, dict[Feature, str]]:
-        """Start the first worker and learn what the engine offers (it opens it, not us)."""
+        """Start the workers and learn from the first what the engine offers (it opens it, not
+        us); the others open it meanwhile and take work when they are ready."""
         worker = self._spawn(probe=True)
+        for _ in range(self.jobs - 1):
+            self.workers.append(self._spawn(probe=True))
         got = self._await_answer(worker, max(self.call_timeout, 60.0))
         if got is None or got[0] != b"P":
             if got is not None and got[0] == b"X":
@@ -207,7 +214,7 @@ class Pool:
             raise KitError(f"engine {self.spec.engine}: its worker {how} while opening it"
                            + (f"; its last output:\n{out}" if out else ""))
         worker.job = None
-        self.workers.append(worker)
+        self.workers.insert(0, worker)
         doc = json.loads(got[1])
         return (frozenset(Feature(f) for f in doc["features"]), doc["version"],
                 {Feature(k): v for k, v in doc["unavailable"].items()})
@@ -235,7 +242,7 @@ class Pool:
             while True:
                 self._dispatch(queue, shrinks)
                 busy = [w for w in self.workers if w.job is not None]
-                if self.shrinker is not None:
+                if self.shrinker is not None and self.shrinker.job is not None:
                     busy.append(self.shrinker)
                 if not busy:
                     return
@@ -256,9 +263,7 @@ class Pool:
             if idle is None:
                 if len(self.workers) >= self.jobs:
                     return
-                idle = self._spawn(probe=True)
-                idle.job = Job("open")
-                self.workers.append(idle)
+                self.workers.append(self._spawn(probe=True))
                 continue  # it takes work once it has opened the engine
             unit = queue.popleft()
             if not self.campaign.wanted(unit):
@@ -295,8 +300,12 @@ class Pool:
             if kind == b"R":
                 doc = json.loads(payload)
                 job, w.job = w.job, None
-                if job.kind == "shrink":
+                if job.kind == "shrink":  # a shrinker does one job and goes
+                    w.close()
+                    w.kill()
+                    self._forget(w)
                     self._shrunk(job, doc)
+                    return
                 else:
                     result = CaseResult.model_validate(doc["result"])
                     self._add(job.unit, result, doc.get("trace"))
@@ -388,6 +397,8 @@ class Pool:
         text, step, where = self._where(w)
         output = w.output()
         stacks = python_stacks(output)
+        if stacks is not None:  # the stacks go to the traceback field, the rest is output
+            output = output[: output.index(stacks.splitlines()[0])].rstrip()
         if w.exit_info is not None:
             stacks = w.exit_info.get("traceback") or stacks
         if message is None:
@@ -413,7 +424,8 @@ class Pool:
         result, text = job.crash, job.trace
         if doc is not None:
             text = doc["trace"]
-            what = "requests" if '"level": "scheduler"' in text else "steps"
+            n = doc["steps"]
+            what = ("request" if '"level": "scheduler"' in text else "step") + "s" * (n != 1)
             result.found_steps, result.steps = result.steps, doc["steps"]
             result.message += (f"; shrunk in a child process to {doc['steps']} {what} "
                                f"({doc['tried']} replays)")
