@@ -364,6 +364,35 @@ def mutants(
     raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
 
 
+@app.command()
+def merge(
+    shards: Annotated[list[Path], typer.Argument(help="The shard reports (kvconf run --shard "
+                                                 "i/N), all N of them.")],
+    report: Annotated[Path, typer.Option(help="Where to write the merged report.")] = Path(
+        "kvconf-report/report.json"
+    ),
+    expect: ExpectOpt = None,
+) -> None:
+    """Join the reports of a sharded run into the report one run would have written (summary,
+    transition coverage, every case, the failing traces); exit 1 if a case failed."""
+    from conformance.expectations import compare, load_expectations
+    from conformance.merge import merge_reports
+    from conformance.report import write_report
+
+    try:
+        expectations = load_expectations(expect) if expect is not None else None
+        _check_writable(report)
+        result = merge_reports(shards, report)
+        if expectations is not None:
+            compare(result, expectations, expect)
+        write_report(result, report)
+    except KitError as e:
+        _die(str(e))
+    _print_results(result)
+    out.print(f"merged {len(shards)} shards: {report}")
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
 @app.command("report")
 def report_cmd(
     results: Annotated[
@@ -394,40 +423,81 @@ def replay(
     no_determinism: Annotated[
         bool, typer.Option("--no-determinism", help="Skip the second run (DET-1).")
     ] = False,
+    in_process: Annotated[
+        bool, typer.Option("--in-process", help="Play it in kvconf's own process, not in a "
+                           "worker (no crash or hang isolation: for debuggers).")
+    ] = False,
+    call_timeout: CallTimeoutOpt = 60.0,
 ) -> None:
-    """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks."""
+    """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks or the
+    engine crashes or hangs (CRASH and TIMEOUT traces replay as they were found)."""
     from conformance.adapters import check_engine, engine_factory, sched_engine_factory
-    from conformance.generators.sched_traces import play_sched
-    from conformance.oracles import Violation
-    from conformance.runner import play
     from conformance.trace import Trace, load_any_trace
 
     try:
         t = load_any_trace(trace)
         check_engine(engine)
-        factory = engine_factory(engine) if isinstance(t, Trace) else None
-        sched = None if isinstance(t, Trace) else sched_engine_factory(engine)
-        if not isinstance(t, Trace) and sched is None:
+        if isinstance(t, Trace):
+            engine_factory(engine)
+        elif sched_engine_factory(engine) is None:
             raise KitError(f"{trace}: a scheduler-level trace, and engine {engine} speaks only "
                            "the cache level")
+        doc = (_replay_here(t, engine, not no_determinism) if in_process
+               else _replay_in_worker(t, engine, not no_determinism, call_timeout))
     except KitError as e:
-        _die(str(e))
-    try:
-        if isinstance(t, Trace):
-            log = play(factory, t, determinism=not no_determinism)
-        else:
-            log = play_sched(sched, t, determinism=not no_determinism).log
-    except KitError as e:
-        _die(f"{trace}: {e}")
+        _die(f"{trace}: {e}" if not str(e).startswith(str(trace)) else str(e))
     except EngineUnavailable as e:
         _die(f"engine {engine} is not available: {e}")
+    if doc["status"] == "PASS":
+        out.print(f"[green]PASS[/] {escape(str(trace))} on {escape(engine)}: {doc['steps']} "
+                  "steps, every oracle held", highlight=False)
+        return
+    step = f"step {doc['step']}" if doc.get("step") is not None else "the run"
+    if doc["status"] == "FAIL":
+        out.print(f"[bold red]FAIL[/] {escape(str(trace))} on {escape(engine)} at {step}: "
+                  f"{escape('[' + doc['oracle'] + ']')} {', '.join(doc['behaviours'])}: "
+                  f"{escape(doc['message'])}", highlight=False)
+    else:
+        out.print(f"[bold red]{doc['status']}[/] {escape(str(trace))} on {escape(engine)}: "
+                  f"{escape(doc['message'])}", highlight=False)
+        for part in ("traceback", "output"):
+            if doc.get(part):
+                out.print(f"[bold]{part}[/]:", highlight=False)
+                out.print(doc[part], markup=False, highlight=False)
+    raise typer.Exit(EXIT_FAIL)
+
+
+def _replay_here(t, engine: str, determinism: bool) -> dict:
+    from conformance.adapters import engine_factory, sched_engine_factory
+    from conformance.generators.sched_traces import play_sched
+    from conformance.oracles import Violation
+    from conformance.runner import play
+    from conformance.trace import Trace
+
+    try:
+        if isinstance(t, Trace):
+            log = play(engine_factory(engine), t, determinism=determinism)
+        else:
+            log = play_sched(sched_engine_factory(engine), t, determinism=determinism).log
     except Violation as v:
-        step = f"step {v.step}" if v.step is not None else "the run"
-        out.print(f"[bold red]FAIL[/] {trace} on {engine} at {step}: [{v.oracle}] "
-                  f"{', '.join(v.behaviours)}: {v.message}", highlight=False)
-        raise typer.Exit(EXIT_FAIL) from None
-    out.print(f"[green]PASS[/] {trace} on {engine}: {len(log)} steps, every oracle held",
-              highlight=False)
+        return {"status": "FAIL", "oracle": v.oracle, "behaviours": list(v.behaviours),
+                "message": v.message, "step": v.step}
+    return {"status": "PASS", "steps": len(log)}
+
+
+def _replay_in_worker(t, engine: str, determinism: bool, call_timeout: float) -> dict:
+    from conformance.engine_config import EngineConfig
+    from conformance.pool import Pool, WorkerSpec
+    from conformance.profiles import get_profile, parse_budget
+    from conformance.runner import trace_text
+
+    prof = get_profile("ci")
+    pool = Pool(WorkerSpec(engine=engine, config=EngineConfig(), seed=0, profile=prof,
+                           budget=parse_budget(None, prof)), 1, call_timeout)
+    try:
+        return pool.replay(trace_text(t), determinism)
+    finally:
+        pool.close()
 
 
 @app.command()

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.oracles import Violation
+from conformance.oracles.process import ProcessOracle
 
-CRASH_ORACLE = "worker"
-CRASH_BEHAVIOURS = ("FAULT-3",)
+CRASH_ORACLE = ProcessOracle.name
+CRASH_BEHAVIOURS = ProcessOracle.behaviours
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.crash import CRASH_BEHAVIOURS, Ending, ending_of
+from conformance.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
 from conformance.engine_config import EngineConfig
 from conformance.errors import KitError
 from conformance.features import Feature
@@ -138,14 +138,13 @@ class Worker:
             os.close(self.fd)
 
 
-def python_stacks(output: str) -> str | None:
-    """The Python stacks ``faulthandler`` wrote into the output, if it wrote any."""
+def split_stacks(output: str) -> tuple[str, str | None]:
+    """The output before the Python stacks ``faulthandler`` wrote into it, and the stacks."""
     lines = output.splitlines()
     for i, line in enumerate(lines):
-        if (line.startswith("Fatal Python error") or line.startswith("Current thread")
-                or line.startswith("Thread 0x")):
-            return "\n".join(lines[i:])
-    return None
+        if line.startswith(("Fatal Python error", "Current thread", "Thread 0x")):
+            return "\n".join(lines[:i]).rstrip(), "\n".join(lines[i:])
+    return output, None
 
 
 class Pool:
@@ -231,6 +230,39 @@ class Pool:
             w.kill()
         self.workers, self.shrinker = [], None
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ----------------------------------------------------------------- one trace
+    def replay(self, text: str, determinism: bool) -> dict:
+        """Play one trace in a worker: PASS or FAIL as the oracles say, or CRASH / TIMEOUT
+        with how the engine's process ended, its stacks and its last output."""
+        w = self._spawn(probe=False)
+        w.begin(Job("replay"))
+        w.send(("replay", text, determinism))
+        got = self._await_answer(w, self.call_timeout)
+        if got is not None:
+            kind, payload = got
+            if kind == b"X":
+                raise KitError(json.loads(payload)["message"])
+            return json.loads(payload)
+        if not w.eof:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.proc.pid, signal.SIGUSR1)
+                time.sleep(STACK_WAIT_S)
+            w.kill()
+            status, how = "TIMEOUT", f" did not answer for {self.call_timeout:g} s"
+            ending = None
+        else:
+            ending = (Ending("sys.exit", w.exit_info["code"]) if w.exit_info is not None
+                      else ending_of(w.proc.wait()))
+            status, how = "CRASH", f"'s process {ending.describe()}"
+        _, step, where = self._where(w)
+        output, stacks = split_stacks(w.output())
+        stacks = (w.exit_info or {}).get("traceback") or stacks
+        w.close()
+        return {"status": status, "message": f"the engine{how} {where}", "step": step,
+                "signal": ending.signal_name if ending else None,
+                "exit_code": ending.code if ending and ending.kind != "signal" else None,
+                "traceback": stacks, "output": output}
 
     # ----------------------------------------------------------------- the run
     def run(self, units: list[Unit], campaign, out_dir: Path | None) -> None:
@@ -395,10 +427,7 @@ class Pool:
                       message: str | None = None) -> tuple[CaseResult, str | None]:
         """A CRASH or TIMEOUT result for ``unit``, and the trace the worker was playing."""
         text, step, where = self._where(w)
-        output = w.output()
-        stacks = python_stacks(output)
-        if stacks is not None:  # the stacks go to the traceback field, the rest is output
-            output = output[: output.index(stacks.splitlines()[0])].rstrip()
+        output, stacks = split_stacks(w.output())  # the stacks go to the traceback field
         if w.exit_info is not None:
             stacks = w.exit_info.get("traceback") or stacks
         if message is None:
@@ -408,14 +437,15 @@ class Pool:
         steps = None if text is None else (step + 1 if step is not None else None)
         result = CaseResult(
             case=unit.case, status=status, behaviours=list(CRASH_BEHAVIOURS),
-            message=message, oracle="worker", step=step,
+            message=message, oracle=CRASH_ORACLE, step=step,
             duration_s=round(time.monotonic() - w.started, 4),
             trace=None if text is None else f"traces/{unit.case}.json",
             traceback=stacks, output=output or None,
             exit_code=ending.code if ending is not None and ending.kind != "signal" else None,
             signal=ending.signal_name if ending is not None else None,
             steps=steps,
-            units=[UnitResult(index=unit.index, of=unit.of, status=status)]
+            units=[UnitResult(index=unit.index, of=unit.of, status=status,
+                              duration_s=round(time.monotonic() - w.started, 4))]
             if case.fuzz else None,
         )
         return result, text

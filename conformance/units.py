@@ -4,10 +4,10 @@ A hand-written case is one unit. A fuzz case with a budget of examples is cut in
 ``UNIT_EXAMPLES`` examples, each with a seed derived from the run's seed and its index, so the
 cut depends on the budget alone: one worker or eight, one machine or a CI matrix of shards, the
 same units run with the same seeds. The case's result is its units' results in index order up to
-the first that did not pass (spec chapter faults, FAULT-4): a unit past that one is never part of
-it, whichever finished first. A budget in seconds is cut into one unit per worker of the whole
-campaign (``--jobs`` times the shard count), each with its share of the seconds; such a run is
-bounded by time, so its results depend on the machine anyway.
+the first that did not pass (spec chapter faults, "Statuses of a run"): a unit past that one is
+never part of it, whichever finished first. A budget in seconds is cut into one unit per worker
+of the whole campaign (``--jobs`` times the shard count), each with its share of the seconds;
+such a run is bounded by time, so its results depend on the machine anyway.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from conformance.errors import KitError
 from conformance.profiles import Budget
-from conformance.report import CaseResult, Coverage, Status
+from conformance.report import CaseResult, Coverage, Status, UnitResult
 
 UNIT_EXAMPLES = 25  # examples per unit of a fuzz case with a budget of examples
 
@@ -99,36 +99,34 @@ def union(covers: Iterable[Coverage | None]) -> Coverage | None:
 
 def combine(results: Sequence[CaseResult], passed_message: str,
             expected: Sequence[int] | None = None) -> CaseResult:
-    """A fuzz case's result from its units' results (each carrying one ``UnitResult``): the
-    units in index order up to the first that failed; that one's finding is the case's.
-    ``expected`` are the unit indexes this run owns (a shard owns some); a unit missing from
-    them ends the result there (an interrupted run keeps the finding after it, if any)."""
-    have = {r.units[0].index: r for r in results}
+    """A fuzz case's result from results that carry its units (one each from the workers, or
+    several each from shard reports): the units in index order up to the first that failed;
+    that one's finding is the case's. ``expected`` are the unit indexes this run owns (a shard
+    owns some); a unit missing from them ends nothing: an interrupted run keeps a finding made
+    after it."""
+    have = {u.index: (u, r) for r in results for u in (r.units or [])}
     order = list(expected) if expected is not None else sorted(have)
-    taken: list[CaseResult] = []
+    taken: list[tuple[UnitResult, CaseResult]] = []
     for k in order:
-        r = have.get(k)
-        if r is None:
-            continue  # not run (interrupted): what follows is kept only if it found something
-        taken.append(r)
-        if failed(r.status):
-            break
-    last = taken[-1]
-    units = [r.units[0] for r in taken]
+        if k in have:
+            taken.append(have[k])
+            if failed(have[k][0].status):
+                break
+    last_unit, last = taken[-1]
+    units = [u for u, _ in taken]
     examples = [u.examples for u in units if u.examples is not None]
-    duration = round(sum(r.duration_s for r in taken), 4)
-    coverage = union(r.coverage for r in taken)
-    if failed(last.status):
-        return last.model_copy(update={
-            "examples": sum(examples) if examples else last.examples,
-            "duration_s": duration, "units": units, "coverage": coverage})
+    update = {"examples": sum(examples) if examples else None, "units": units,
+              "duration_s": round(sum(u.duration_s for u in units), 4),
+              "coverage": union(u.coverage for u in units)}
+    if failed(last_unit.status):
+        if not examples:
+            update["examples"] = last.examples
+        return last.model_copy(update=update)
     ops: dict[str, int] = {}
     for u in units:
         for k, v in u.ops.items():
             ops[k] = ops.get(k, 0) + v
     steps = [u.steps for u in units if u.steps is not None]
     message = passed_message + (f"; ops played: {dict(sorted(ops.items()))}" if ops else "")
-    return last.model_copy(update={
-        "examples": sum(examples) if examples else None,
-        "steps": sum(steps) if steps else None, "duration_s": duration, "units": units,
-        "coverage": coverage, "message": message})
+    return last.model_copy(update={**update, "steps": sum(steps) if steps else None,
+                                   "message": message})

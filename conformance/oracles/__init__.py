@@ -13,6 +13,7 @@ from conformance.oracles.memory import PageHashOracle, PinnedContentOracle
 from conformance.oracles.ownership import OwnershipOracle
 from conformance.oracles.pinned import PinnedHostOracle
 from conformance.oracles.pinning import PinOracle
+from conformance.oracles.process import ProcessOracle
 from conformance.oracles.scheduler import (
     LivenessOracle,
     PlanOracle,
@@ -47,6 +48,6 @@ SCHED_ORACLES: tuple[type[Oracle], ...] = (
     SchedContentOracle, L3Oracle, MambaContentOracle, MambaOwnershipOracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle,
-                                         WindowConfigOracle, PinnedHostOracle)
+                                         WindowConfigOracle, PinnedHostOracle, ProcessOracle)
 
 __all__ = ["ALL_ORACLES", "MEMORY_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]
