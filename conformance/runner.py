@@ -212,6 +212,17 @@ def stream_seed(base_seed: int, stream: int, batch: int) -> int:
     return base_seed * 1_000_003 + batch + (stream << 32)
 
 
+def seeded(test, seed_value: int, database=None):
+    """``test`` with a fixed seed, keeping its example ``database``: Hypothesis's ``@seed``
+    turns the database off, and the kit wants both (failures found earlier replay first, then
+    the seed decides the rest)."""
+    test = seed(seed_value)(test)
+    if database is not None and hasattr(test, "_hypothesis_internal_use_settings"):
+        test._hypothesis_internal_use_settings = settings(
+            test._hypothesis_internal_use_settings, database=database)
+    return test
+
+
 @contextmanager
 def _import_independent_draws() -> Iterator[None]:
     """Hypothesis sometimes draws "local constants" harvested from whatever modules happen to be
@@ -258,8 +269,7 @@ def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget
         deadline = time.perf_counter() + (budget.seconds or 0)
     for k, n in enumerate(batches):
         test = get_state_machine_test(machine, settings=fuzz_settings(n, steps, database))
-        seed(stream_seed(base_seed, stream, k))(test)
-        test()
+        seeded(test, stream_seed(base_seed, stream, k), database)()
         if deadline is None or time.perf_counter() >= deadline:
             return
 

@@ -62,3 +62,13 @@ class Hangs(_Faulty):
 class Raises(_Faulty):
     def fault(self) -> None:
         raise RuntimeError("the engine's own bug")
+
+
+class RaisesRarely(_Faulty):
+    """Raises only on an insert of six or more pages in namespace 1: fuzzing finds it, after a
+    while, in some cases and not in others."""
+
+    def insert(self, namespace, tokens, pages):
+        if namespace == 1 and len(tokens) >= 6 * self.page_size:
+            raise RuntimeError("the engine's own rare bug")
+        return ReferenceCacheAdapter.insert(self, namespace, tokens, pages)

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance import adapters
 from conformance.adapters.reference_cache import ReferenceCacheAdapter
 from conformance.cli import app
 from conformance.report import load_report
@@ -29,9 +28,9 @@ def evicts_pinned(config):
 
 
 @pytest.fixture
-def planted_engine(monkeypatch):
-    monkeypatch.setitem(adapters.ENGINES, "evicts-pinned", f"{__name__}:evicts_pinned")
-    return "evicts-pinned"
+def planted_engine():
+    """Named as module:factory, so the worker processes find it as the CLI does."""
+    return f"{__name__}:evicts_pinned"
 
 
 def test_run_writes_the_report(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from conformance import flight
@@ -107,8 +107,9 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal
 
-        seed(base_seed * 1_000_003 + k + (stream << 32))(test)
-        test()
+        from conformance.runner import seeded, stream_seed
+
+        seeded(test, stream_seed(base_seed, stream, k), database)()
         if deadline is None or time.perf_counter() >= deadline:
             return
 
