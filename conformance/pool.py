@@ -30,6 +30,7 @@ from conformance.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
 from conformance.engine_config import EngineConfig
 from conformance.errors import KitError
 from conformance.features import Feature
+from conformance.flight import read_play
 from conformance.profiles import Budget, Profile
 from conformance.report import CaseResult, Status, UnitResult
 from conformance.trace import write_atomic
@@ -69,10 +70,10 @@ class Worker:
     proc: subprocess.Popen
     fd: int
     log: Path
+    recorder: Path  # the play in progress (conformance.flight)
     last: float = field(default_factory=time.monotonic)
     buf: bytes = b""
     job: Job | None = None
-    play: list[bytes] = field(default_factory=list)  # the current play: header, then steps
     log_from: int = 0
     said: list[tuple[bytes, bytes]] = field(default_factory=list)  # (kind, payload) answers
     exit_info: dict | None = None  # a C line: the engine raised SystemExit
@@ -85,12 +86,13 @@ class Worker:
 
     def begin(self, job: Job) -> None:
         self.job = job
-        self.play = []
+        with contextlib.suppress(OSError):  # no play of an earlier job is taken for this one's
+            os.truncate(self.recorder, 0)
         self.last = self.started = time.monotonic()
         self.log_from = self.log.stat().st_size if self.log.exists() else 0
 
     def pump(self) -> None:
-        """Read what the worker sent; trace lines update the play, answers are kept."""
+        """Read what the worker sent: heartbeats, and answers, which are kept."""
         try:
             chunk = os.read(self.fd, 1 << 16)
         except OSError:
@@ -103,11 +105,7 @@ class Worker:
         *lines, self.buf = self.buf.split(b"\n")
         for line in lines:
             kind, payload = line[:1], line[1:]
-            if kind in (b"B", b"W"):
-                self.play = [line]
-            elif kind == b"S":
-                self.play.append(line)
-            elif kind == b"H":
+            if kind == b"H":
                 pass
             elif kind == b"C":
                 self.exit_info = json.loads(payload)
@@ -166,6 +164,7 @@ class Pool:
     def _spawn(self, probe: bool) -> Worker:
         self.spawned += 1
         log = self.tmp / f"worker-{self.spawned}.log"
+        recorder = self.tmp / f"worker-{self.spawned}.play"
         r, w = os.pipe()
         # The worker imports what this process can import (an engine next to the user's code,
         # a test's folder), and the engine's Python output reaches the log before a crash.
@@ -174,11 +173,11 @@ class Pool:
                    PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "conformance.worker", str(w)],
+                [sys.executable, "-m", "conformance.worker", str(w), str(recorder)],
                 stdin=subprocess.PIPE, stdout=out, stderr=out, pass_fds=(w,),
                 start_new_session=True, env=env)
         os.close(w)
-        worker = Worker(proc, r, log)
+        worker = Worker(proc, r, log, recorder)
         worker.begin(Job("open"))
         worker.send(("open", self.spec, probe))
         return worker
@@ -407,9 +406,10 @@ class Pool:
         from conformance.sched_trace import SchedTrace
         from conformance.trace import Trace
 
-        if not w.play:
+        play = read_play(str(w.recorder))
+        if not play or play[0][:1] not in (b"B", b"W"):
             return None, None, "before any trace began"
-        head, steps = w.play[0], w.play[1:]
+        head, steps = play[0], play[1:]
         try:
             if head[:1] == b"B":
                 data = json.loads(head[1:])

@@ -1,8 +1,8 @@
 """A worker process: the engine lives here, never in the process that holds the run.
 
-``python -m conformance.worker FD`` reads commands (length-prefixed pickles) on its standard
-input and answers on file descriptor FD, one typed line each (``conformance.flight`` lists the
-trace lines; this module adds the rest):
+``python -m conformance.worker FD RECORDER`` reads commands (length-prefixed pickles) on its
+standard input, records the play in progress in the file RECORDER (``conformance.flight``), and
+answers on file descriptor FD, one typed line each (``H``, a heartbeat, and):
 
 - ``P<json>``: the engine opened: its features, version, and the levels it cannot run.
 - ``R<json>``: a command's result (a unit's ``CaseResult`` and its trace; a shrunk trace).
@@ -156,7 +156,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str]) -> int:
-    flight.attach(int(argv[1]))
+    flight.attach(int(argv[1]), argv[2])
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGTERM, _interrupt)
