@@ -262,6 +262,7 @@ def nav(chapters: list[str]) -> list:
         {"Home": "index.md"},
         {"Guides": [{"Run the suite against your engine": "engine-guide.md"},
                     {"Read a report, replay a trace": "reports.md"},
+                    {"Workers, parallel runs, sharded campaigns": "campaigns.md"},
                     {"Write a new behaviour": "new-behaviour.md"},
                     {"The GPU harness": "gpu-harness.md"},
                     {"Peer engines (SGLang, vLLM)": "peers.md"},
