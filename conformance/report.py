@@ -6,7 +6,7 @@ import json
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conformance.errors import KitError
 from conformance.trace import write_atomic
@@ -70,12 +70,21 @@ class CaseResult(BaseModel):
     found_steps: int | None = None  # a fuzz failure's steps before shrinking
     expectation: str | None = None  # with an expectation file: expected/regression/improvement
     known: str | None = None  # the expectation file's reason and reference for this case
-    traceback: str | None = None  # where the engine raised, died or hung (innermost last)
-    output: str | None = None  # the engine's last output (its process's stdout and stderr)
-    exit_code: int | None = None  # CRASH: the code the engine's process exited with
-    signal: str | None = None  # CRASH: the signal that killed it (SIGSEGV, SIGABRT, ...)
-    units: list[UnitResult] | None = None  # a fuzz case's slices, up to the first failing one
-    coverage: Coverage | None = None  # scheduler level: request table pairs this case took
+    traceback: str | None = Field(None, description=(
+        "where the engine raised (a Python traceback, innermost call last), died or hung (the "
+        "Python stacks of every thread, innermost call first)"))
+    output: str | None = Field(None, description=(
+        "the engine's last output (its worker's stdout and stderr) in a CRASH or TIMEOUT"))
+    exit_code: int | None = Field(None, description=(
+        "CRASH: the code the engine's process exited with (sys.exit or a process exit)"))
+    signal: str | None = Field(None, description=(
+        "CRASH: the signal that killed the engine's process (SIGSEGV, SIGABRT, ...)"))
+    units: list[UnitResult] | None = Field(None, description=(
+        "a fuzz case's units in index order, up to the first that did not pass (the case's "
+        "result is that unit's)"))
+    coverage: Coverage | None = Field(None, description=(
+        "scheduler level: the request table's (state, event) pairs this case took and the "
+        "illegal ones it tried"))
 
 
 class RunInfo(BaseModel):
@@ -95,12 +104,17 @@ class RunInfo(BaseModel):
     coverage: dict | None = None  # request state machine pairs exercised (scheduler level)
     memory: dict | None = None  # the KV memory the runtime used, when not the kit's own dict
     expectations: dict | None = None  # the expectation file and the cases per verdict
-    jobs: int = 1  # worker processes (0: the cases ran in the kit's own process)
-    shard: str | None = None  # "i/N": this report holds the i-th of N slices of the work
-    merged: list[str] | None = None  # the shard reports a merged report was made from
-    call_timeout_s: float | None = None  # per-call deadline of the workers (TIMEOUT past it)
-    examples_db: str | None = None  # Hypothesis example database the fuzz cases shared
-    not_run: list[str] = []  # cases an interrupted run did not finish
+    jobs: int = Field(1, description="worker processes (0: the cases ran in kvconf's own "
+                      "process, without isolation)")
+    shard: str | None = Field(None, description="i/N: this report holds the i-th of N "
+                              "slices of the run's units (kvconf merge joins them)")
+    merged: list[str] | None = Field(None, description="the shard reports this report was "
+                                     "merged from")
+    call_timeout_s: float | None = Field(None, description="seconds a worker may stay silent "
+                                         "before its case is TIMEOUT")
+    examples_db: str | None = Field(None, description="the Hypothesis example database the "
+                                    "fuzz cases shared (a folder or module:attr)")
+    not_run: list[str] = Field([], description="cases an interrupted run did not finish")
 
 
 class Report(BaseModel):

@@ -46,7 +46,8 @@ from conformance.report import (
 from conformance.scenarios import SCENARIOS
 from conformance.sched_scenarios import SCHED_SCENARIOS
 from conformance.sched_trace import SchedConfig, SchedTrace
-from conformance.shrink import shrink
+from conformance.shrink import interrupted as shrink_interrupted
+from conformance.shrink import reset_interrupted, shrink
 from conformance.trace import Trace, dump_trace, write_atomic
 from conformance.units import Shard, Unit, combine, failed, plan, split, union
 from conformance.window_cases import window_config_case
@@ -684,6 +685,7 @@ def run_suite(
 
     cases = cases if cases is not None else all_cases()
     check_engine(engine)
+    reset_interrupted()
     out_dir = report_path.parent if report_path is not None else None
     if jobs < 0:
         raise KitError(f"--jobs {jobs}: must be 0 (this process) or more workers")
@@ -703,7 +705,11 @@ def run_suite(
                           budget=budget, memory_spec=memory_spec, memory_only=memory_only,
                           database=database)
         pool = Pool(spec, jobs, call_timeout)
-        features, version, unavailable = pool.open()
+        try:
+            features, version, unavailable = pool.open()
+        except BaseException:
+            pool.close()
+            raise
     report = Report(
         run_info=RunInfo(
             engine=engine, version=version or "unavailable", kvconf=__version__,
@@ -734,6 +740,8 @@ def run_suite(
                 if campaign.wanted(u):
                     campaign.start(u)
                     campaign.add(u, run_unit(opened.ctx, by_name[u.case], u))
+                    if shrink_interrupted():  # the finding was kept; now stop
+                        raise KeyboardInterrupt
         else:
             pool.run(todo, campaign, out_dir)
     except KeyboardInterrupt:

@@ -31,6 +31,12 @@ def interrupted() -> bool:
     return _interrupted
 
 
+def reset_interrupted() -> None:
+    """A new run starts with no interrupt pending."""
+    global _interrupted
+    _interrupted = False
+
+
 def signature(v: Violation) -> Signature:
     return (v.oracle, tuple(sorted(v.behaviours)))
 

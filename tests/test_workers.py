@@ -243,3 +243,29 @@ def test_bad_worker_options_are_one_line_errors(tmp_path):
     merge = _kvconf("merge", str(tmp_path / "missing.json"), "--report",
                     str(tmp_path / "m.json"))
     assert merge.returncode == 2 and "cannot read report" in merge.stderr
+
+
+def test_an_interrupted_shrink_keeps_the_best_trace_so_far():
+    from conformance import shrink as shrinking
+    from conformance.oracles import Violation
+    from conformance.trace import InsertStep, Trace
+
+    trace = Trace(config=EngineConfig(page_size=1),
+                  steps=[InsertStep(ns=0, tokens=[i]) for i in range(8)])
+    found = Violation("o", ("PIN-2",), "seen")
+    tries = 0
+
+    def replay(t):
+        nonlocal tries
+        tries += 1
+        if tries == 3:
+            raise KeyboardInterrupt
+        if len(t.steps) >= 2:  # the rule breaks while two steps are left
+            raise Violation("o", ("PIN-2",), "still")
+
+    best, v = shrinking.shrink(trace, found, replay, max_replays=100)
+    try:
+        assert shrinking.interrupted() and tries == 3
+        assert 0 < len(best.steps) < len(trace.steps) and v.message == "still"
+    finally:
+        shrinking.reset_interrupted()
