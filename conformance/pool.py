@@ -124,6 +124,22 @@ class Worker:
             return ""
         return "\n".join(text.splitlines()[-OUTPUT_LINES:])
 
+    def stacks(self) -> None:
+        """Ask a silent worker for every thread's Python stack (``faulthandler`` on SIGUSR1)
+        and give it until its output stops growing (at most STACK_WAIT_S) to write them."""
+        try:
+            before = self.log.stat().st_size
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except (OSError, ProcessLookupError):
+            return
+        end = time.monotonic() + STACK_WAIT_S
+        size, still = before, 0
+        while time.monotonic() < end and still < 3:
+            time.sleep(0.05)
+            now = self.log.stat().st_size
+            still = still + 1 if now == size and now > before else 0
+            size = now
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -244,9 +260,7 @@ class Pool:
                 raise KitError(json.loads(payload)["message"])
             return json.loads(payload)
         if not w.eof:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(w.proc.pid, signal.SIGUSR1)
-                time.sleep(STACK_WAIT_S)
+            w.stacks()
             w.kill()
             status, how = "TIMEOUT", f" did not answer for {self.call_timeout:g} s"
             ending = None
@@ -383,11 +397,7 @@ class Pool:
             raise KitError(f"engine {self.spec.engine}: a worker was silent for "
                            f"{self._limit(w):g} s while opening it; its last output:\n"
                            f"{w.output()}")
-        try:
-            os.kill(w.proc.pid, signal.SIGUSR1)
-            time.sleep(STACK_WAIT_S)
-        except ProcessLookupError:
-            pass
+        w.stacks()
         w.kill()
         self._forget(w)
         if job.kind == "shrink":
@@ -483,6 +493,14 @@ class Pool:
         for w in live:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(w.proc.pid, signal.SIGTERM)
+        # A crash waiting for its shrink is a finding already made: keep it unshrunk.
+        pending = list(shrinks)
+        if self.shrinker is not None and self.shrinker.job is not None:
+            pending.insert(0, self.shrinker.job)
+        shrinks.clear()
+        for job in pending:
+            job.crash.message += "; not shrunk (the run was interrupted)"
+            self._add(job.unit, job.crash, job.trace)
         end = time.monotonic() + GRACE_S
         while live and time.monotonic() < end:
             ready, _, _ = select.select([w.fd for w in live], [], [], 0.5)
