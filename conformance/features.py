@@ -23,6 +23,7 @@ class Feature(str, Enum):
     MATCH_LEAVES_LAST = "match_leaves_last"  # matches never cover the query's last token (TREE-7)
     PAGE_EVICTION = "page_eviction"  # evicts page by page, freeing exactly what is asked (EVICT-6)
     MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
+    IGNORES_UNKNOWN_EVENTS = "ignores_unknown_events"  # unknown request / op ids ignored (REQ-6)
 
     def __str__(self) -> str:
         return self.value

@@ -55,6 +55,9 @@ from reference.tiers import Tier
 ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes collide too
 
 
+UNKNOWN = "unknown:"  # marks a probe whose event names nothing the scheduler holds (REQ-6)
+
+
 def position_tags(ns: int, tokens: Sequence[int], start: int, prev: bytes | None) -> list[int]:
     """Tags of positions ``start..``; tag i stands for (namespace, tokens[: i + 1])."""
     out = []
@@ -73,7 +76,7 @@ def sample(seed: int, rid: str, position: int) -> int:
 
 class SchedulerDriver:
     def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory,
-                 memory_only: bool = False) -> None:
+                 memory_only: bool = False, probes: str = "all") -> None:
         """``memory_only`` keeps the checks that read the KV memory (and liveness) and drops
         the ones that read plans, snapshots and events: a defect caught then was seen in the
         memory itself."""
@@ -100,6 +103,13 @@ class SchedulerDriver:
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
+        # Probes (REQ-2, REQ-6): "all"; "known" leaves out the unknown-id probes the engine may
+        # ignore (the replay that shows an ignored event changed nothing); "none" (the replay
+        # that judges the run apart from its probes). A probe's finding waits for the end of the
+        # run, so it never masks the case's other checks.
+        self.probes = probes
+        self.ignored: list[str] = []  # unknown-id probes the engine ignored (REQ-6)
+        self.probe_finding: Violation | None = None
         self.log: list[Any] = []
         self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
         self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
@@ -157,6 +167,15 @@ class SchedulerDriver:
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> list[Any]:
+        """Play the workload; the first broken rule raises. A probe's finding is raised at the
+        end, when nothing else broke (``play_sched`` tells a consequence of an accepted probe
+        from a failure of its own)."""
+        log = self._run()
+        if self.probe_finding is not None:
+            raise self.probe_finding
+        return log
+
+    def _run(self) -> list[Any]:
         arrivals = sorted(self.trace.arrivals, key=lambda a: a.at)
         last_arrival = max((a.at for a in arrivals), default=0)
         for step in range(self.trace.max_plans):
@@ -204,6 +223,7 @@ class SchedulerDriver:
         self._states("submit", {})
 
     def _plan(self, step: int, plan: Plan) -> None:
+        self._at = plan.step
         if self.plans is not None:
             self.plans.check(plan, self.live, self.config, self.p)
         for row in plan.rows:
@@ -296,6 +316,7 @@ class SchedulerDriver:
         p, ns = self.p, req.ns
         n = len(row.input_tokens)
         w = self.config.sliding_window
+        PlanOracle().table_covers(self._at, row, p)  # also when the plan oracle is off
         if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
             raise self.content.tokens(row, req.tokens[row.start : row.start + n])
         first = max(0, row.start - w + 1) if w else 0
@@ -407,14 +428,14 @@ class SchedulerDriver:
         """Illegal events to try: black-box ones always; with a snapshot, for every request one
         runtime event its state does not allow (so each illegal pair gets tried)."""
         out: list[tuple[str, list, tuple[str, str] | None]] = [
-            ("an acknowledgement of an unknown writeback",
+            (UNKNOWN + "an acknowledgement of an unknown writeback",
              [WritebackDone(10**9 + step, True)], None),
-            ("an Abort of a request never submitted", [Abort(f"nobody-{step}")], None),
+            (UNKNOWN + "an Abort of a request never submitted", [Abort(f"nobody-{step}")], None),
         ]
         if self.l3 is not None:
-            out.append(("a PrefetchDone of an unknown prefetch",
+            out.append((UNKNOWN + "a PrefetchDone of an unknown prefetch",
                         [PrefetchDone(10**9 + step, 0)], None))
-            out.append(("a BackupDone of an unknown backup",
+            out.append((UNKNOWN + "a BackupDone of an unknown backup",
                         [BackupDone(10**9 + step, True)], None))
         idle = [r for r in self.live.values() if not r.finished and not r.due]
         if idle:
@@ -437,19 +458,32 @@ class SchedulerDriver:
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
-        if self.memory_only:
+        if self.memory_only or self.probes == "none":
             return
         probes = self._probes(step)
         what, events, pair = probes[step % len(probes)]
+        unknown = what.startswith(UNKNOWN)
+        what = what.removeprefix(UNKNOWN)
+        may_ignore = unknown and Feature.IGNORES_UNKNOWN_EVENTS in self.engine.features
+        if may_ignore and self.probes == "known":
+            return  # the replay without the events the engine ignores (REQ-6)
         if pair is not None:
             self.illegal.add(pair)
         before = self._snapshot()
         try:
             self.engine.advance(events)
         except EngineRejected:
-            self.events.rejected(what, before, self._snapshot())
+            try:
+                self.events.rejected(what, before, self._snapshot())
+            except Violation as v:
+                self.probe_finding = self.probe_finding or v
             return
         except Exception as e:
             raise Violation("faults", ("FAULT-2",), f"{what} raised {type(e).__name__}: {e} "
                             "instead of the engine's documented error") from e
-        raise self.events.accepted_illegal(what)
+        if may_ignore:  # ignored: the replay without it must give the same plans (REQ-6)
+            self.ignored.append(what)
+            return
+        finding = self.events.accepted_illegal(what)
+        finding.step = step
+        self.probe_finding = self.probe_finding or finding

@@ -57,8 +57,9 @@ class FlatForwardOp:
         self.prefill_lengths = [r.start + len(r.input_tokens) if r.samples
                                 else 1 << 30 for r in pre]
         self.input_ids = [t for r in pre for t in r.input_tokens]
-        self.decode_input_ids = [r.input_tokens[0] for r in dec]
-        self.hist_token_lens = [r.start for r in dec]
+        # As the real binding: -1 on an ordinary decode row (filled only at retract recovery).
+        self.decode_input_ids = [-1 for _ in dec]
+        self.hist_token_lens = [-1 for _ in dec]
 
     def num_extends(self) -> int:
         return self._n
@@ -72,6 +73,8 @@ class LoadBackOp:
 
 
 class WriteBackOp:
+    """As the real radix-era binding: no request ids."""
+
     def __init__(self, ops: list[rp.CopyOp]) -> None:
         self.op_ids = [o.op_id for o in ops]
         self.src_pages = [[s + 1 for s, _d in o.pairs] for o in ops]
@@ -81,7 +84,7 @@ class WriteBackOp:
 
 class ExecutionPlan:
     def __init__(self, plan: rp.Plan) -> None:
-        self.forward = FlatForwardOp(plan.rows)
+        self.forward = [FlatForwardOp(plan.rows)]  # a list, as the real binding's
         self.cache = []
         if plan.loadbacks:
             self.cache.append(LoadBackOp(list(plan.loadbacks)))
@@ -89,24 +92,56 @@ class ExecutionPlan:
             self.cache.append(WriteBackOp(list(plan.writebacks)))
 
 
+class _Event:
+    """The real binding's events have only no-argument constructors."""
+
+    def __init__(self) -> None:
+        self.request_id = ""
+
+
+class _ExtendResult(_Event):
+    tokens: list[int] = []
+
+
+class _Finish(_Event):
+    pass
+
+
+class _Abort(_Event):
+    pass
+
+
+class _UpdateReserveNumTokens(_Event):
+    reserve_num_tokens_in_next_schedule_event = 0
+
+
 class ForwardEvent:
-    @staticmethod
-    def ExtendResult(rid: str, tokens: list[int]):
-        return rp.ExtendResult(rid, tokens[0])
+    ExtendResult = _ExtendResult
+    Finish = _Finish
+    Abort = _Abort
+    UpdateReserveNumTokens = _UpdateReserveNumTokens
 
-    @staticmethod
-    def Finish(rid: str):
-        return rp.Finish(rid)
 
-    @staticmethod
-    def Abort(rid: str):
-        return rp.Abort(rid)
+class _WriteBackDone:
+    def __init__(self) -> None:
+        self.op_id = 0
+        self.success = True
 
 
 class Cache:
-    @staticmethod
-    def WriteBackDoneEvent(op_id: int, success: bool):
-        return rp.WritebackDone(op_id, success)
+    WriteBackDoneEvent = _WriteBackDone
+
+
+def _runtime_event(e):
+    if isinstance(e, _ExtendResult):
+        return rp.ExtendResult(e.request_id, e.tokens[0])
+    if isinstance(e, _Finish):
+        return rp.Finish(e.request_id)
+    if isinstance(e, _Abort):
+        return rp.Abort(e.request_id)
+    if isinstance(e, _WriteBackDone):
+        return rp.WritebackDone(e.op_id, e.success)
+    return None  # UpdateReserveNumTokens: the reference keeps no reserve
 
 
 class ExecutionEvent:
@@ -140,7 +175,7 @@ class Scheduler:
         return ExecutionPlan(self._guard(self._s.next_plan))
 
     def advance(self, ev: ExecutionEvent) -> None:
-        self._guard(self._s.advance, ev.events)
+        self._guard(self._s.advance, [x for x in map(_runtime_event, ev.events) if x])
 
     def drain_kv_events(self):
         return self._s.drain_events()

@@ -7,6 +7,7 @@ hand-written workloads must catch each, and so must the workload fuzzer within a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from functools import partial
 from pathlib import Path
@@ -16,12 +17,16 @@ from planted_sched import ADAPTER_PLANTED, L3_PLANTED, PLANTED_SCHED
 
 from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from conformance.engine_config import EngineConfig
+from conformance.errors import EngineRejected
+from conformance.features import Feature
 from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
 from conformance.oracles import Violation
 from conformance.profiles import get_profile, parse_budget
 from conformance.runner import ADAPTER_FUZZ, L3_FUZZ, fuzz_namespaces, run_suite, select_cases
+from conformance.sched_driver import SchedulerDriver
 from conformance.sched_scenarios import SCHED_SCENARIOS
 from conformance.sched_trace import SchedConfig, SchedTrace
+from reference.plan import Abort, Plan
 from reference.requests import TRANSITIONS
 
 TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4)
@@ -166,6 +171,8 @@ def test_a_saved_workload_replays(tmp_path: Path) -> None:
     assert play_sched(factory(), again).log == play_sched(factory(), sc.trace).log
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tokenspeed_scheduler") is not None,
+                    reason="the real tokenspeed_scheduler is installed here")
 def test_an_engine_that_is_not_installed_is_not_supported(tmp_path: Path) -> None:
     profile = get_profile("ci")
     report = run_suite("tokenspeed", EngineConfig(), seed_value=0, profile=profile,
@@ -215,3 +222,71 @@ def test_a_fuzzed_workload_shrinks_and_still_fails() -> None:
     with pytest.raises(Violation):
         play_sched(planted, small)
     play_sched(factory(), small)  # the reference passes the same workload
+
+
+class _IgnoresUnknown(ReferenceSchedulerAdapter):
+    """The reference, but an event naming an unknown request or copy is dropped, not rejected,
+    as TokenSpeed does (REQ-6); it declares so."""
+
+    features = ReferenceSchedulerAdapter.features | {Feature.IGNORES_UNKNOWN_EVENTS}
+
+    def advance(self, events):
+        try:
+            super().advance(events)
+        except EngineRejected as e:
+            if e.code not in ("unknown_request", "unknown_op") or len(events) != 1:
+                raise
+
+
+class _IgnoredAbortStillCounts(_IgnoresUnknown):
+    """Declares the allowance, but an ignored Abort is not quite ignored: it stalls the next
+    plan (the scheduler changed)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.stall = False
+
+    def advance(self, events):
+        if len(events) == 1 and isinstance(events[0], Abort) and events[0].rid.startswith(
+                "nobody"):
+            self.stall = True
+        super().advance(events)
+
+    def next_plan(self):
+        if self.stall:
+            self.stall = False
+            return Plan(0, (), (), ())
+        return super().next_plan()
+
+
+@pytest.mark.behaviours("REQ-6", "REQ-2")
+def test_an_engine_may_ignore_unknown_events_when_it_declares_so() -> None:
+    """Ignoring an Abort of an unknown request or an ack of an unknown copy passes when the
+    engine declares it; undeclared, the same engine fails REQ-2; declared, an ignored event
+    that changes the scheduler fails REQ-6."""
+    trace = next(sc.trace for sc in SCHED_SCENARIOS if sc.name == "sched-abort-everywhere")
+    driver = play_sched(_IgnoresUnknown, trace)
+    assert driver.ignored  # the probes were really ignored, and the replay without them agreed
+    undeclared = type("Undeclared", (_IgnoresUnknown,),
+                      {"features": ReferenceSchedulerAdapter.features})
+    with pytest.raises(Violation) as e:
+        play_sched(undeclared, trace)
+    assert e.value.behaviours == ("REQ-2",) and "was accepted" in e.value.message
+    with pytest.raises(Violation) as e:
+        play_sched(_IgnoredAbortStillCounts, trace)
+    assert e.value.behaviours == ("REQ-6",), e.value
+
+
+@pytest.mark.behaviours("REQ-2")
+def test_a_probe_finding_never_masks_the_other_checks() -> None:
+    """An engine that accepts an illegal probe is still played to the end: the probe's finding is
+    raised only when nothing else broke."""
+    trace = next(sc.trace for sc in SCHED_SCENARIOS if sc.name == "sched-abort-everywhere")
+    undeclared = type("Undeclared", (_IgnoresUnknown,),
+                      {"features": ReferenceSchedulerAdapter.features})
+    driver = SchedulerDriver(undeclared(trace.config), trace)
+    with pytest.raises(Violation) as e:
+        driver.run()
+    assert driver.probe_finding is e.value
+    assert driver.log and driver.log == SchedulerDriver(
+        ReferenceSchedulerAdapter(trace.config), trace).run()  # the whole run was played

@@ -1,18 +1,29 @@
-"""TokenSpeed's scheduler (the C++ extension ``tokenspeed_scheduler``) at the scheduler level.
+"""TokenSpeed's scheduler (the C++ extension ``tokenspeed_scheduler``) at the scheduler level,
+radix-tree era (0.1.0: main at 75a9a8e8 and the pull requests the seeds discuss).
 
-Written to the extension's documented Python surface: ``SchedulerConfig``, ``RequestSpec``,
-``Scheduler.submit_requests / next_execution_plan / advance / drain_kv_events``, ``ExecutionPlan``
-with one ``FlatForwardOp`` and cache ops, ``ExecutionEvent`` with forward and cache events. The
-extension is not on PyPI; when it cannot be imported every scheduler case is NOT_SUPPORTED with
-that reason. It offers no snapshot, so only the black-box oracles (plans, content, reuse,
-rejections, liveness) judge it; it has no namespaces outside its LoRA branch, so workloads in
-another namespace are not sent to it.
+Written against the real binding, checked by driving it: ``ExecutionPlan.forward`` is a list of
+``FlatForwardOp`` (usually one); events have only no-argument constructors, their fields set
+afterwards; an ordinary decode row carries -1 for its input token and position, so the adapter
+tracks each request's tokens itself; a ``WriteBackOp`` names no request, so the adapter gives each
+op to the request whose page table holds its source pages; the runtime sends
+``UpdateReserveNumTokens`` for every decode row, as TokenSpeed's own runtime loop does.
+
+Features come from what the installed binding offers, never from hope: namespaces (``lora_id``)
+and the per-forward adapter cap (``max_loras``) only where the binding has them, a sliding window
+and mid-flight publish only where it has ``has_sliding_window``. The extension is not on PyPI;
+when it cannot be imported every scheduler case is NOT_SUPPORTED with that reason. It offers no
+snapshot, so only the black-box oracles judge it.
+
+Its version is the installed distribution's (the module has no ``__version__``), with the source
+revision named in ``KVCONF_TOKENSPEED_REVISION`` when the user gives one, so a report says which
+engine it judged.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from importlib import import_module
+from importlib import import_module, metadata
 from typing import Any
 
 from conformance.errors import EngineRejected, EngineUnavailable
@@ -30,6 +41,8 @@ from reference.plan import (
     WritebackDone,
 )
 
+REVISION_ENV = "KVCONF_TOKENSPEED_REVISION"
+
 
 def _module() -> Any:
     try:
@@ -41,14 +54,31 @@ def _module() -> Any:
         ) from None
 
 
+def engine_version(ts: Any) -> str:
+    """The distribution's version (and the revision the user names), else the module's own."""
+    try:
+        version = metadata.version("tokenspeed-scheduler")
+    except metadata.PackageNotFoundError:
+        version = str(getattr(ts, "__version__", "unknown"))
+    revision = os.environ.get(REVISION_ENV, "").strip()
+    return f"{version} ({revision})" if revision else version
+
+
+def _event(cls: type, **fields: Any) -> Any:
+    """A binding event: constructed empty, its fields set afterwards."""
+    ev = cls()
+    for name, value in fields.items():
+        setattr(ev, name, value)
+    return ev
+
+
 class TokenSpeedAdapter:
     name = "tokenspeed"
-    features = frozenset({Feature.HOST_TIER, Feature.KV_EVENTS, Feature.MID_FLIGHT_PUBLISH})
 
     def __init__(self, config: SchedConfig) -> None:
         ts = _module()
         self.ts = ts
-        self.version = str(getattr(ts, "__version__", "unknown"))
+        self.version = engine_version(ts)
         self.page_size = config.page_size
         c = ts.SchedulerConfig()
         c.page_size = config.page_size
@@ -60,19 +90,30 @@ class TokenSpeedAdapter:
         self.page_ids = (config.device_pages + 1, config.host_pages)  # device ids start at 1
         c.num_host_pages = config.host_pages
         c.disable_l2_cache = config.host_pages == 0
-        c.enable_kv_cache_events = True
         c.enable_mixed_prefill_decode = config.mixed
-        if not config.publish_mid_flight:
-            self.features = self.features - {Feature.MID_FLIGHT_PUBLISH}
-        if hasattr(c, "has_sliding_window"):  # only the mid-flight publish branch has these
+        # Events for unknown request ids and op ids are ignored by design
+        # (csrc/scheduler/outside_event_handler.cpp: a failed lookup returns); REQ-6.
+        features = {Feature.HOST_TIER, Feature.IGNORES_UNKNOWN_EVENTS}
+        if hasattr(c, "has_sliding_window"):  # the mid-flight publish branch (PR 381)
             c.has_sliding_window = config.sliding_window > 0
             c.sliding_window_size = config.sliding_window
-            self.features = self.features | {Feature.SLIDING_WINDOW}
-        if hasattr(c, "max_loras"):  # only the LoRA branch caps adapters per batch (PLAN-9)
+            features |= {Feature.SLIDING_WINDOW}
+            if config.publish_mid_flight:
+                features |= {Feature.MID_FLIGHT_PUBLISH}
+        if hasattr(c, "max_loras"):  # the LoRA branch caps adapters per forward (PLAN-9)
             c.max_loras = config.max_adapters
-            self.features = self.features | {Feature.ADAPTER_CAP}
+            features |= {Feature.ADAPTER_CAP}
+        self.lora = hasattr(ts.RequestSpec(), "lora_id")
+        if self.lora:
+            features |= {Feature.NAMESPACES}
+        self.features = frozenset(features)
         self.sched = ts.Scheduler(c)
         self._step = 0
+        self.tokens: dict[str, list[int]] = {}  # prompt and sampled tokens, per request
+        self.ns: dict[str, int] = {}
+        self.tables: dict[str, tuple[int, ...]] = {}  # the last page table each request had
+        self.decoding: set[str] = set()  # requests with a decode row in the last plan
+        self.ending: list[str] = []  # finished or aborted, a writeback of theirs still to come
 
     def _call(self, fn, *args):
         try:
@@ -83,38 +124,77 @@ class TokenSpeedAdapter:
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         out = []
         for s in specs:
-            if s.namespace != 0:
-                raise EngineRejected("unsupported", "namespaces need the LoRA branch")
+            if s.namespace != 0 and not self.lora:
+                raise EngineRejected("unsupported", "namespaces need the LoRA branch (lora_id)")
             spec = self.ts.RequestSpec()
             spec.request_id = s.rid
             spec.tokens = list(s.tokens)
+            if self.lora:
+                spec.lora_id = s.namespace
             out.append(spec)
         self._call(self.sched.submit_requests, out)
+        for s in specs:
+            self.tokens[s.rid] = list(s.tokens)
+            self.ns[s.rid] = s.namespace
 
-    def next_plan(self) -> Plan:
-        self._step += 1
-        plan = self._call(self.sched.next_execution_plan)
-        fwd = plan.forward
+    def _rows(self, fwd) -> list[ForwardRow]:
         rows: list[ForwardRow] = []
         n_ext = fwd.num_extends()
         offset = 0
         for i, rid in enumerate(fwd.request_ids):
-            table = tuple(fwd.occupied_pages[i])
-            new = tuple(fwd.new_occupied_pages[i])
+            table = tuple(int(p) for p in fwd.occupied_pages[i])
+            new = tuple(int(p) for p in fwd.new_occupied_pages[i])
             slot = int(fwd.request_pool_indices[i])
             n = int(fwd.input_lengths[i])
+            ns = self.ns.get(rid, 0)
+            self.tables[rid] = table
             if i < n_ext:
                 start = int(fwd.extend_prefix_lens[i])
                 toks = tuple(int(t) for t in fwd.input_ids[offset : offset + n])
                 offset += n
                 samples = start + n == int(fwd.prefill_lengths[i])
-                rows.append(ForwardRow(rid, "prefill", 0, start, toks, start, table, new, slot,
+                rows.append(ForwardRow(rid, "prefill", ns, start, toks, start, table, new, slot,
                                        samples))
-            else:
-                j = i - n_ext
-                start = int(fwd.hist_token_lens[j])
-                rows.append(ForwardRow(rid, "decode", 0, start, (int(fwd.decode_input_ids[j]),),
-                                       0, table, new, slot, True))
+                continue
+            j = i - n_ext
+            known = self.tokens.get(rid, [])
+            # -1 on an ordinary decode row: the input is the last token, at its position.
+            start = int(fwd.hist_token_lens[j]) if j < len(fwd.hist_token_lens) else -1
+            token = int(fwd.decode_input_ids[j]) if j < len(fwd.decode_input_ids) else -1
+            if start < 0:
+                start = len(known) - 1
+            if token < 0:
+                token = known[start] if 0 <= start < len(known) else -1
+            rows.append(ForwardRow(rid, "decode", ns, start, (token,), 0, table, new, slot,
+                                   True))
+            self.decoding.add(rid)
+        return rows
+
+    def _owner(self, src: Sequence[int], retract: bool, running: set[str]) -> str:
+        """The request a writeback belongs to (the radix-era op names none): among those it can
+        be for (a finished or aborted request; for a retract, one no longer scheduled), the one
+        whose last page table shares the most pages with its source (a finished request's copy
+        can take a shared prefix from the tree rather than its own duplicate pages)."""
+        pages = set(src)
+        if retract:
+            candidates = [r for r in sorted(self.tables) if r not in running
+                          and r not in self.ending]
+        else:
+            candidates = list(self.ending)
+        for group in (candidates, sorted(self.tables)):
+            best = max(group, key=lambda r: len(pages & set(self.tables.get(r, ()))),
+                       default=None)
+            if best is not None and pages & set(self.tables.get(best, ())):
+                return best
+        return ""
+
+    def next_plan(self) -> Plan:
+        self._step += 1
+        plan = self._call(self.sched.next_execution_plan)
+        ops = plan.forward if isinstance(plan.forward, list) else [plan.forward]
+        self.decoding = set()
+        rows = [row for fwd in ops for row in self._rows(fwd)]
+        running = {r.rid for r in rows}
         loads: list[CopyOp] = []
         writes: list[CopyOp] = []
         for op in plan.cache:
@@ -123,31 +203,47 @@ class TokenSpeedAdapter:
                 continue
             retract = list(getattr(op, "is_retract", [False] * len(op.op_ids)))
             for k, op_id in enumerate(op.op_ids):
-                pairs = tuple(zip(op.src_pages[k], op.dst_pages[k], strict=True))
-                rid = str(op.request_ids[k]) if hasattr(op, "request_ids") else ""
+                src = [int(p) for p in op.src_pages[k]]
+                pairs = tuple(zip(src, (int(p) for p in op.dst_pages[k]), strict=True))
                 if kind == "LoadBackOp":
-                    loads.append(CopyOp(int(op_id), "loadback", rid, pairs))
+                    loads.append(CopyOp(int(op_id), "loadback", "", pairs))
                 else:
-                    writes.append(CopyOp(int(op_id), "writeback", rid, pairs,
+                    owner = self._owner(src, bool(retract[k]), running)
+                    if owner in self.ending:
+                        self.ending.remove(owner)
+                    writes.append(CopyOp(int(op_id), "writeback", owner, pairs,
                                          bool(retract[k])))
         return Plan(self._step, tuple(rows), tuple(loads), tuple(writes))
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         ts = self.ts
         ev = ts.ExecutionEvent()
+        finished = {e.rid for e in events if isinstance(e, (Finish, Abort))}
         for e in events:
             if isinstance(e, ExtendResult):
-                ev.add_event(ts.ForwardEvent.ExtendResult(e.rid, [e.token]))
+                ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id=e.rid,
+                                    tokens=[e.token]))
+                if e.rid in self.decoding and e.rid not in finished:
+                    # As TokenSpeed's runtime: after a decode step, the tokens the next one
+                    # needs room for (decode_input_tokens, 1). With 0 the engine stops growing
+                    # the request's page table (forward_events.cpp, the reserve at schedule).
+                    ev.add_event(_event(ts.ForwardEvent.UpdateReserveNumTokens,
+                                        request_id=e.rid,
+                                        reserve_num_tokens_in_next_schedule_event=1))
             elif isinstance(e, Finish):
-                ev.add_event(ts.ForwardEvent.Finish(e.rid))
+                ev.add_event(_event(ts.ForwardEvent.Finish, request_id=e.rid))
             elif isinstance(e, Abort):
-                ev.add_event(ts.ForwardEvent.Abort(e.rid))
+                ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
             elif isinstance(e, WritebackDone):
-                ev.add_event(ts.Cache.WriteBackDoneEvent(e.op_id, e.success))
+                ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id,
+                                    success=e.success))
         self._call(self.sched.advance, ev)
-
-    def drain_events(self):
-        return list(self.sched.drain_kv_events())
+        for e in events:  # taken: only now are the sampled tokens part of each sequence
+            if isinstance(e, ExtendResult):
+                self.tokens.setdefault(e.rid, []).append(e.token)
+            elif isinstance(e, (Finish, Abort)) and e.rid in self.tables \
+                    and e.rid not in self.ending:
+                self.ending.append(e.rid)
 
     def snapshot(self) -> None:
         return None

@@ -76,13 +76,39 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
     """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
     flight.begin(trace)
     driver = SchedulerDriver(factory(trace.config), trace, memory, memory_only)
-    log = driver.run()
+    try:
+        log = driver.run()
+    except Violation as v:
+        found = driver.probe_finding
+        if found is None or v is found:
+            raise
+        # A probe the engine wrongly accepted may have caused this: judge the run without
+        # probes. Its own failure is the case's; if it has none, the probe's finding is.
+        flight.begin(trace)
+        try:
+            SchedulerDriver(factory(trace.config), trace, memory, memory_only,
+                            probes="none").run()
+        except Violation as own:
+            own.message += (f" (with probes, the run also had a probe's finding: "
+                            f"[{found.oracle}] {', '.join(found.behaviours)}: {found.message})")
+            raise
+        found.message += (f"; and the run then broke another rule ([{v.oracle}] "
+                          f"{', '.join(v.behaviours)}: {v.message}), which it does not break "
+                          "without the probes")
+        raise found from None
     if determinism:
         from conformance.oracles.determinism import DeterminismOracle
 
         flight.begin(trace)
         again = SchedulerDriver(factory(trace.config), trace, memory).run()
         DeterminismOracle().compare(log, again)
+    if driver.ignored:  # REQ-6: the same run without the events the engine ignored
+        flight.begin(trace)
+        without = SchedulerDriver(factory(trace.config), trace, memory, memory_only,
+                                  probes="known").run()
+        finding = driver.events.ignored_changed(log, without)
+        if finding is not None:
+            raise finding
     return driver
 
 

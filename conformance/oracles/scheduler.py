@@ -54,7 +54,15 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> b
 
 class PlanOracle(Oracle):
     name = "plan"
-    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "NS-3")
+    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10", "NS-3")
+
+    def table_covers(self, step: int, r, page_size: int) -> None:
+        """PLAN-10: a row's page table has a page for every position it reads or computes."""
+        end = r.start + len(r.input_tokens)
+        if end > len(r.page_table) * page_size:
+            raise self.fail("PLAN-10", f"plan {step}: the {r.kind} row of {r.rid} computes "
+                            f"positions up to {end - 1}, but its page table "
+                            f"{list(r.page_table)} holds {len(r.page_table) * page_size}")
 
     def __init__(self) -> None:
         self.op_ids: set[Any] = set()  # every copy id handed out so far
@@ -104,6 +112,7 @@ class PlanOracle(Oracle):
                                 f"(reused {r.reused})")
             if r.kind == "prefill" and r.reused and r.reused >= n:
                 raise self.fail("PLAN-4", f"{r.rid} reuses all {n} tokens: none is computed")
+            self.table_covers(plan.step, r, page_size)
             tables.update(r.page_table)
         stray = sorted(loaded - tables)
         if stray:
@@ -257,10 +266,23 @@ class LivenessOracle(Oracle):
 
 class RuntimeEventOracle(Oracle):
     """REQ-2 (rejections change nothing), REQ-4 (abort ends holding nothing), REQ-5 (failed
-    writeback leaves no host copy)."""
+    writeback leaves no host copy), REQ-6 (an ignored unknown event changes nothing)."""
 
     name = "runtime-events"
-    behaviours = ("REQ-2", "REQ-4", "REQ-5")
+    behaviours = ("REQ-2", "REQ-4", "REQ-5", "REQ-6")
+
+    def ignored_changed(self, with_log: list, without_log: list) -> Violation | None:
+        """REQ-6: the plans of a run with ignored events against the same run without them."""
+        for i, (a, b) in enumerate(zip(with_log, without_log, strict=False)):
+            if a != b:
+                return self.fail("REQ-6", f"an event the engine ignored changed the scheduler: "
+                                 f"entry {i} of the run differs from the same run without the "
+                                 f"ignored events ({_short(a)} against {_short(b)})")
+        if len(with_log) != len(without_log):
+            return self.fail("REQ-6", f"an event the engine ignored changed the scheduler: the "
+                             f"run took {len(with_log)} entries, {len(without_log)} without the "
+                             "ignored events")
+        return None
 
     def rejected(self, what: str, before, after) -> None:
         if before is not None and after is not None and before != after:
@@ -319,3 +341,8 @@ class SchedContentOracle(Oracle):
     def tokens(self, row, want) -> Violation:
         return self.fail("TREE-2", f"row of {row.rid} computes tokens {list(row.input_tokens)} "
                          f"at {row.start}, the sequence has {list(want)}")
+
+
+def _short(entry, limit: int = 160) -> str:
+    text = repr(entry)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
