@@ -8,11 +8,12 @@ tracks each request's tokens itself; a ``WriteBackOp`` names no request, so the 
 op to the request whose page table holds its source pages; the runtime sends
 ``UpdateReserveNumTokens`` for every decode row, as TokenSpeed's own runtime loop does.
 
-Features come from what the installed binding offers, never from hope: namespaces (``lora_id``)
+Features come from what the installed build offers, never from hope: namespaces (``lora_id``)
 and the per-forward adapter cap (``max_loras``) only where the binding has them, a sliding window
-and mid-flight publish only where it has ``has_sliding_window``. The extension is not on PyPI;
-when it cannot be imported every scheduler case is NOT_SUPPORTED with that reason. It offers no
-snapshot, so only the black-box oracles judge it.
+only where it has ``has_sliding_window``, and mid-flight publish only where the engine, asked
+with two requests, publishes a prompt before it finishes (``publishes_mid_flight``). The
+extension is not on PyPI; when it cannot be imported every scheduler case is NOT_SUPPORTED with
+that reason. It offers no snapshot, so only the black-box oracles judge it.
 
 Its version is the installed distribution's (the module has no ``__version__``), with the source
 revision named in ``KVCONF_TOKENSPEED_REVISION`` when the user gives one, so a report says which
@@ -64,6 +65,38 @@ def engine_version(ts: Any) -> str:
     return f"{version} ({revision})" if revision else version
 
 
+_MID_FLIGHT: dict[int, bool] = {}
+
+
+def publishes_mid_flight(ts: Any) -> bool:
+    """Whether this build publishes a prompt's pages when its prefill completes (PR 381, PR 243)
+    rather than at finish: its binding does not say (PR 243's is main's), so ask the engine.
+    A request prefills in one chunk and starts decoding; a second request with the same prompt
+    arrives: it reuses the first one's pages only if they were published mid-flight."""
+    key = id(ts)
+    if key not in _MID_FLIGHT:
+        c = ts.SchedulerConfig()
+        c.page_size, c.max_scheduled_tokens, c.max_batch_size = 2, 64, 4
+        c.decode_input_tokens, c.role = 1, ts.SchedulerConfig.Role.Fused
+        c.num_device_pages, c.num_host_pages, c.disable_l2_cache = 33, 0, True
+        c.enable_mixed_prefill_decode = True
+        s = ts.Scheduler(c)
+        prompt = list(range(1, 9))
+        s.submit_requests([_event(ts.RequestSpec, request_id="first", tokens=prompt)])
+        s.next_execution_plan()
+        ev = ts.ExecutionEvent()
+        ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id="first", tokens=[9]))
+        s.advance(ev)
+        s.submit_requests([_event(ts.RequestSpec, request_id="second", tokens=prompt + [10])])
+        reused = 0
+        for fwd in s.next_execution_plan().forward:
+            for i, rid in enumerate(list(fwd.request_ids)[: fwd.num_extends()]):
+                if rid == "second":
+                    reused = int(fwd.extend_prefix_lens[i])
+        _MID_FLIGHT[key] = reused > 0
+    return _MID_FLIGHT[key]
+
+
 def _event(cls: type, **fields: Any) -> Any:
     """A binding event: constructed empty, its fields set afterwards."""
     ev = cls()
@@ -94,14 +127,16 @@ class TokenSpeedAdapter:
         # Events for unknown request ids and op ids are ignored by design
         # (csrc/scheduler/outside_event_handler.cpp: a failed lookup returns); REQ-6.
         features = {Feature.HOST_TIER, Feature.IGNORES_UNKNOWN_EVENTS}
-        if hasattr(c, "has_sliding_window"):  # the mid-flight publish branch (PR 381)
+        if hasattr(c, "has_sliding_window"):  # the sliding-window switch (PR 381)
             c.has_sliding_window = config.sliding_window > 0
             c.sliding_window_size = config.sliding_window
             features |= {Feature.SLIDING_WINDOW}
-            if config.publish_mid_flight:
-                features |= {Feature.MID_FLIGHT_PUBLISH}
+        if config.publish_mid_flight and publishes_mid_flight(ts):
+            features |= {Feature.MID_FLIGHT_PUBLISH}
         if hasattr(c, "max_loras"):  # the LoRA branch caps adapters per forward (PLAN-9)
-            c.max_loras = config.max_adapters
+            # The kit's 0 means no cap; TokenSpeed's max_loras is the number of adapter slots,
+            # so no cap is one slot per row of a batch.
+            c.max_loras = config.max_adapters or config.max_batch
             features |= {Feature.ADAPTER_CAP}
         self.lora = hasattr(ts.RequestSpec(), "lora_id")
         if self.lora:
