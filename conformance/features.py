@@ -24,6 +24,7 @@ class Feature(str, Enum):
     PAGE_EVICTION = "page_eviction"  # evicts page by page, freeing exactly what is asked (EVICT-6)
     MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
     IGNORES_UNKNOWN_EVENTS = "ignores_unknown_events"  # unknown request / op ids ignored (REQ-6)
+    KEEPS_WINDOW_PREFIX = "keeps_window_prefix"  # the first W positions' KV is kept (WIN-2)
 
     def __str__(self) -> str:
         return self.value

@@ -335,7 +335,9 @@ class SchedulerDriver:
         if w:
             if row.kind == "prefill" and row.start == row.reused:  # an admission
                 self.base[row.rid] = row.reused
-            drops = range(self.base.get(row.rid, 0), row.start + n - w)
+            # A runtime that keeps the window-equivalent prefix never drops the first w (WIN-2).
+            keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
+            drops = range(max(self.base.get(row.rid, 0), keep), row.start + n - w)
             self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
                               [i % p for i in drops], [DROPPED] * len(drops))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -12,12 +13,17 @@ from planted_window import WindowFromTopLevelOnly
 from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from conformance.engine_config import EngineConfig
 from conformance.errors import KitError
+from conformance.features import Feature
+from conformance.generators.sched_traces import play_sched
 from conformance.model_config import model_window, with_model_window
+from conformance.mutants.scheduler import PLANTED_SCHED
 from conformance.oracles import Violation
 from conformance.profiles import get_profile, parse_budget
 from conformance.runner import run_suite, select_cases
+from conformance.sched_scenarios import SCHED_SCENARIOS
 from conformance.sched_trace import SchedConfig
 from conformance.window_cases import MODEL_CONFIGS, check_model_windows
+from reference.scheduler import Scheduler
 
 
 @pytest.mark.behaviours("WIN-1")
@@ -59,3 +65,59 @@ def test_the_kit_case_passes_the_reference_and_catches_a_top_level_reader(tmp_pa
                        budget=parse_budget("5", profile), report_path=tmp_path / "r.json",
                        cases=select_cases(["sched-window-from-model-config"]))
     assert report.ok and report.results[0].status.value == "PASS"
+
+
+class _PublishesWindowPrefix(Scheduler):
+    """A scheduler for a runtime that keeps the first W positions (WIN-2): under a window it
+    publishes, mid-flight and at finish, the whole pages within them, and nothing past them."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.w = config.sliding_window
+
+    def _publish(self, r, upto):
+        if not self.w:
+            return super()._publish(r, upto)
+        cap = max(r.shared, self.w // self.p) * self.p  # whole pages in the first W positions
+        saved = self.config
+        self.config = replace(saved, sliding_window=0)
+        try:
+            return super()._publish(r, min(upto, cap))
+        finally:
+            self.config = saved
+
+    def _apply(self, ev):  # mid-flight publish under the window too (capped by _publish)
+        saved = self.config
+        self.config = replace(saved, sliding_window=0)
+        try:
+            return super()._apply(ev)
+        finally:
+            self.config = saved
+
+
+class _WindowPrefixAdapter(ReferenceSchedulerAdapter):
+    features = ReferenceSchedulerAdapter.features | {Feature.KEEPS_WINDOW_PREFIX}
+
+    def __init__(self, config, scheduler_cls=_PublishesWindowPrefix):
+        super().__init__(config, scheduler_cls)
+
+
+@pytest.mark.behaviours("WIN-2", "PLAN-8")
+def test_a_runtime_that_keeps_the_window_prefix_is_judged_by_it() -> None:
+    """Publishing the pages within the first W positions passes when the engine declares the
+    runtime that keeps them, fails when it does not, and publishing past them fails either
+    way."""
+    trace = next(sc.trace for sc in SCHED_SCENARIOS if sc.name == "sched-sliding-window")
+    wide = trace.model_copy(update={"config": trace.config.model_copy(
+        update={"sliding_window": 4})})
+    play_sched(_WindowPrefixAdapter, wide)  # declared: no violation
+    undeclared = type("Undeclared", (_WindowPrefixAdapter,),
+                      {"features": ReferenceSchedulerAdapter.features})
+    with pytest.raises(Violation) as e:
+        play_sched(undeclared, wide)
+    assert "PLAN-8" in e.value.behaviours
+    everything = type("PublishesAll", (_WindowPrefixAdapter,), {"__init__": lambda self, c: (
+        ReferenceSchedulerAdapter.__init__(self, c, PLANTED_SCHED["PublishesUnderWindow"]))})
+    with pytest.raises(Violation) as e:
+        play_sched(everything, wide)
+    assert "PLAN-8" in e.value.behaviours

@@ -130,7 +130,10 @@ class TokenSpeedAdapter:
         if hasattr(c, "has_sliding_window"):  # the sliding-window switch (PR 381)
             c.has_sliding_window = config.sliding_window > 0
             c.sliding_window_size = config.sliding_window
-            features |= {Feature.SLIDING_WINDOW}
+            # It publishes mid-flight up to sliding_window_size tokens, "so reuse stays in the
+            # full-history-equivalent region" (types.h; forward.cpp,
+            # maxMidflightPrefixPublishTokens): the runtime it is built for keeps them (WIN-2).
+            features |= {Feature.SLIDING_WINDOW, Feature.KEEPS_WINDOW_PREFIX}
         if config.publish_mid_flight and publishes_mid_flight(ts):
             features |= {Feature.MID_FLIGHT_PUBLISH}
         if hasattr(c, "max_loras"):  # the LoRA branch caps adapters per forward (PLAN-9)

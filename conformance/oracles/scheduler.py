@@ -313,12 +313,14 @@ class RuntimeEventOracle(Oracle):
 
 class SchedContentOracle(Oracle):
     """TREE-2, NS-1, NS-3, PLAN-8 at the scheduler level: every position a forward reads holds
-    the tag of its own (namespace, prefix), and none holds KV a sliding window dropped. KV of
-    another namespace read there was computed or published by a step that left its request's
-    namespace (NS-3), or matched across namespaces (NS-1)."""
+    the tag of its own (namespace, prefix), and none holds KV a sliding window dropped (for an
+    engine that declares keeps_window_prefix the runtime never drops the first W positions, so
+    only a publish past them reads dropped KV: WIN-2). KV of another namespace read there was
+    computed or published by a step that left its request's namespace (NS-3), or matched across
+    namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2")
 
     def dropped(self, row, i: int, page: int) -> Violation:
         return self.fail(("PLAN-8", "TREE-2"), f"{row.kind} row of {row.rid} reads position {i} "
