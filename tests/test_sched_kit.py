@@ -290,3 +290,27 @@ def test_a_probe_finding_never_masks_the_other_checks() -> None:
     assert driver.probe_finding is e.value
     assert driver.log and driver.log == SchedulerDriver(
         ReferenceSchedulerAdapter(trace.config), trace).run()  # the whole run was played
+
+
+class _ShortTables(ReferenceSchedulerAdapter):
+    """Hands out decode rows whose page table lacks its last page."""
+
+    def next_plan(self):
+        from dataclasses import replace
+
+        plan = super().next_plan()
+        rows = tuple(replace(r, page_table=r.page_table[:-1]) if r.kind == "decode" else r
+                     for r in plan.rows)
+        return replace(plan, rows=rows)
+
+
+@pytest.mark.behaviours("PLAN-10")
+def test_a_page_table_that_ends_early_is_a_plan_violation() -> None:
+    """Not an error of the kit: the row's table must reach every position it computes, also
+    when only the memory oracles judge."""
+    trace = next(sc.trace for sc in SCHED_SCENARIOS if sc.name == "sched-no-mixed-batches")
+    for memory_only in (False, True):
+        with pytest.raises(Violation) as e:
+            play_sched(_ShortTables, trace, memory_only=memory_only)
+        assert e.value.behaviours == ("PLAN-10",), e.value
+        assert "page table" in e.value.message
