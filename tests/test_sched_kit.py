@@ -314,3 +314,24 @@ def test_a_page_table_that_ends_early_is_a_plan_violation() -> None:
             play_sched(_ShortTables, trace, memory_only=memory_only)
         assert e.value.behaviours == ("PLAN-10",), e.value
         assert "page table" in e.value.message
+
+
+def test_tokenspeed_expectation_files_name_real_cases_and_source_lines() -> None:
+    """Every radix-era revision's expectation file loads, names cases the suite has, and points
+    each known gap at the engine's source at that revision (they are judged where the extension
+    is built; here they must at least not rot)."""
+    from conformance.expectations import load_expectations
+    from conformance.runner import all_cases
+
+    root = Path(__file__).resolve().parent.parent / "conformance" / "adapters" / "expectations"
+    files = sorted(root.glob("tokenspeed-*.toml"))
+    assert {f.stem for f in files} >= {f"tokenspeed-{r}" for r in (
+        "main-radix", "pr381", "pr243", "pr268", "pr293", "pr162")}
+    names = {c.name for c in all_cases()}
+    for f in files:
+        exp = load_expectations(f)
+        assert exp.engine == "tokenspeed" and exp.known, f
+        for k in exp.known:
+            assert k.case in names, (f.name, k.case)
+            assert k.reference.startswith("https://github.com/lightseekorg/tokenspeed/blob/")
+            assert "/tokenspeed-scheduler/csrc/" in k.reference, (f.name, k.reference)
