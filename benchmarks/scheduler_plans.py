@@ -1,11 +1,16 @@
 """Throughput of the reference scheduler: plans per second on a 10,000-request workload.
 
-Usage: python benchmarks/scheduler_plans.py [--requests 10000] [--seed 0]
+Usage: python benchmarks/scheduler_plans.py [--requests 10000] [--seed 0] [--engine tokenspeed]
 
 Requests arrive a few per plan with prompts drawn from a pool of shared system prompts plus a
 unique tail, each generates a few tokens and finishes; writebacks are acknowledged at once. The
 loop is the runtime's loop with no checks, so the figure is the scheduler (and its cache) alone.
 A second figure runs a shorter workload through the kit's scheduler driver with every oracle.
+
+With ``--engine NAME`` (a scheduler-level engine such as ``tokenspeed``, installed) the same
+workload also runs through that engine and the reference in one process, interleaved plan by
+plan, both through their kit adapters (so the engine's figure includes its adapter's
+conversions), and the two rates and their ratio are printed.
 """
 
 from __future__ import annotations
@@ -69,11 +74,97 @@ def driver_rate(seed: int) -> tuple[int, float]:
     return len(log), time.perf_counter() - t0
 
 
+class _Timed:
+    """Stands in for an adapter's scheduler object and adds up the seconds spent in its calls:
+    the scheduler's own time, without the adapter's conversions."""
+
+    def __init__(self, inner) -> None:
+        self._inner, self.seconds = inner, 0.0
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return timed
+
+
+def lockstep(engine: str, requests: int, seed: int) -> dict[str, tuple[int, float, float]]:
+    """The same arrivals and sampled tokens through ``engine`` and the reference, one plan of
+    each in turn; returns plans, seconds through the adapter, seconds in the scheduler itself."""
+    from conformance.adapters import sched_engine_factory
+    from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from conformance.sched_trace import SchedConfig
+
+    other = sched_engine_factory(engine)
+    if other is None:
+        raise SystemExit(f"engine {engine!r} has no scheduler-level adapter")
+    config = SchedConfig(page_size=16, device_pages=4096, host_pages=8192, max_tokens=2048,
+                         max_batch=64, max_slots=128)
+    rng = random.Random(seed)
+    systems = [[rng.randrange(32000) for _ in range(rng.choice((64, 128, 256)))]
+               for _ in range(8)]
+    batches, want = [], {}
+    for i in range(0, requests, 4):
+        batch = []
+        for j in range(i, min(i + 4, requests)):
+            tokens = rng.choice(systems) + [rng.randrange(32000) for _ in range(rng.randint(8, 64))]
+            batch.append(RequestSpec(f"r{j}", tuple(tokens)))
+            want[f"r{j}"] = rng.randint(1, 16)
+        batches.append(batch)
+    engines = {"reference": ReferenceSchedulerAdapter(config), engine: other(config)}
+    for e in engines.values():
+        e.sched = _Timed(e.sched)
+    left = {name: dict(want) for name in engines}
+    out = {name: [0, 0.0] for name in engines}
+    step = 0
+    while any(left.values()):
+        for name, e in engines.items():
+            if not left[name]:
+                continue
+            t0 = time.perf_counter()
+            if step < len(batches):
+                e.submit(batches[step])
+            plan = e.next_plan()
+            events: list = []
+            for row in plan.rows:
+                if row.samples:
+                    events.append(ExtendResult(row.rid, hash((seed, row.rid, row.start)) % 32000))
+                    left[name][row.rid] -= 1
+                    if left[name][row.rid] <= 0:
+                        events.append(Finish(row.rid))
+                        del left[name][row.rid]
+            events.extend(WritebackDone(op.op_id, True) for op in plan.writebacks)
+            e.advance(events)
+            out[name][0] += 1
+            out[name][1] += time.perf_counter() - t0
+        step += 1
+    return {name: (plans, secs, engines[name].sched.seconds)
+            for name, (plans, secs) in out.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engine", help="also run this scheduler-level engine, interleaved")
     a = ap.parse_args()
+    if a.engine:
+        rates = lockstep(a.engine, a.requests, a.seed)
+        for name, (plans, secs, own) in rates.items():
+            print(f"{name}: {a.requests} requests, {plans} plans: {plans / secs:,.0f} plans/s "
+                  f"through its kit adapter, {plans / own:,.0f} plans/s in the scheduler itself")
+        (rp, rs, ro), (ep, es, eo) = rates["reference"], rates[a.engine]
+        print(f"{a.engine} / reference: {(ep / es) / (rp / rs):.1f}x through the adapters, "
+              f"{(ep / eo) / (rp / ro):.1f}x in the schedulers themselves")
+        return
     n, plans, secs = run(a.requests, a.seed)
     print(f"reference scheduler: {n} requests, {plans} plans in {secs:.2f} s = "
           f"{plans / secs:,.0f} plans/s ({n / secs:,.0f} requests/s)")
