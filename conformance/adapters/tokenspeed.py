@@ -178,27 +178,33 @@ class TokenSpeedAdapter:
     def _rows(self, fwd) -> list[ForwardRow]:
         rows: list[ForwardRow] = []
         n_ext = fwd.num_extends()
+        # Each property of the binding copies its whole vector into Python: read each once.
+        rids, tables, news = fwd.request_ids, fwd.occupied_pages, fwd.new_occupied_pages
+        slots, lengths = fwd.request_pool_indices, fwd.input_lengths
+        prefix, prefill = fwd.extend_prefix_lens, fwd.prefill_lengths
+        input_ids = fwd.input_ids
+        hist, last = fwd.hist_token_lens, fwd.decode_input_ids
         offset = 0
-        for i, rid in enumerate(fwd.request_ids):
-            table = tuple(int(p) for p in fwd.occupied_pages[i])
-            new = tuple(int(p) for p in fwd.new_occupied_pages[i])
-            slot = int(fwd.request_pool_indices[i])
-            n = int(fwd.input_lengths[i])
+        for i, rid in enumerate(rids):
+            table = tuple(tables[i])
+            new = tuple(news[i])
+            slot = int(slots[i])
+            n = int(lengths[i])
             ns = self.ns.get(rid, 0)
             self.tables[rid] = table
             if i < n_ext:
-                start = int(fwd.extend_prefix_lens[i])
-                toks = tuple(int(t) for t in fwd.input_ids[offset : offset + n])
+                start = int(prefix[i])
+                toks = tuple(input_ids[offset : offset + n])
                 offset += n
-                samples = start + n == int(fwd.prefill_lengths[i])
+                samples = start + n == int(prefill[i])
                 rows.append(ForwardRow(rid, "prefill", ns, start, toks, start, table, new, slot,
                                        samples))
                 continue
             j = i - n_ext
             known = self.tokens.get(rid, [])
             # -1 on an ordinary decode row: the input is the last token, at its position.
-            start = int(fwd.hist_token_lens[j]) if j < len(fwd.hist_token_lens) else -1
-            token = int(fwd.decode_input_ids[j]) if j < len(fwd.decode_input_ids) else -1
+            start = int(hist[j]) if j < len(hist) else -1
+            token = int(last[j]) if j < len(last) else -1
             if start < 0:
                 start = len(known) - 1
             if token < 0:
@@ -217,14 +223,13 @@ class TokenSpeedAdapter:
         if retract:
             candidates = [r for r in sorted(self.tables) if r not in running
                           and r not in self.ending]
-        else:
+        else:  # several requests can finish at once: the one that shares the most pages
             candidates = list(self.ending)
-        for group in (candidates, sorted(self.tables)):
-            best = max(group, key=lambda r: len(pages & set(self.tables.get(r, ()))),
-                       default=None)
-            if best is not None and pages & set(self.tables.get(best, ())):
-                return best
-        return ""
+        best = max(candidates, key=lambda r: len(pages & set(self.tables.get(r, ()))),
+                   default=None)
+        if best is not None and pages & set(self.tables.get(best, ())):
+            return best
+        return ""  # never a running request's: that would mark it as copying
 
     def next_plan(self) -> Plan:
         self._step += 1
@@ -247,10 +252,14 @@ class TokenSpeedAdapter:
                     loads.append(CopyOp(int(op_id), "loadback", "", pairs))
                 else:
                     owner = self._owner(src, bool(retract[k]), running)
-                    if owner in self.ending:
-                        self.ending.remove(owner)
                     writes.append(CopyOp(int(op_id), "writeback", owner, pairs,
                                          bool(retract[k])))
+        # A finished request's writeback comes in the plan right after its Finish (Draining
+        # becomes WritingBack there) or never: forget it, so attribution stays cheap.
+        for rid in self.ending:
+            self.tables.pop(rid, None)
+            self.tokens.pop(rid, None)
+        self.ending = []
         return Plan(self._step, tuple(rows), tuple(loads), tuple(writes))
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
