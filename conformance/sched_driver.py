@@ -208,8 +208,12 @@ class SchedulerDriver:
             return False
         if self.l3 is not None and (self.l3.busy() or not plan.empty):
             return False  # backups of the last writebacks come in the plans after them
+        if self.snap is None:
+            # Black-box: a finished request's writeback can come in the plan after its Finish
+            # (Draining, then WritingBack), so the run is at rest only after a plan with nothing.
+            return plan.empty
         # self.snap is the state after this plan's advance: a rejected probe changes nothing.
-        return self.snap is None or all(v.state is State.FINISHED for v in self.snap.requests)
+        return all(v.state is State.FINISHED for v in self.snap.requests)
 
     def _submit(self, arrivals) -> None:
         specs = []

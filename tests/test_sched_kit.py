@@ -335,3 +335,25 @@ def test_tokenspeed_expectation_files_name_real_cases_and_source_lines() -> None
             assert k.case in names, (f.name, k.case)
             assert k.reference.startswith("https://github.com/lightseekorg/tokenspeed/blob/")
             assert "/tokenspeed-scheduler/csrc/" in k.reference, (f.name, k.reference)
+
+
+@pytest.mark.behaviours("FIN-2", "REQ-4")
+def test_a_black_box_run_waits_for_the_writeback_after_finish(monkeypatch) -> None:
+    """Without a snapshot the driver cannot see a Draining request; its writeback comes in the
+    plan after Finish, so the run ends only after a plan with nothing in it (and the states of
+    a writeback in flight, an Abort then included, are reached with a black-box engine)."""
+    import sys
+
+    import fake_tokenspeed
+
+    from conformance.adapters.tokenspeed import TokenSpeedAdapter
+    from conformance.sched_trace import Arrival
+
+    monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
+    trace = SchedTrace(config=SchedConfig(), acks=["later"],
+                       arrivals=[Arrival(at=0, rid="w", tokens=[1, 2, 1, 2, 1, 2, 1],
+                                         new_tokens=2)])
+    log = SchedulerDriver(TokenSpeedAdapter(trace.config), trace).run()
+    copies = [c for entry in log if entry[0] == "plan" for c in entry[-1]]
+    assert any(kind == "writeback" for kind, *_ in copies), log
+    assert log[-1][0] == "plan" and not log[-1][2] and not log[-1][-1]  # ended on an empty plan
