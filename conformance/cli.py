@@ -468,21 +468,9 @@ def replay(
 
 
 def _replay_here(t, engine: str, determinism: bool) -> dict:
-    from conformance.adapters import engine_factory, sched_engine_factory
-    from conformance.generators.sched_traces import play_sched
-    from conformance.oracles import Violation
-    from conformance.runner import play
-    from conformance.trace import Trace
+    from conformance.worker import replay_doc
 
-    try:
-        if isinstance(t, Trace):
-            log = play(engine_factory(engine), t, determinism=determinism)
-        else:
-            log = play_sched(sched_engine_factory(engine), t, determinism=determinism).log
-    except Violation as v:
-        return {"status": "FAIL", "oracle": v.oracle, "behaviours": list(v.behaviours),
-                "message": v.message, "step": v.step}
-    return {"status": "PASS", "steps": len(log)}
+    return replay_doc(engine, t, determinism)
 
 
 def _replay_in_worker(t, engine: str, determinism: bool, call_timeout: float) -> dict:

@@ -112,6 +112,18 @@ class Worker:
             else:
                 self.said.append((kind, payload))
 
+    def ending(self) -> Ending:
+        """How the dead worker ended: the engine's sys.exit it reported, else its exit status."""
+        if self.exit_info is not None:
+            return Ending("sys.exit", self.exit_info["code"])
+        return ending_of(self.proc.wait())
+
+    def last_words(self) -> tuple[str, str | None]:
+        """Its output since the job began, and the stacks of the moment it died or stalled:
+        the traceback of a sys.exit it reported, else what ``faulthandler`` wrote."""
+        output, stacks = split_stacks(self.output())
+        return output, (self.exit_info or {}).get("traceback") or stacks
+
     def output(self) -> str:
         """The engine's last output since the current job began."""
         try:
@@ -236,8 +248,7 @@ class Pool:
     def _how_it_ended(self, worker: Worker) -> str:
         if not worker.eof:
             return f"was silent for {self.call_timeout:g} s"
-        rc = worker.proc.wait()
-        return f"{ending_of(rc).describe()}"
+        return worker.ending().describe()
 
     def close(self) -> None:
         for w in [*self.workers, *([self.shrinker] if self.shrinker else [])]:
@@ -265,12 +276,10 @@ class Pool:
             status, how = "TIMEOUT", f" did not answer for {self.call_timeout:g} s"
             ending = None
         else:
-            ending = (Ending("sys.exit", w.exit_info["code"]) if w.exit_info is not None
-                      else ending_of(w.proc.wait()))
+            ending = w.ending()
             status, how = "CRASH", f"'s process {ending.describe()}"
         _, step, where = self._where(w)
-        output, stacks = split_stacks(w.output())
-        stacks = (w.exit_info or {}).get("traceback") or stacks
+        output, stacks = w.last_words()
         w.close()
         return {"status": status, "message": f"the engine{how} {where}", "step": step,
                 "signal": ending.signal_name if ending else None,
@@ -351,9 +360,7 @@ class Pool:
                     self._forget(w)
                     self._shrunk(job, doc)
                     return
-                else:
-                    result = CaseResult.model_validate(doc["result"])
-                    self._add(job.unit, result, doc.get("trace"))
+                self._unit_done(job.unit, doc)
         if w.job is None and not w.eof:
             return
         if w.eof:
@@ -369,13 +376,11 @@ class Pool:
             self.workers.remove(w)
 
     def _died(self, w: Worker, shrinks: deque) -> None:
-        rc = w.proc.wait()
+        ending = w.ending()
         job = w.job
         self._forget(w)
         if job is None:
             return  # it had finished its work (a worker retired after SystemExit)
-        ending = (Ending("sys.exit", w.exit_info["code"]) if w.exit_info is not None
-                  else ending_of(rc))
         if job.kind == "open":
             raise KitError(f"engine {self.spec.engine}: a worker {ending.describe()} while "
                            f"opening it; its last output:\n{w.output()}")
@@ -437,9 +442,7 @@ class Pool:
                       message: str | None = None) -> tuple[CaseResult, str | None]:
         """A CRASH or TIMEOUT result for ``unit``, and the trace the worker was playing."""
         text, step, where = self._where(w)
-        output, stacks = split_stacks(w.output())  # the stacks go to the traceback field
-        if w.exit_info is not None:
-            stacks = w.exit_info.get("traceback") or stacks
+        output, stacks = w.last_words()  # the stacks go to the traceback field
         if message is None:
             message = (f"the engine's process {ending.describe()} {where}; an exit or a signal "
                        "inside the engine is never a pass")
@@ -473,6 +476,10 @@ class Pool:
         else:
             result.message += "; the trace could not be shrunk (the shrinking process failed)"
         self._add(job.unit, result, text)
+
+    def _unit_done(self, unit: Unit, doc: dict) -> None:
+        """A worker's answer to a unit: its result, and the trace it saved."""
+        self._add(unit, CaseResult.model_validate(doc["result"]), doc.get("trace"))
 
     def _add(self, unit: Unit, result: CaseResult, trace: str | None) -> None:
         if trace is not None and failed(result.status) and self.campaign.wanted(unit):
@@ -510,9 +517,7 @@ class Pool:
                 while w.said:
                     kind, payload = w.said.pop(0)
                     if kind == b"R" and w.job is not None and w.job.kind == "unit":
-                        doc = json.loads(payload)
-                        self._add(w.job.unit, CaseResult.model_validate(doc["result"]),
-                                  doc.get("trace"))
+                        self._unit_done(w.job.unit, json.loads(payload))
                         w.job = None
                 if w.job is None or w.eof:
                     live.remove(w)

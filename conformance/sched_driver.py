@@ -88,6 +88,7 @@ class SchedulerDriver:
         self.white = Feature.SNAPSHOT in feats
         self.memory_only = memory_only
         self.plans = None if memory_only else PlanOracle()
+        self.covers = PlanOracle()  # PLAN-10 under --memory-only, where no plan oracle runs
         self.states = RequestStateOracle() if self.white and not memory_only else None
         self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats and not memory_only
                       and trace.config.publish_mid_flight and not trace.config.sliding_window
@@ -320,7 +321,8 @@ class SchedulerDriver:
         p, ns = self.p, req.ns
         n = len(row.input_tokens)
         w = self.config.sliding_window
-        PlanOracle().table_covers(self._at, row, p)  # also when the plan oracle is off
+        if self.plans is None:  # the plan oracle checked it already when it is on (PLAN-10)
+            self.covers.table_covers(self._at, row, p)
         if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
             raise self.content.tokens(row, req.tokens[row.start : row.start + n])
         first = max(0, row.start - w + 1) if w else 0

@@ -193,17 +193,22 @@ def load_trace(path: str | Path) -> Trace:
 
 def load_any_trace(path: str | Path):
     """A cache-level ``Trace`` or a scheduler-level ``SchedTrace``, by the file's ``level``."""
-    from conformance.sched_trace import SchedTrace
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise KitError(f"{path}: cannot read trace ({e.strerror})") from None
+    return parse_any_trace(text, str(path))
+
+
+def parse_any_trace(text: str, where: str = "trace"):
+    """``load_any_trace`` for a text already read; errors name ``where`` and the line."""
+    from conformance.sched_trace import SchedTrace
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        raise KitError(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
     model = SchedTrace if isinstance(data, dict) and data.get("level") == "scheduler" else Trace
     try:
         return model.model_validate(data)
@@ -216,8 +221,8 @@ def load_any_trace(path: str | Path):
         if not loc and cross:
             loc = ("steps", int(cross.group(1)))
         line = _line_of(text, loc)
-        where = f"{path}:{line}" if line else str(path)
-        raise KitError(f"{where}: {field}: {msg}" if field else f"{where}: {msg}") from None
+        place = f"{where}:{line}" if line else where
+        raise KitError(f"{place}: {field}: {msg}" if field else f"{place}: {msg}") from None
 
 
 _OPS = frozenset(("match", "insert", "extend", "unlock", "evict", "writeback", "loadback", "ack",

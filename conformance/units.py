@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from conformance.errors import KitError
 from conformance.profiles import Budget
-from conformance.report import CaseResult, Coverage, Status, UnitResult
+from conformance.report import BAD, CaseResult, Coverage, Status, UnitResult
 
 UNIT_EXAMPLES = 25  # examples per unit of a fuzz case with a budget of examples
 
@@ -79,7 +79,8 @@ def plan(cases: Iterable[tuple[str, bool]], budget: Budget, streams: int,
 
 
 def failed(status: Status) -> bool:
-    return status not in (Status.PASS, Status.NOT_SUPPORTED)
+    """A unit that did not pass ends its case's result (the statuses that fail a run)."""
+    return status in BAD
 
 
 def union(covers: Iterable[Coverage | None]) -> Coverage | None:

@@ -94,42 +94,50 @@ def _unit(state: State, case: str, unit) -> None:
     answer(b"R", {"result": result.model_dump(mode="json"), "trace": ctx.deferred.get(case)})
 
 
-def _factory_and_play(spec, trace):
-    """How to play ``trace`` here with every oracle (the replay command's path)."""
+def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
+    """How to play ``trace`` on ``engine`` with every oracle: (trace, determinism) -> log."""
     from conformance.adapters import engine_factory, sched_engine_factory
     from conformance.generators.sched_traces import play_sched
     from conformance.oracles import MEMORY_ORACLES, STEP_ORACLES
     from conformance.runner import play
     from conformance.trace import Trace
 
-    memory = build_memory(spec.memory_spec)
+    memory = build_memory(memory_spec)
     if isinstance(trace, Trace):
-        factory = engine_factory(spec.engine)
-        oracles = MEMORY_ORACLES if spec.memory_only else STEP_ORACLES
+        factory = engine_factory(engine)
+        oracles = MEMORY_ORACLES if memory_only else STEP_ORACLES
         return lambda t, det=True: play(factory, t, determinism=det, memory=memory,
                                         oracles=oracles)
-    factory = sched_engine_factory(spec.engine)
+    factory = sched_engine_factory(engine)
     if factory is None:
-        raise KitError(f"a scheduler-level trace, and engine {spec.engine} speaks only the "
+        raise KitError(f"a scheduler-level trace, and engine {engine} speaks only the "
                        "cache level")
     return lambda t, det=True: play_sched(factory, t, determinism=det, memory=memory,
-                                          memory_only=spec.memory_only).log
+                                          memory_only=memory_only).log
 
 
-def _load(text: str):
-    from conformance.sched_trace import SchedTrace
-    from conformance.trace import Trace
+def replay_doc(engine: str, trace, determinism: bool = True, memory_spec=None,
+               memory_only: bool = False) -> dict:
+    """Play one trace in this process: PASS with its steps, or FAIL with the broken rule
+    (what ``kvconf replay`` prints, from a worker or, with --in-process, from itself)."""
+    from conformance.oracles import Violation
 
-    data = json.loads(text)
-    return (SchedTrace if data.get("level") == "scheduler" else Trace).model_validate(data)
+    try:
+        log = _player(engine, trace, memory_spec, memory_only)(trace, determinism)
+    except Violation as v:
+        return {"status": "FAIL", "oracle": v.oracle, "behaviours": list(v.behaviours),
+                "message": v.message, "step": v.step}
+    return {"status": "PASS", "steps": len(log)}
 
 
 def _shrink(state: State, text: str, want, max_replays: int, timeout: float) -> None:
     from conformance.crash import shrink_crash
     from conformance.runner import trace_text
+    from conformance.trace import parse_any_trace
 
-    trace = _load(text)
-    replay = _factory_and_play(state.spec, trace)
+    spec = state.spec
+    trace = parse_any_trace(text)
+    replay = _player(spec.engine, trace, spec.memory_spec, spec.memory_only)
     best, tried = shrink_crash(trace, want, replay, max_replays=max_replays, timeout=timeout,
                                beat=flight.beat)
     steps = len(best.steps) if hasattr(best, "steps") else len(best.arrivals)
@@ -137,18 +145,14 @@ def _shrink(state: State, text: str, want, max_replays: int, timeout: float) -> 
 
 
 def _replay(state: State, text: str, determinism: bool) -> None:
-    from conformance.oracles import Violation
+    from conformance.trace import parse_any_trace
 
-    trace = _load(text)
+    spec = state.spec
     try:
-        log = _factory_and_play(state.spec, trace)(trace, determinism)
-    except Violation as v:
-        answer(b"R", {"status": "FAIL", "oracle": v.oracle, "behaviours": list(v.behaviours),
-                      "message": v.message, "step": v.step})
-        return
+        answer(b"R", replay_doc(spec.engine, parse_any_trace(text), determinism,
+                                spec.memory_spec, spec.memory_only))
     except EngineUnavailable as e:
-        raise KitError(f"engine {state.spec.engine} is not available: {e}") from None
-    answer(b"R", {"status": "PASS", "steps": len(log)})
+        raise KitError(f"engine {spec.engine} is not available: {e}") from None
 
 
 def _interrupt(signum, frame) -> None:
