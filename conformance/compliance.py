@@ -71,26 +71,40 @@ def load_inputs(paths: list[Path]) -> Inputs:
     return out
 
 
+def run_key(path: Path, all_runs: list[tuple[Path, Report]]) -> str:
+    """A name for one run: the file's stem, with its folder where stems repeat (one
+    ``report.json`` per revision in folders of their own)."""
+    same = [p for p, _ in all_runs if p.stem == path.stem]
+    return path.stem if len(same) <= 1 else f"{path.parent.name}-{path.stem}"
+
+
 def _label(path: Path, r: Report, all_runs: list[tuple[Path, Report]]) -> str:
-    """Column name: the engine, with the memory and the file when engines repeat."""
+    """Column name: the engine, with the memory, and where engines repeat the version (one
+    column per revision) or else the run."""
     name = r.run_info.engine
     if r.run_info.memory:
         name += f" ({r.run_info.memory.get('device', 'torch')})"
-    same = [p for p, o in all_runs if o.run_info.engine == r.run_info.engine]
-    return f"{name} [{path.stem}]" if len(same) > 1 else name
+    same = [o for p, o in all_runs if o.run_info.engine == r.run_info.engine
+            and bool(o.run_info.memory) == bool(r.run_info.memory)]
+    if len(same) <= 1:
+        return name
+    if len({o.run_info.version for o in same}) == len(same):
+        return f"{name} {r.run_info.version}"
+    return f"{name} [{run_key(path, all_runs)}]"
 
 
-def trace_link(path: Path, trace: str, out_dir: Path, copy: bool) -> str:
-    """A link from the report folder to a failing trace (copied in when ``copy``, so a site
-    built from the folder holds every trace it links)."""
+def trace_link(path: Path, trace: str, out_dir: Path, copy: bool, key: str | None = None
+               ) -> str:
+    """A link from the report folder to a failing trace (copied in, under the run's ``key``,
+    when ``copy``, so a site built from the folder holds every trace it links)."""
     src = (path.parent / trace).resolve()
     if not copy:
         return os.path.relpath(src, out_dir.resolve())
-    dst = out_dir / "traces" / path.stem / Path(trace).name
+    dst = out_dir / "traces" / (key or path.stem) / Path(trace).name
     dst.parent.mkdir(parents=True, exist_ok=True)
     if src.is_file():
         shutil.copyfile(src, dst)
-    return f"traces/{path.stem}/{Path(trace).name}"
+    return f"traces/{key or path.stem}/{Path(trace).name}"
 
 
 def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path, copy: bool = False
@@ -110,7 +124,8 @@ def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path, copy: bool = Fa
                     cell.status = res.status
                 cell.cases.append(f"{res.case}: {res.status.value}")
                 if res.trace and res.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT):
-                    cell.traces.append(trace_link(path, res.trace, out_dir, copy))
+                    cell.traces.append(trace_link(path, res.trace, out_dir, copy,
+                                                  run_key(path, inputs.runs)))
     return cols, cells
 
 
@@ -149,10 +164,11 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
             mem = (i.memory or {}).get("device", "kit") if i.memory else "kit"
             summ = ", ".join(f"{k.value if hasattr(k, 'value') else k} {v}"
                              for k, v in r.summarize().summary.items() if v)
-            md.append(f"| {path.name} | {i.engine} | {i.version} | {mem} | {i.seed} | "
+            run = run_key(path, inputs.runs) + path.suffix
+            md.append(f"| {run} | {i.engine} | {i.version} | {mem} | {i.seed} | "
                       f"{i.profile} | {i.budget} | {summ} |")
             html.append("<tr>" + "".join(f"<td>{escape(str(x))}</td>" for x in (
-                path.name, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ))
+                run, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ))
                 + "</tr>")
         html.append("</table>")
 
@@ -192,15 +208,17 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
             md.append("None.")
             html.append("<p>None.</p>")
         for p, r, x in fails:
-            trace = trace_link(p, x.trace, out_dir, copy_traces) if x.trace else None
+            trace = (trace_link(p, x.trace, out_dir, copy_traces, run_key(p, inputs.runs))
+                     if x.trace else None)
             where = f" step {x.step}," if x.step is not None else ""
             given = str(p.parent / x.trace) if x.trace else None  # as the caller named it
             replay = (f" Replay: `kvconf replay {given} --engine {r.run_info.engine}`"
                       if trace else "")
-            md.append(f"- **{r.run_info.engine} / {x.case}** {x.status.value}:{where} "
+            col = _label(p, r, inputs.runs)
+            md.append(f"- **{col} / {x.case}** {x.status.value}:{where} "
                       f"[{x.oracle or '-'}] {', '.join(x.behaviours)}: {x.message}"
                       + (f" ([trace]({trace}))" if trace else "") + replay)
-            html.append(f"<p><b>{escape(r.run_info.engine)} / {escape(x.case)}</b> "
+            html.append(f"<p><b>{escape(col)} / {escape(x.case)}</b> "
                         f"<span class='{x.status.value}'>{x.status.value}</span>{where} "
                         f"[{escape(x.oracle or '-')}] {escape(', '.join(x.behaviours))}: "
                         f"{escape(x.message)}"
@@ -213,10 +231,11 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
         if exp:
             md += ["", "## Against the expectation files", ""]
             html.append("<h2>Against the expectation files</h2>")
-            for _p, r in exp:
+            for p, r in exp:
                 e = r.run_info.expectations or {}
-                line = (f"{r.run_info.engine} ({e.get('file')}): {len(e.get('expected', []))} "
-                        f"as expected; regressions: {', '.join(e.get('regression', [])) or 'none'}"
+                line = (f"{_label(p, r, inputs.runs)} ({e.get('file')}): "
+                        f"{len(e.get('expected', []))} as expected; "
+                        f"regressions: {', '.join(e.get('regression', [])) or 'none'}"
                         f"; improvements: {', '.join(e.get('improvement', [])) or 'none'}")
                 md.append(f"- {line}")
                 html.append(f"<p>{escape(line)}</p>")

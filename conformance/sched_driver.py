@@ -296,15 +296,18 @@ class SchedulerDriver:
     def _aborts(self, step: int) -> list[str]:
         """Requests the workload aborts after this plan. Also after Finish while the request
         still has something in flight (E-2): its writeback, or (seen in a snapshot) its
-        Draining state. An engine without a snapshot gets aborts only where they are legal
-        from what the runtime itself knows."""
+        Draining state; an ``in_flight`` abort waits for the plan its writeback starts in.
+        An engine without a snapshot gets aborts only where they are legal from what the
+        runtime itself knows."""
         states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
         out = []
         for a in self.trace.aborts:
             req = self.live.get(a.rid)
-            if a.at != step or req is None or req.aborted:
+            if req is None or req.aborted or step < a.at or (step > a.at and not a.in_flight):
                 continue
-            if states is not None:
+            if a.in_flight:  # E-2, reached whenever the engine emits the writeback
+                ok = bool(req.copying)
+            elif states is not None:
                 ok = states.get(a.rid, State.FINISHED) is not State.FINISHED
             else:
                 ok = not req.finished or bool(req.copying)

@@ -98,7 +98,7 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
                      Arrival(at=0, rid="queued", tokens=[2, 1]),
                      Arrival(at=0, rid="decoding", tokens=[1, 1], new_tokens=6)],
            aborts=[AbortAt(at=0, rid="prefilling"), AbortAt(at=0, rid="queued"),
-                   AbortAt(at=1, rid="writing"), AbortAt(at=3, rid="decoding")],
+                   AbortAt(at=0, rid="writing", in_flight=True), AbortAt(at=3, rid="decoding")],
            acks=["later", "later", "later"]),
         "Abort is accepted while prefilling, queued, decoding and with a writeback in flight "
         "(E-2).",

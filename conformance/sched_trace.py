@@ -62,6 +62,9 @@ class AbortAt(BaseModel):
 
     at: int = Field(ge=0, description="plan index after which Abort is sent")
     rid: str
+    in_flight: bool = Field(
+        False, description="from plan `at` on, wait for the first plan after which a writeback "
+        "of the request is in flight and abort then (E-2), whenever the engine emits it")
 
 
 class SchedTrace(BaseModel):

@@ -127,3 +127,25 @@ def test_kvconf_report_refuses_unknown_files(tmp_path: Path):
     p.write_text(json.dumps({"format": "something/1"}))
     res = CliRunner().invoke(app, ["report", str(p), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "x.json: format" in res.output
+
+
+def test_one_engine_at_several_revisions_gets_a_column_and_a_trace_folder_each(tmp_path: Path):
+    """`.ci/tokenspeed` writes one ``report.json`` per revision, in folders named after them:
+    each is its own column (by version) and its traces do not overwrite each other's."""
+    from conformance.compliance import Inputs, build
+
+    inputs = Inputs()
+    for rev in ("main-radix", "pr381"):
+        r = _report(a=Status.FAIL)
+        r.run_info.version = f"0.1.0 ({rev})"
+        r.results[0].trace = "traces/a.json"
+        (tmp_path / rev / "traces").mkdir(parents=True)
+        (tmp_path / rev / "traces" / "a.json").write_text(json.dumps({"rev": rev}))
+        inputs.runs.append((tmp_path / rev / "report.json", r))
+    md_path, _ = build(inputs, tmp_path / "out", copy_traces=True)
+    md = md_path.read_text()
+    assert "| behaviour | level | reference 0.1.0 (main-radix) | reference 0.1.0 (pr381) |" in md
+    assert "| main-radix-report.json | reference |" in md
+    for rev in ("main-radix", "pr381"):
+        copied = tmp_path / "out" / "traces" / f"{rev}-report" / "a.json"
+        assert json.loads(copied.read_text()) == {"rev": rev}

@@ -357,3 +357,39 @@ def test_a_black_box_run_waits_for_the_writeback_after_finish(monkeypatch) -> No
     copies = [c for entry in log if entry[0] == "plan" for c in entry[-1]]
     assert any(kind == "writeback" for kind, *_ in copies), log
     assert log[-1][0] == "plan" and not log[-1][2] and not log[-1][-1]  # ended on an empty plan
+
+
+def test_an_in_flight_abort_waits_for_the_writeback_whenever_it_comes(monkeypatch) -> None:
+    """E-2 is reached on an engine that emits a finished request's writeback a plan later than
+    the reference does: the Abort goes out with the plan the writeback starts in, not before
+    (the request is still prefilling then) and not after (the copy has landed then)."""
+    import sys
+
+    import fake_tokenspeed
+
+    from conformance.adapters.tokenspeed import TokenSpeedAdapter
+    from conformance.sched_trace import AbortAt, Arrival
+    from reference.plan import Abort
+
+    monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
+    seen: list[tuple[bool, bool]] = []  # per plan: a writeback in it, an Abort after it
+
+    class Recording(TokenSpeedAdapter):
+        def next_plan(self):
+            plan = super().next_plan()
+            seen.append((bool(plan.writebacks), False))
+            return plan
+
+        def advance(self, events):
+            if any(isinstance(e, Abort) and e.rid == "w" for e in events):  # not a probe's
+                seen[-1] = (seen[-1][0], True)
+            return super().advance(events)
+
+    trace = SchedTrace(config=SchedConfig(), acks=["later"],
+                       arrivals=[Arrival(at=0, rid="w", tokens=[1, 2, 1, 2, 1, 2, 1],
+                                         new_tokens=2)],
+                       aborts=[AbortAt(at=0, rid="w", in_flight=True)])
+    SchedulerDriver(Recording(trace.config), trace).run()
+    aborted = [i for i, (_, abort) in enumerate(seen) if abort]
+    assert len(aborted) == 1 and aborted[0] > 0, seen
+    assert seen[aborted[0]][0], f"the Abort went out without a writeback in flight: {seen}"

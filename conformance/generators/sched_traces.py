@@ -50,7 +50,9 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
         arrivals.append(Arrival(at=at, rid=f"r{i}", ns=ns,
                                 tokens=tokens, new_tokens=new_tokens))
     aborts = [
-        AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}")
+        # Some wait for the request's writeback, whenever the engine emits it (E-2).
+        AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}",
+                in_flight=draw(st.integers(0, 3)) == 0)
         for k in sorted(set(draw(st.lists(st.integers(0, n - 1), max_size=2))))
     ]
     l3: dict = {}
