@@ -15,7 +15,9 @@ class Feature(str, Enum):
     NAMESPACES = "namespaces"  # adapter / salt namespaces as a key part
     KV_EVENTS = "kv_events"
     LOCK_HANDLES = "lock_handles"  # unlock names the lock it releases, so imbalance is detectable
-    MID_FLIGHT_PUBLISH = "mid_flight_publish"  # prompts published when their prefill completes
+    # Retired: PLAN-7 holds every scheduler engine to mid-flight publish (D381-1), declared or
+    # not; kept so that reports which list it still load.
+    MID_FLIGHT_PUBLISH = "mid_flight_publish"
     SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
     CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
     UNLOAD = "unload"  # a namespace (adapter) can be unloaded

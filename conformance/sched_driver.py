@@ -90,9 +90,11 @@ class SchedulerDriver:
         self.plans = None if memory_only else PlanOracle()
         self.covers = PlanOracle()  # PLAN-10 under --memory-only, where no plan oracle runs
         self.states = RequestStateOracle() if self.white and not memory_only else None
-        self.reuse = (ReuseOracle() if Feature.MID_FLIGHT_PUBLISH in feats and not memory_only
-                      and trace.config.publish_mid_flight and not trace.config.sliding_window
-                      and not trace.config.mamba else None)
+        # PLAN-7 holds every engine to mid-flight publish while the workload's switch is on
+        # (D381-1): an engine that publishes at finish only fails it, whatever it declares.
+        c = trace.config
+        self.reuse = (ReuseOracle() if not memory_only and c.publish_mid_flight
+                      and not c.sliding_window and not c.mamba else None)
         self.events = RuntimeEventOracle()
         self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}

@@ -204,7 +204,8 @@ def test_the_tokenspeed_adapter_speaks_the_documented_surface(tmp_path: Path, mo
                                      "fuzz-scheduler-tight"}, {c: r.message for c, r in by.items()}
     assert report.ok, [(r.case, r.message) for r in report.results if r.status.value != "PASS"
                        and r.status.value != "NOT_SUPPORTED"]
-    assert by["sched-mid-flight-reuse"].status.value == "NOT_SUPPORTED"  # needs namespaces
+    assert by["sched-mid-flight-reuse"].status.value == "PASS"  # PLAN-7 binds every engine
+    assert by["sched-adapter-continuations"].status.value == "NOT_SUPPORTED"  # namespaces
     assert by["match-longest-whole-pages"].status.value == "NOT_SUPPORTED"  # no cache level
 
 

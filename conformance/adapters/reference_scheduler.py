@@ -19,7 +19,7 @@ class ReferenceSchedulerAdapter:
     version = __version__
     features = frozenset({
         Feature.SNAPSHOT, Feature.HOST_TIER, Feature.NAMESPACES, Feature.KV_EVENTS,
-        Feature.MID_FLIGHT_PUBLISH, Feature.SLIDING_WINDOW, Feature.L3_STORE,
+        Feature.SLIDING_WINDOW, Feature.L3_STORE,
         Feature.ADAPTER_CAP, Feature.MODEL_CONFIG, Feature.MAMBA,
     })
 

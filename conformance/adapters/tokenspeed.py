@@ -9,9 +9,9 @@ op to the request whose page table holds its source pages; the runtime sends
 ``UpdateReserveNumTokens`` for every decode row, as TokenSpeed's own runtime loop does.
 
 Features come from what the installed build offers, never from hope: namespaces (``lora_id``)
-and the per-forward adapter cap (``max_loras``) only where the binding has them, a sliding window
-only where it has ``has_sliding_window``, and mid-flight publish only where the engine, asked
-with two requests, publishes a prompt before it finishes (``publishes_mid_flight``). The
+and the per-forward adapter cap (``max_loras``) only where the binding has them, and a sliding
+window only where it has ``has_sliding_window``. Mid-flight publish is not a feature to declare:
+PLAN-7 holds every revision to it, so those that publish at finish only fail it (D381-1). The
 extension is not on PyPI; when it cannot be imported every scheduler case is NOT_SUPPORTED with
 that reason. It offers no snapshot, so only the black-box oracles judge it.
 
@@ -65,38 +65,6 @@ def engine_version(ts: Any) -> str:
     return f"{version} ({revision})" if revision else version
 
 
-_MID_FLIGHT: dict[int, bool] = {}
-
-
-def publishes_mid_flight(ts: Any) -> bool:
-    """Whether this build publishes a prompt's pages when its prefill completes (PR 381, PR 243)
-    rather than at finish: its binding does not say (PR 243's is main's), so ask the engine.
-    A request prefills in one chunk and starts decoding; a second request with the same prompt
-    arrives: it reuses the first one's pages only if they were published mid-flight."""
-    key = id(ts)
-    if key not in _MID_FLIGHT:
-        c = ts.SchedulerConfig()
-        c.page_size, c.max_scheduled_tokens, c.max_batch_size = 2, 64, 4
-        c.decode_input_tokens, c.role = 1, ts.SchedulerConfig.Role.Fused
-        c.num_device_pages, c.num_host_pages, c.disable_l2_cache = 33, 0, True
-        c.enable_mixed_prefill_decode = True
-        s = ts.Scheduler(c)
-        prompt = list(range(1, 9))
-        s.submit_requests([_event(ts.RequestSpec, request_id="first", tokens=prompt)])
-        s.next_execution_plan()
-        ev = ts.ExecutionEvent()
-        ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id="first", tokens=[9]))
-        s.advance(ev)
-        s.submit_requests([_event(ts.RequestSpec, request_id="second", tokens=prompt + [10])])
-        reused = 0
-        for fwd in s.next_execution_plan().forward:
-            for i, rid in enumerate(list(fwd.request_ids)[: fwd.num_extends()]):
-                if rid == "second":
-                    reused = int(fwd.extend_prefix_lens[i])
-        _MID_FLIGHT[key] = reused > 0
-    return _MID_FLIGHT[key]
-
-
 def _event(cls: type, **fields: Any) -> Any:
     """A binding event: constructed empty, its fields set afterwards."""
     ev = cls()
@@ -134,8 +102,6 @@ class TokenSpeedAdapter:
             # full-history-equivalent region" (types.h; forward.cpp,
             # maxMidflightPrefixPublishTokens): the runtime it is built for keeps them (WIN-2).
             features |= {Feature.SLIDING_WINDOW, Feature.KEEPS_WINDOW_PREFIX}
-        if config.publish_mid_flight and publishes_mid_flight(ts):
-            features |= {Feature.MID_FLIGHT_PUBLISH}
         if hasattr(c, "max_loras"):  # the LoRA branch caps adapters per forward (PLAN-9)
             # The kit's 0 means no cap; TokenSpeed's max_loras is the number of adapter slots,
             # so no cap is one slot per row of a batch.

@@ -218,7 +218,6 @@ class ReuseOracle(Oracle):
 
     name = "reuse"
     behaviours = ("PLAN-7",)
-    needs = frozenset({Feature.MID_FLIGHT_PUBLISH})
 
     def check_admit(self, row, req: Live, live: dict[str, Live], page_size: int,
                     step: int, snap=None) -> None:
