@@ -266,6 +266,7 @@ def nav(chapters: list[str]) -> list:
                     {"Write a new behaviour": "new-behaviour.md"},
                     {"The GPU harness": "gpu-harness.md"},
                     {"Peer engines (SGLang, vLLM)": "peers.md"},
+                    {"TokenSpeed": "tokenspeed.md"},
                     {"Formats": "formats.md"}]},
         {"Spec": spec},
         {"Diagrams": [{"Request state machine": "state-machine.md"},
