@@ -8,11 +8,12 @@ black-box: they use only the plans and what the driver itself reported. The stat
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.features import Feature
-from conformance.memory import POISON
+from conformance.memory import POISON, ZEROED
 from conformance.oracles.base import Oracle, Violation
 from conformance.tree_view import TreeView
 from reference.plan import Plan
@@ -266,10 +267,39 @@ class LivenessOracle(Oracle):
 
 class RuntimeEventOracle(Oracle):
     """REQ-2 (rejections change nothing), REQ-4 (abort ends holding nothing), REQ-5 (failed
-    writeback leaves no host copy), REQ-6 (an ignored unknown event changes nothing)."""
+    writeback leaves no host copy), REQ-6 (an ignored unknown event changes nothing); and what a
+    black-box runtime sees of transfers in flight: HOST-8 (a loadback's ends stay pinned until its
+    acknowledgement), HOST-2 and HOST-9 (no loadback reads a host copy that never landed)."""
 
     name = "runtime-events"
-    behaviours = ("REQ-2", "REQ-4", "REQ-5", "REQ-6")
+    behaviours = ("REQ-2", "REQ-4", "REQ-5", "REQ-6", "HOST-2", "HOST-8", "HOST-9")
+
+    def in_flight(self, plan, loads: Sequence, writes: Sequence, abandoned: set[int]) -> None:
+        """A plan, seen while ``loads`` (loadbacks) and ``writes`` (writebacks) await their
+        acknowledgement and the host pages ``abandoned`` belong to copies that failed and were
+        never acknowledged: no fresh or copied-into page of the plan is one a loadback in flight
+        still owns, and no loadback reads a host page whose copy has not landed."""
+        for op in loads:
+            dst = {d for _s, d in op.pairs}
+            src = {s for s, _d in op.pairs}
+            hit = sorted(dst & (set(plan.zero) | {d for o in plan.loadbacks for _s, d in o.pairs}))
+            if hit:
+                raise self.fail("HOST-8", f"device page {hit[0]} is reused by plan {plan.step} "
+                                f"while loadback {op.op_id} into it is not acknowledged")
+            hit = sorted(src & {d for o in plan.writebacks for _s, d in o.pairs})
+            if hit:
+                raise self.fail("HOST-8", f"host page {hit[0]} is overwritten by a writeback of "
+                                f"plan {plan.step} while loadback {op.op_id} still reads it")
+        landing = {d for o in writes for _s, d in o.pairs}
+        for o in plan.loadbacks:
+            for s, _d in o.pairs:
+                if s in landing:
+                    raise self.fail("HOST-2", f"loadback {o.op_id} of plan {plan.step} reads "
+                                    f"host page {s}, whose writeback is not acknowledged yet")
+                if s in abandoned:
+                    raise self.fail("HOST-9", f"loadback {o.op_id} of plan {plan.step} reads "
+                                    f"host page {s}, whose writeback failed and was never "
+                                    "acknowledged")
 
     def ignored_changed(self, with_log: list, without_log: list) -> Violation | None:
         """REQ-6: the plans of a run with ignored events against the same run without them."""
@@ -320,7 +350,12 @@ class SchedContentOracle(Oracle):
     namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "PLAN-11")
+
+    def zeroed(self, row, page: int) -> Violation:
+        return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "
+                         f"page {page}, which the {row.kind} row of {row.rid} reads or a "
+                         "loadback of the same plan fills")
 
     def dropped(self, row, i: int, page: int) -> Violation:
         return self.fail(("PLAN-8", "TREE-2"), f"{row.kind} row of {row.rid} reads position {i} "
@@ -336,7 +371,8 @@ class SchedContentOracle(Oracle):
                              f"(namespace {ns}) reads position {i} from device page {page}, "
                              f"which holds KV of namespace {other}")
         what = ("nothing" if got is None else "the remains of an unfinished copy"
-                if got == POISON else "the KV of another prefix")
+                if got == POISON else "zeros (a plan told the runtime to zero it)"
+                if got == ZEROED else "the KV of another prefix")
         return self.fail("TREE-2", f"{row.kind} row of {row.rid} (namespace {ns}) reads "
                          f"position {i} from device page {page}, which holds {what}")
 
