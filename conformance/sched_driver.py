@@ -37,6 +37,7 @@ from conformance.oracles.scheduler import (
     ReuseOracle,
     RuntimeEventOracle,
     SchedContentOracle,
+    SchedEventOracle,
 )
 from conformance.sched_trace import SchedTrace
 from reference.plan import (
@@ -96,6 +97,10 @@ class SchedulerDriver:
                       and trace.config.publish_mid_flight and not trace.config.sliding_window
                       and not trace.config.mamba else None)
         self.events = RuntimeEventOracle()
+        # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
+        self.kv = (SchedEventOracle(getattr(engine, "block_hash", None))
+                   if Feature.KV_EVENTS in feats and hasattr(engine, "drain_events")
+                   and not memory_only else None)
         self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}
         self.tags: dict[str, list[int]] = {}
@@ -249,6 +254,11 @@ class SchedulerDriver:
         if not self.memory_only:
             self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
                                   self.abandoned_pages)
+        if self.kv is not None:
+            self.kv.take(self.engine.drain_events())
+            for row in plan.rows:
+                if row.kind == "prefill" and row.start == row.reused and row.reused:
+                    self.kv.reused(plan, row, self.live[row.rid].tokens, self.p)
         for row in plan.rows:
             if row.samples:
                 self.live[row.rid].due = True
@@ -305,6 +315,8 @@ class SchedulerDriver:
             events.extend(self.l3.land(l3_due))
         events.extend(self._land_copies(due, failed))
         self._call("advance", self.engine.advance, events)
+        if self.kv is not None:
+            self.kv.take(self.engine.drain_events())
         self._states("advance", external)
         after = self.snap
         if not self.memory_only:

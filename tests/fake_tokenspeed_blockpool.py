@@ -5,7 +5,8 @@ It offers that binding's Python surface: ``prefix_granularity`` and ``cache_grou
 group, ``pages_to_zero``, ``WriteBackOp`` / ``LoadBackOp`` with ``group_ids``, a
 ``WriteBackDoneEvent`` with only ``op_id`` and a ``LoadBackDoneEvent``; page 0 of each pool is
 the null page. Only one full-attention group is served. It proves the block-pool adapter
-consistent with that surface, not with the real engine.
+consistent with that surface, not with the real engine. It offers no KV events
+(``drain_kv_events``): those are judged on the real extension only.
 """
 
 from __future__ import annotations
@@ -172,6 +173,3 @@ class Scheduler:
 
     def advance(self, ev: ExecutionEvent) -> None:
         self._guard(self._s.advance, [x for x in map(_runtime_event, ev.events) if x])
-
-    def drain_kv_events(self) -> list:
-        return []

@@ -145,3 +145,32 @@ def test_a_plan_that_zeroes_a_page_a_row_reads_is_caught(blockpool) -> None:
         SchedulerDriver(_ZeroesWhatItReads(trace.config), trace).run()
     assert "PLAN-11" in e.value.behaviours
     assert Feature.LOADBACK_ACK in TokenSpeedBlockPoolAdapter(trace.config).features
+
+
+@pytest.mark.behaviours("EVENT-7", "EVENT-2", "EVENT-4")
+def test_reuse_of_an_unannounced_block_and_a_hash_off_its_chain_are_caught() -> None:
+    from conformance.adapters.tokenspeed_blockpool import block_hash
+    from conformance.oracles.scheduler import SchedEventOracle
+    from reference.kv_events import EventKind, KVEvent
+    from reference.plan import ForwardRow
+
+    oracle = SchedEventOracle(block_hash)
+    h0 = block_hash(None, 0, (1, 2))
+    oracle.take([KVEvent(EventKind.STORED, (h0,), 0, None, (1, 2), 2)])
+    row = ForwardRow("b", "prefill", 0, 4, (0,), 4, (1, 2, 3), (), 0, True)
+    plan = Plan(1, (row,), (), ())
+    with pytest.raises(Violation) as e:  # block 1 ([1, 2, 1, 2][2:4]) was never announced
+        oracle.reused(plan, row, [1, 2, 1, 2, 0], 2)
+    assert e.value.behaviours == ("EVENT-7",)
+    landed = dataclasses.replace(plan, loadbacks=(CopyOp(1, "loadback", "", ((5, 2),)),))
+    oracle.reused(landed, row, [1, 2, 1, 2, 0], 2)  # loaded back by this plan: not yet owed
+    h1 = block_hash(h0, 0, (1, 2))
+    oracle.take([KVEvent(EventKind.STORED, (h1,), 0, h0, (1, 2), 2)])
+    oracle.reused(plan, row, [1, 2, 1, 2, 0], 2)
+    with pytest.raises(Violation) as e:
+        oracle.take([KVEvent(EventKind.STORED, (h1 ^ 1,), 0, h1, (0, 0), 2)])
+    assert e.value.behaviours == ("EVENT-4",)
+    oracle.take([KVEvent(EventKind.REMOVED, (h1,))])
+    with pytest.raises(Violation) as e:
+        oracle.take([KVEvent(EventKind.REMOVED, (h1,))])
+    assert e.value.behaviours == ("EVENT-2",)

@@ -25,6 +25,7 @@ from conformance.adapters.tokenspeed import _event, _module, engine_version
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
+from reference.kv_events import EventKind, KVEvent
 from reference.plan import (
     Abort,
     CopyOp,
@@ -61,7 +62,27 @@ def _config(ts: Any, config: SchedConfig) -> Any:
     c.disable_l2_cache = config.host_pages == 0
     c.enable_mixed_prefill_decode = config.mixed
     c.cache_groups = [ts.CacheGroupConfig(FULL, p, 1, config.device_pages + 1)]
+    c.enable_kv_cache_events = True
     return c
+
+
+_FNV_OFFSET, _FNV_PRIME, _MASK = 14695981039346656037, 1099511628211, (1 << 64) - 1
+
+
+def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
+    """TokenSpeed's KV event block hash (HashKvBlock, csrc/scheduler/kv_cache_events.cpp): 64-bit
+    FNV-1a over a has-parent byte, the parent (8 bytes), the token count (8 bytes) and each token
+    (4 bytes), little-endian. It has no namespace input: the binding has no namespaces."""
+    data = bytearray(b"\x01" if parent is not None else b"\x00")
+    if parent is not None:
+        data += parent.to_bytes(8, "little")
+    data += len(tokens).to_bytes(8, "little")
+    for t in tokens:
+        data += (t & 0xFFFFFFFF).to_bytes(4, "little")
+    h = _FNV_OFFSET
+    for b in data:
+        h = ((h ^ b) * _FNV_PRIME) & _MASK
+    return h
 
 
 class TokenSpeedBlockPoolAdapter:
@@ -84,6 +105,8 @@ class TokenSpeedBlockPoolAdapter:
         # runtime ends (TierTransferManager::CompleteWriteBack, transfer_manager.cpp; HOST-9).
         features = {Feature.IGNORES_UNKNOWN_EVENTS, Feature.LOADBACK_ACK,
                     Feature.FATAL_TRANSFER_FAILURE}
+        if hasattr(ts.Scheduler, "drain_kv_events"):  # EVENT-1..4, EVENT-7
+            features.add(Feature.KV_EVENTS)
         if config.host_pages:
             features.add(Feature.HOST_TIER)
         if config.publish_mid_flight:
@@ -124,7 +147,8 @@ class TokenSpeedBlockPoolAdapter:
         input_ids = fwd.input_ids
         offset = 0
         for i, rid in enumerate(rids):
-            table = tuple(int(p) for p in tables[i])
+            # A batch's tables are padded to one width with -1: those are no pages.
+            table = tuple(int(p) for p in tables[i] if p >= 0)
             slot = int(slots[i])
             n = int(lengths[i])
             if i < n_ext:
@@ -194,6 +218,24 @@ class TokenSpeedBlockPoolAdapter:
                 self.tokens.setdefault(e.rid, []).append(e.token)
             elif isinstance(e, (Finish, Abort)):
                 self.tokens.pop(e.rid, None)
+
+    def drain_events(self) -> list[KVEvent]:
+        """The engine's KV events (one prefix event per block boundary, folded over its cache
+        groups: Scheduler::handleCacheMutation, scheduler.cpp)."""
+        out: list[KVEvent] = []
+        for e in self.sched.drain_kv_events():
+            if e.kind == "BlockStored":
+                parent = e.parent_block_hash
+                out.append(KVEvent(EventKind.STORED, tuple(int(h) for h in e.block_hashes), 0,
+                                   None if parent is None else int(parent),
+                                   tuple(int(t) for t in e.token_ids), int(e.block_size)))
+            elif e.kind == "BlockRemoved":
+                out.append(KVEvent(EventKind.REMOVED, tuple(int(h) for h in e.block_hashes)))
+            else:
+                out.append(KVEvent(EventKind.CLEARED, ()))
+        return out
+
+    block_hash = staticmethod(block_hash)
 
     def snapshot(self) -> None:
         return None

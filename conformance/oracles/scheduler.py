@@ -384,3 +384,72 @@ class SchedContentOracle(Oracle):
 def _short(entry, limit: int = 160) -> str:
     text = repr(entry)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class SchedEventOracle(Oracle):
+    """KV events as a scheduler-level runtime reads them (drained after every plan and every
+    advance): EVENT-1..EVENT-3 on the stream itself, EVENT-4 where the engine offers its block
+    hash, and EVENT-7: a prefix a prefill row reuses from the device cache is announced."""
+
+    name = "sched-events"
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-7")
+    needs = frozenset({Feature.KV_EVENTS})
+
+    def __init__(self, block_hash=None) -> None:
+        self.block_hash = block_hash  # (parent, namespace, tokens) -> hash, when offered
+        self.stored: dict[int, tuple[int, tuple[int, ...]]] = {}  # hash -> (ns, whole prefix)
+        self.announced: dict[tuple[int, tuple[int, ...]], int] = {}  # (ns, prefix) -> hashes
+
+    def take(self, events: Sequence[Any]) -> None:
+        from reference.kv_events import EventKind
+
+        for ev in events:
+            if ev.kind is EventKind.CLEARED:
+                self.stored.clear()
+                self.announced.clear()
+                continue
+            if ev.kind is EventKind.REMOVED:
+                for h in ev.block_hashes:
+                    if h not in self.stored:
+                        raise self.fail("EVENT-2", f"BlockRemoved for {h:#x}, which is not stored")
+                    key = self.stored.pop(h)
+                    self.announced[key] -= 1
+                    if not self.announced[key]:
+                        del self.announced[key]
+                continue
+            parent = ev.parent_hash
+            if parent is not None and parent not in self.stored:
+                raise self.fail("EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names parent "
+                                f"{parent:#x}, which is not stored")
+            bs = ev.block_size
+            if bs <= 0 or len(ev.tokens) != bs * len(ev.block_hashes):
+                raise self.fail("EVENT-4", f"BlockStored carries {len(ev.tokens)} tokens for "
+                                f"{len(ev.block_hashes)} blocks of {bs}")
+            whole = self.stored[parent][1] if parent is not None else ()
+            for i, h in enumerate(ev.block_hashes):
+                toks = tuple(ev.tokens[i * bs : (i + 1) * bs])
+                if h in self.stored:
+                    raise self.fail("EVENT-1", f"BlockStored for {h:#x}, which is already stored")
+                if self.block_hash is not None:
+                    want = self.block_hash(parent, ev.namespace, toks)
+                    if h != want:
+                        raise self.fail("EVENT-4", f"block {i} of a BlockStored has hash "
+                                        f"{h:#x}; recomputed from its parent and tokens it is "
+                                        f"{want:#x}")
+                whole = whole + toks
+                key = (ev.namespace, whole)
+                self.stored[h] = key
+                self.announced[key] = self.announced.get(key, 0) + 1
+                parent = h
+
+    def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
+        """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block
+        of them that was already on the device (not loaded back by this plan) is announced."""
+        landed = {d for op in plan.loadbacks for _s, d in op.pairs}
+        for k in range(row.reused // p):
+            if row.page_table[k] in landed:
+                continue
+            if (row.namespace, tuple(tokens[: (k + 1) * p])) not in self.announced:
+                raise self.fail("EVENT-7", f"{row.rid} reuses block {k} (tokens "
+                                f"[{k * p}, {(k + 1) * p})) from device page "
+                                f"{row.page_table[k]}, which no BlockStored announces")
