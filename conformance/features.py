@@ -27,6 +27,10 @@ class Feature(str, Enum):
     MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
     IGNORES_UNKNOWN_EVENTS = "ignores_unknown_events"  # unknown request / op ids ignored (REQ-6)
     KEEPS_WINDOW_PREFIX = "keeps_window_prefix"  # the first W positions' KV is kept (WIN-2)
+    LOADBACK_ACK = "loadback_ack"  # the runtime acknowledges each loadback (HOST-8)
+    # A writeback's acknowledgement carries no success flag: a failed copy ends the runtime and
+    # is never acknowledged (HOST-9).
+    FATAL_TRANSFER_FAILURE = "fatal_transfer_failure"
 
     def __str__(self) -> str:
         return self.value

@@ -23,7 +23,8 @@ from reference.tiers import Tier
 POISON = -1  # what a failed, raced or unfinished copy leaves in its destination
 DROPPED = -2  # KV the runtime dropped behind a sliding window
 TORN = -3  # a page whose slots disagree, where one tag per page was expected
-RESERVED = frozenset({POISON, DROPPED, TORN})
+ZEROED = -4  # a fresh page the plan told the runtime to zero (PLAN-11)
+RESERVED = frozenset({POISON, DROPPED, TORN, ZEROED})
 
 
 @runtime_checkable

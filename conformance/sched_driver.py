@@ -21,6 +21,7 @@ from conformance.features import Feature
 from conformance.l3_runtime import L3Runtime
 from conformance.memory import (
     DROPPED,
+    ZEROED,
     MemoryFactory,
     page_id_space,
     shadow_memory,
@@ -36,6 +37,7 @@ from conformance.oracles.scheduler import (
     ReuseOracle,
     RuntimeEventOracle,
     SchedContentOracle,
+    SchedEventOracle,
 )
 from conformance.sched_trace import SchedTrace
 from reference.plan import (
@@ -44,6 +46,7 @@ from reference.plan import (
     CopyOp,
     ExtendResult,
     Finish,
+    LoadbackDone,
     Plan,
     PrefetchDone,
     RequestSpec,
@@ -96,6 +99,10 @@ class SchedulerDriver:
         self.reuse = (ReuseOracle() if not memory_only and c.publish_mid_flight
                       and not c.sliding_window and not c.mamba else None)
         self.events = RuntimeEventOracle()
+        # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
+        self.kv = (SchedEventOracle(getattr(engine, "block_hash", None))
+                   if Feature.KV_EVENTS in feats and hasattr(engine, "drain_events")
+                   and not memory_only else None)
         self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}
         self.tags: dict[str, list[int]] = {}
@@ -106,6 +113,14 @@ class SchedulerDriver:
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
+        # HOST-9: an engine whose acknowledgement carries no success flag never hears of a
+        # failed copy (the runtime would end); the copies left unacknowledged so.
+        self.fatal_failures = Feature.FATAL_TRANSFER_FAILURE in feats
+        self.abandoned: list[int] = []
+        self.abandoned_pages: set[int] = set()  # host destinations of those copies
+        # HOST-8: loadbacks whose acknowledgement waits for the next advance (the ack modes
+        # cycle with the writebacks' where the engine declares loadback_ack).
+        self.loads_later: list[CopyOp] = []
         # Probes (REQ-2, REQ-6): "all"; "known" leaves out the unknown-id probes the engine may
         # ignore (the replay that shows an ignored event changed nothing); "none" (the replay
         # that judges the run apart from its probes). A probe's finding waits for the end of the
@@ -191,6 +206,10 @@ class SchedulerDriver:
             if step >= last_arrival and self._quiet(plan):
                 return self.log
         left = sorted(rid for rid, r in self.live.items() if not r.finished)
+        if self.abandoned:  # HOST-9: the runtime ends at a failed copy; nothing is owed after it
+            self.log.append(("unjudged", f"copies {self.abandoned[:5]} failed and were never "
+                             "acknowledged: the runtime would have ended there"))
+            return self.log
         if self._fits():
             states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
             capped = ([rid for rid in left if self.live[rid].ns != 0]
@@ -207,7 +226,8 @@ class SchedulerDriver:
                    for a in self.trace.arrivals)
 
     def _quiet(self, plan: Plan) -> bool:
-        if self.later or any(not r.finished or r.copying for r in self.live.values()):
+        if self.later or self.loads_later or any(not r.finished or r.copying
+                                                 for r in self.live.values()):
             return False
         if self.l3 is not None and (self.l3.busy() or not plan.empty):
             return False  # backups of the last writebacks come in the plans after them
@@ -233,6 +253,14 @@ class SchedulerDriver:
         self._at = plan.step
         if self.plans is not None:
             self.plans.check(plan, self.live, self.config, self.p)
+        if not self.memory_only:
+            self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
+                                  self.abandoned_pages)
+        if self.kv is not None:
+            self.kv.take(self.engine.drain_events())
+            for row in plan.rows:
+                if row.kind == "prefill" and row.start == row.reused and row.reused:
+                    self.kv.reused(plan, row, self.live[row.rid].tokens, self.p)
         for row in plan.rows:
             if row.samples:
                 self.live[row.rid].due = True
@@ -245,6 +273,8 @@ class SchedulerDriver:
         loads = [self._start_copy(Tier.HOST, Tier.DEVICE, op) for op in plan.loadbacks]
         for handle in loads:  # landed before the forward (PLAN-5)
             self._finish_copy(handle, True)
+        if plan.zero:  # fresh pages the runtime zeroes before the forward (PLAN-11)
+            self._zero(plan)
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
@@ -256,6 +286,8 @@ class SchedulerDriver:
             if self.mstates is not None:
                 self._forward_state(row, req)
         events: list = []
+        if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
+            events.extend(self._ack_loads(plan.loadbacks))
         external: dict[str, set[Event]] = {}
         # Backups start before this plan's writebacks: a source page reused by one of them
         # is seen to change while the backup reads it (L3-5).
@@ -285,6 +317,8 @@ class SchedulerDriver:
             events.extend(self.l3.land(l3_due))
         events.extend(self._land_copies(due, failed))
         self._call("advance", self.engine.advance, events)
+        if self.kv is not None:
+            self.kv.take(self.engine.drain_events())
         self._states("advance", external)
         after = self.snap
         if not self.memory_only:
@@ -351,6 +385,33 @@ class SchedulerDriver:
             drops = range(max(self.base.get(row.rid, 0), keep), row.start + n - w)
             self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
                               [i % p for i in drops], [DROPPED] * len(drops))
+
+    def _ack_loads(self, loads: Sequence[CopyOp]) -> list[LoadbackDone]:
+        """Acknowledge the loadbacks held back last time and this plan's, except those the
+        workload holds back to the next advance (its "later" acks; a loadback has landed before
+        the forward, so "fail" acknowledges it now)."""
+        due, self.loads_later = self.loads_later, []
+        modes = self.trace.acks or ["now"]
+        for op in loads:
+            mode = modes[self.acks % len(modes)]
+            self.acks += 1
+            (self.loads_later if mode == "later" else due).append(op)
+        return [LoadbackDone(op.op_id) for op in due]
+
+    def _zero(self, plan: Plan) -> None:
+        """Zero the plan's fresh pages (PLAN-11): a page a row of this plan reads, or one a
+        loadback of this plan just filled, must not be among them; a row that reads a zeroed
+        position later shows up in the content check."""
+        p = self.p
+        landed = {d for op in plan.loadbacks for _s, d in op.pairs}
+        for row in plan.rows:
+            w = self.config.sliding_window
+            first = max(0, row.start - w + 1) if w else 0
+            read = {row.page_table[i // p] for i in range(first, row.start)} | landed
+            bad = sorted(read & set(plan.zero))
+            if bad:
+                raise self.content.zeroed(row, bad[0])
+        self.memory.write_pages(Tier.DEVICE, list(plan.zero), [ZEROED] * len(plan.zero))
 
     def _start_copy(self, src: Tier, dst: Tier, op: CopyOp) -> tuple[Any, Any]:
         """One copy op, all its units: KV pages, and Mamba states by their own kind (D162-1)."""
@@ -431,7 +492,11 @@ class SchedulerDriver:
             out.append(WritebackDone(op.op_id, True))
         for op, handle in failed:
             self._finish_copy(handle, False)
-            out.append(WritebackDone(op.op_id, False))
+            if self.fatal_failures:  # never acknowledged: the runtime would end here (HOST-9)
+                self.abandoned.append(op.op_id)
+                self.abandoned_pages.update(d for _s, d in op.pairs)
+            else:
+                out.append(WritebackDone(op.op_id, False))
         for op, _handle in due + failed:
             if op.rid in self.live:
                 self.live[op.rid].copying.discard(op.op_id)

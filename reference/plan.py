@@ -91,6 +91,9 @@ class Plan:
     loadbacks: tuple[CopyOp, ...]
     writebacks: tuple[CopyOp, ...]
     l3: tuple[L3Op, ...] = ()  # prefetches and backups, started with the plan
+    # Fresh device pages the runtime zeroes before the forward (PLAN-11): never a page whose
+    # content a row of this plan reads or a loadback of this plan fills.
+    zero: tuple[int, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -120,6 +123,13 @@ class WritebackDone:
 
 
 @dataclass(slots=True, frozen=True)
+class LoadbackDone:
+    """A loadback landed (HOST-8): sent by a runtime whose engine declares loadback_ack."""
+
+    op_id: int
+
+
+@dataclass(slots=True, frozen=True)
 class PrefetchDone:
     """A prefetch ended: its first ``completed`` pages landed, the rest did not (L3-3)."""
 
@@ -133,4 +143,5 @@ class BackupDone:
     success: bool = True
 
 
-RuntimeEvent = ExtendResult | Finish | Abort | WritebackDone | PrefetchDone | BackupDone
+RuntimeEvent = (ExtendResult | Finish | Abort | WritebackDone | LoadbackDone | PrefetchDone
+                | BackupDone)

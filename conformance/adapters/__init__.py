@@ -26,7 +26,7 @@ ENGINES: dict[str, str] = {
 # a conformance.sched_trace.SchedConfig.
 SCHED_ENGINES: dict[str, str] = {
     "reference": "conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter",
-    "tokenspeed": "conformance.adapters.tokenspeed:TokenSpeedAdapter",
+    "tokenspeed": "conformance.adapters.tokenspeed:tokenspeed_adapter",
 }
 
 

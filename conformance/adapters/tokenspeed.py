@@ -260,3 +260,14 @@ class TokenSpeedAdapter:
 
     def snapshot(self) -> None:
         return None
+
+
+def tokenspeed_adapter(config: SchedConfig) -> Any:
+    """The adapter for the installed revision, whichever era it is: the block-pool binding
+    (cache groups, today's main) or the radix-tree one (``page_size``). A user who installs
+    either gets the right one under the one engine name."""
+    from conformance.adapters.tokenspeed_blockpool import TokenSpeedBlockPoolAdapter, is_block_pool
+
+    if is_block_pool(_module()):
+        return TokenSpeedBlockPoolAdapter(config)
+    return TokenSpeedAdapter(config)

@@ -21,6 +21,7 @@ from conformance.oracles.scheduler import (
     ReuseOracle,
     RuntimeEventOracle,
     SchedContentOracle,
+    SchedEventOracle,
 )
 from conformance.oracles.unload import UnloadOracle
 from conformance.oracles.window import WindowConfigOracle
@@ -45,7 +46,7 @@ MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, 
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
-    SchedContentOracle, L3Oracle, MambaContentOracle, MambaOwnershipOracle,
+    SchedContentOracle, SchedEventOracle, L3Oracle, MambaContentOracle, MambaOwnershipOracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle,
                                          WindowConfigOracle, PinnedHostOracle, ProcessOracle)

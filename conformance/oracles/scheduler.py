@@ -8,11 +8,12 @@ black-box: they use only the plans and what the driver itself reported. The stat
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.features import Feature
-from conformance.memory import POISON
+from conformance.memory import POISON, ZEROED
 from conformance.oracles.base import Oracle, Violation
 from conformance.tree_view import TreeView
 from reference.plan import Plan
@@ -265,10 +266,39 @@ class LivenessOracle(Oracle):
 
 class RuntimeEventOracle(Oracle):
     """REQ-2 (rejections change nothing), REQ-4 (abort ends holding nothing), REQ-5 (failed
-    writeback leaves no host copy), REQ-6 (an ignored unknown event changes nothing)."""
+    writeback leaves no host copy), REQ-6 (an ignored unknown event changes nothing); and what a
+    black-box runtime sees of transfers in flight: HOST-8 (a loadback's ends stay pinned until its
+    acknowledgement), HOST-2 and HOST-9 (no loadback reads a host copy that never landed)."""
 
     name = "runtime-events"
-    behaviours = ("REQ-2", "REQ-4", "REQ-5", "REQ-6")
+    behaviours = ("REQ-2", "REQ-4", "REQ-5", "REQ-6", "HOST-2", "HOST-8", "HOST-9")
+
+    def in_flight(self, plan, loads: Sequence, writes: Sequence, abandoned: set[int]) -> None:
+        """A plan, seen while ``loads`` (loadbacks) and ``writes`` (writebacks) await their
+        acknowledgement and the host pages ``abandoned`` belong to copies that failed and were
+        never acknowledged: no fresh or copied-into page of the plan is one a loadback in flight
+        still owns, and no loadback reads a host page whose copy has not landed."""
+        for op in loads:
+            dst = {d for _s, d in op.pairs}
+            src = {s for s, _d in op.pairs}
+            hit = sorted(dst & (set(plan.zero) | {d for o in plan.loadbacks for _s, d in o.pairs}))
+            if hit:
+                raise self.fail("HOST-8", f"device page {hit[0]} is reused by plan {plan.step} "
+                                f"while loadback {op.op_id} into it is not acknowledged")
+            hit = sorted(src & {d for o in plan.writebacks for _s, d in o.pairs})
+            if hit:
+                raise self.fail("HOST-8", f"host page {hit[0]} is overwritten by a writeback of "
+                                f"plan {plan.step} while loadback {op.op_id} still reads it")
+        landing = {d for o in writes for _s, d in o.pairs}
+        for o in plan.loadbacks:
+            for s, _d in o.pairs:
+                if s in landing:
+                    raise self.fail("HOST-2", f"loadback {o.op_id} of plan {plan.step} reads "
+                                    f"host page {s}, whose writeback is not acknowledged yet")
+                if s in abandoned:
+                    raise self.fail("HOST-9", f"loadback {o.op_id} of plan {plan.step} reads "
+                                    f"host page {s}, whose writeback failed and was never "
+                                    "acknowledged")
 
     def ignored_changed(self, with_log: list, without_log: list) -> Violation | None:
         """REQ-6: the plans of a run with ignored events against the same run without them."""
@@ -319,7 +349,12 @@ class SchedContentOracle(Oracle):
     namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "PLAN-11")
+
+    def zeroed(self, row, page: int) -> Violation:
+        return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "
+                         f"page {page}, which the {row.kind} row of {row.rid} reads or a "
+                         "loadback of the same plan fills")
 
     def dropped(self, row, i: int, page: int) -> Violation:
         return self.fail(("PLAN-8", "TREE-2"), f"{row.kind} row of {row.rid} reads position {i} "
@@ -335,7 +370,8 @@ class SchedContentOracle(Oracle):
                              f"(namespace {ns}) reads position {i} from device page {page}, "
                              f"which holds KV of namespace {other}")
         what = ("nothing" if got is None else "the remains of an unfinished copy"
-                if got == POISON else "the KV of another prefix")
+                if got == POISON else "zeros (a plan told the runtime to zero it)"
+                if got == ZEROED else "the KV of another prefix")
         return self.fail("TREE-2", f"{row.kind} row of {row.rid} (namespace {ns}) reads "
                          f"position {i} from device page {page}, which holds {what}")
 
@@ -347,3 +383,72 @@ class SchedContentOracle(Oracle):
 def _short(entry, limit: int = 160) -> str:
     text = repr(entry)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class SchedEventOracle(Oracle):
+    """KV events as a scheduler-level runtime reads them (drained after every plan and every
+    advance): EVENT-1..EVENT-3 on the stream itself, EVENT-4 where the engine offers its block
+    hash, and EVENT-7: a prefix a prefill row reuses from the device cache is announced."""
+
+    name = "sched-events"
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-7")
+    needs = frozenset({Feature.KV_EVENTS})
+
+    def __init__(self, block_hash=None) -> None:
+        self.block_hash = block_hash  # (parent, namespace, tokens) -> hash, when offered
+        self.stored: dict[int, tuple[int, tuple[int, ...]]] = {}  # hash -> (ns, whole prefix)
+        self.announced: dict[tuple[int, tuple[int, ...]], int] = {}  # (ns, prefix) -> hashes
+
+    def take(self, events: Sequence[Any]) -> None:
+        from reference.kv_events import EventKind
+
+        for ev in events:
+            if ev.kind is EventKind.CLEARED:
+                self.stored.clear()
+                self.announced.clear()
+                continue
+            if ev.kind is EventKind.REMOVED:
+                for h in ev.block_hashes:
+                    if h not in self.stored:
+                        raise self.fail("EVENT-2", f"BlockRemoved for {h:#x}, which is not stored")
+                    key = self.stored.pop(h)
+                    self.announced[key] -= 1
+                    if not self.announced[key]:
+                        del self.announced[key]
+                continue
+            parent = ev.parent_hash
+            if parent is not None and parent not in self.stored:
+                raise self.fail("EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names parent "
+                                f"{parent:#x}, which is not stored")
+            bs = ev.block_size
+            if bs <= 0 or len(ev.tokens) != bs * len(ev.block_hashes):
+                raise self.fail("EVENT-4", f"BlockStored carries {len(ev.tokens)} tokens for "
+                                f"{len(ev.block_hashes)} blocks of {bs}")
+            whole = self.stored[parent][1] if parent is not None else ()
+            for i, h in enumerate(ev.block_hashes):
+                toks = tuple(ev.tokens[i * bs : (i + 1) * bs])
+                if h in self.stored:
+                    raise self.fail("EVENT-1", f"BlockStored for {h:#x}, which is already stored")
+                if self.block_hash is not None:
+                    want = self.block_hash(parent, ev.namespace, toks)
+                    if h != want:
+                        raise self.fail("EVENT-4", f"block {i} of a BlockStored has hash "
+                                        f"{h:#x}; recomputed from its parent and tokens it is "
+                                        f"{want:#x}")
+                whole = whole + toks
+                key = (ev.namespace, whole)
+                self.stored[h] = key
+                self.announced[key] = self.announced.get(key, 0) + 1
+                parent = h
+
+    def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
+        """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block
+        of them that was already on the device (not loaded back by this plan) is announced."""
+        landed = {d for op in plan.loadbacks for _s, d in op.pairs}
+        for k in range(row.reused // p):
+            if row.page_table[k] in landed:
+                continue
+            if (row.namespace, tuple(tokens[: (k + 1) * p])) not in self.announced:
+                raise self.fail("EVENT-7", f"{row.rid} reuses block {k} (tokens "
+                                f"[{k * p}, {(k + 1) * p})) from device page "
+                                f"{row.page_table[k]}, which no BlockStored announces")
