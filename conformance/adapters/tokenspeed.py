@@ -32,11 +32,14 @@ from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
 from reference.plan import (
     Abort,
+    BackupDone,
     CopyOp,
     ExtendResult,
     Finish,
     ForwardRow,
+    L3Op,
     Plan,
+    PrefetchDone,
     RequestSpec,
     RuntimeEvent,
     WritebackDone,
@@ -144,6 +147,17 @@ class TokenSpeedAdapter:
         self.lora = hasattr(ts.RequestSpec(), "lora_id")
         if self.lora:
             features |= {Feature.NAMESPACES}
+        # An L3 store where the runtime can acknowledge backups (BackUpDoneEvent, PR 293): every
+        # radix-era binding has PrefetchOp, BackUpOp and enable_l3_storage, only PR 293 both
+        # emits backups and takes their acknowledgement.
+        if hasattr(ts.Cache, "BackUpDoneEvent"):
+            features |= {Feature.L3_STORE}
+        self.l3 = config.l3_store and Feature.L3_STORE in features
+        if self.l3:
+            c.enable_l3_storage = True
+            # It prefetches when the hits exceed its threshold (Scheduler::schedulePrefetch,
+            # csrc/scheduler/operations/cache.cpp); the kit's threshold is the least worth one.
+            c.prefetch_threshold = config.prefetch_threshold - 1
         self.features = frozenset(features)
         self.sched = ts.Scheduler(c)
         self._step = 0
@@ -152,6 +166,12 @@ class TokenSpeedAdapter:
         self.tables: dict[str, tuple[int, ...]] = {}  # the last page table each request had
         self.decoding: set[str] = set()  # requests with a decode row in the last plan
         self.ending: list[str] = []  # finished or aborted, a writeback of theirs still to come
+        # L3: the page each request's keys start at (its host match when it arrived), the
+        # request of each prefetch, and each writeback's request and sequence until its backup.
+        self.l3_start: dict[str, int] = {}
+        self.prefetching: dict[int, str] = {}
+        self.written: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+        self.acked: list[int] = []  # writebacks acknowledged since the last plan
 
     def _call(self, fn, *args):
         try:
@@ -169,11 +189,67 @@ class TokenSpeedAdapter:
             spec.tokens = list(s.tokens)
             if self.lora:
                 spec.lora_id = s.namespace
+            if self.l3:
+                self._l3_query(spec, s)
             out.append(spec)
         self._call(self.sched.submit_requests, out)
         for s in specs:
             self.tokens[s.rid] = list(s.tokens)
             self.ns[s.rid] = s.namespace
+
+    def _l3_query(self, spec: Any, s: RequestSpec) -> None:
+        """What TokenSpeed's runtime tells the engine of the L3 store when a request arrives
+        (calc_l3_query_hashes in PR 293's discussion): the keys of the prompt's full pages past
+        the host match, from the engine's own ``calc_rolling_hash(.., apply_match=True)``, and
+        how many of them the store holds. The kit's ``l3_hits`` counts from the first page, so
+        the store holds ``l3_hits - match`` of them. Pages are those a first chunk can reuse:
+        the last token's is left out, as the engine's own match leaves it."""
+        p = self.page_size
+        full = (len(s.tokens) - 1) // p
+        hashes = [str(h) for h in self.sched.calc_rolling_hash(list(s.tokens[: full * p]), True)]
+        start = full - len(hashes)
+        spec.rolling_hashes = hashes
+        spec.storage_hit_pages = max(0, s.l3_hits - start)
+        self.l3_start[s.rid] = start
+
+    def _prefetch(self, op: Any) -> L3Op:
+        """A PrefetchOp: host pages to fill with the pages stored under its keys. The keys
+        are the ones the runtime handed in at arrival, so they name pages from the host match
+        of that moment on."""
+        rid = str(op.request_id)
+        self.prefetching[int(op.op_id)] = rid
+        return L3Op(int(op.op_id), "prefetch", rid, self.ns.get(rid, 0),
+                    self.l3_start.get(rid, 0), tuple(int(pg) for pg in op.dst_pages),
+                    tuple(str(k) for k in op.rolling_page_hashes))
+
+    def _backup(self, op: Any) -> L3Op:
+        """A BackUpOp names no request: it is the backup of the acknowledged writeback whose
+        host pages it reads (Scheduler::handleEvent(cache::WriteBackDone)). Its pages come in
+        the writeback's order, node by node from the leaf (newWriteBackOperation), each with
+        its key; the kit lists them in sequence order, so each (page, key) pair is placed at
+        the page its key names in the request's sequence (the engine's own hash, with no
+        match). Pairs whose keys name no page of it stay in the engine's order, where the kit
+        reports the wrong key."""
+        pages = [int(pg) for pg in op.src_pages]
+        keys = [str(k) for k in op.rolling_page_hashes]
+        owner = next((w for w in self.acked if set(pages) <= set(self.written[w][2])), None)
+        if owner is None:
+            return L3Op(int(op.op_id), "backup", "", 0, 0, tuple(pages), tuple(keys))
+        rid, tokens, _host = self.written[owner]
+        chain = [str(h) for h in self.sched.calc_rolling_hash(list(tokens), False)]
+        at = {h: j for j, h in enumerate(chain)}
+        where = [at.get(k) for k in keys]
+        found = [j for j in where if j is not None]
+        if len(found) == len(keys) and found and sorted(found) == list(
+                range(min(found), min(found) + len(found))):
+            order = sorted(range(len(keys)), key=lambda i: found[i])
+            pages = [pages[i] for i in order]
+            keys = [keys[i] for i in order]
+            start = min(found)
+        else:
+            start = found[0] if found else max(0, (len(tokens) - 1) // self.page_size - len(keys))
+        return L3Op(int(op.op_id), "backup", rid, self.ns.get(rid, 0), start, tuple(pages),
+                    tuple(keys))
 
     def _rows(self, fwd) -> list[ForwardRow]:
         rows: list[ForwardRow] = []
@@ -240,8 +316,15 @@ class TokenSpeedAdapter:
         running = {r.rid for r in rows}
         loads: list[CopyOp] = []
         writes: list[CopyOp] = []
+        l3: list[L3Op] = []
         for op in plan.cache:
             kind = type(op).__name__
+            if kind == "PrefetchOp":
+                l3.append(self._prefetch(op))
+                continue
+            if kind == "BackUpOp":
+                l3.append(self._backup(op))
+                continue
             if kind not in ("LoadBackOp", "WriteBackOp"):
                 continue
             retract = list(getattr(op, "is_retract", [False] * len(op.op_ids)))
@@ -254,13 +337,19 @@ class TokenSpeedAdapter:
                     owner = self._owner(src, bool(retract[k]), running)
                     writes.append(CopyOp(int(op_id), "writeback", owner, pairs,
                                          bool(retract[k])))
+                    if self.l3 and owner:
+                        self.written[int(op_id)] = (owner, tuple(self.tokens.get(owner, ())),
+                                                    tuple(d for _s, d in pairs))
+        for w in self.acked:  # backed up in this plan or never (the engine's queue is drained)
+            self.written.pop(w, None)
+        self.acked = []
         # A finished request's writeback comes in the plan right after its Finish (Draining
         # becomes WritingBack there) or never: forget it, so attribution stays cheap.
         for rid in self.ending:
             self.tables.pop(rid, None)
             self.tokens.pop(rid, None)
         self.ending = []
-        return Plan(self._step, tuple(rows), tuple(loads), tuple(writes))
+        return Plan(self._step, tuple(rows), tuple(loads), tuple(writes), tuple(l3))
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         ts = self.ts
@@ -283,6 +372,15 @@ class TokenSpeedAdapter:
                 ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
             elif isinstance(e, WritebackDone):
                 ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id,
+                                    success=e.success))
+                if e.op_id in self.written:  # its backup comes in the next plan (PR 293)
+                    self.acked.append(e.op_id)
+            elif isinstance(e, PrefetchDone):
+                ev.add_event(_event(ts.Cache.PrefetchDoneEvent, op_id=e.op_id,
+                                    request_id=self.prefetching.pop(e.op_id, ""),
+                                    success=True, completed_pages=e.completed))
+            elif isinstance(e, BackupDone):
+                ev.add_event(_event(ts.Cache.BackUpDoneEvent, op_id=e.op_id,
                                     success=e.success))
         self._call(self.sched.advance, ev)
         for e in events:  # taken: only now are the sampled tokens part of each sequence
