@@ -25,6 +25,7 @@ class Feature(str, Enum):
     MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
     IGNORES_UNKNOWN_EVENTS = "ignores_unknown_events"  # unknown request / op ids ignored (REQ-6)
     KEEPS_WINDOW_PREFIX = "keeps_window_prefix"  # the first W positions' KV is kept (WIN-2)
+    MAMBA_CHECKPOINT_SLOT = "mamba_checkpoint_slot"  # two state slots per request (MAMBA-9)
 
     def __str__(self) -> str:
         return self.value

@@ -100,6 +100,43 @@ def publishes_mid_flight(ts: Any) -> bool:
     return _MID_FLIGHT[key]
 
 
+_MAMBA: dict[int, bool] = {}
+
+
+def keeps_mamba_state(ts: Any) -> bool:
+    """Whether this build schedules Mamba state slots beside KV: every radix-era binding has
+    ``enable_mamba`` and the per-row slot fields, so ask the engine whether a request's forward
+    row names a working slot when the switch is on."""
+    key = id(ts)
+    if key not in _MAMBA:
+        c = ts.SchedulerConfig()
+        if not hasattr(c, "enable_mamba"):
+            _MAMBA[key] = False
+            return False
+        c.page_size, c.max_scheduled_tokens, c.max_batch_size = 2, 64, 4
+        c.decode_input_tokens, c.role = 1, ts.SchedulerConfig.Role.Fused
+        c.num_device_pages, c.num_host_pages, c.disable_l2_cache = 33, 0, True
+        c.enable_mamba, c.mamba_cache_chunk_size, c.mamba_pool_total_chunks = True, 2, 4
+        s = ts.Scheduler(c)
+        s.submit_requests([_event(ts.RequestSpec, request_id="m", tokens=list(range(1, 6)))])
+        rows = [int(w) for fwd in s.next_execution_plan().forward
+                for w in getattr(fwd, "mamba_pool_indices", [])]
+        _MAMBA[key] = bool(rows) and all(w >= 0 for w in rows)
+    return _MAMBA[key]
+
+
+def checkpoint_depth(start: int, end: int, page: int) -> int:
+    """The depth whose state TokenSpeed's runtime leaves in a row's checkpoint slot, or 0 for
+    none: the last page boundary the row reaches past its start, when the row starts or ends on
+    a boundary (its chunked scan tracks boundaries from the row's start). The scheduler assumes
+    just that when it publishes the checkpoint as the state of the pages inserted up to there
+    (HybridPrefixCache::Apply(DevicePrefix), should_publish_mamba_checkpoint)."""
+    depth = end // page * page
+    if depth > start and (start % page == 0 or end % page == 0):
+        return depth
+    return 0
+
+
 def _event(cls: type, **fields: Any) -> Any:
     """A binding event: constructed empty, its fields set afterwards."""
     ev = cls()
@@ -158,6 +195,19 @@ class TokenSpeedAdapter:
             # It prefetches when the hits exceed its threshold (Scheduler::schedulePrefetch,
             # csrc/scheduler/operations/cache.cpp); the kit's threshold is the least worth one.
             c.prefetch_threshold = config.prefetch_threshold - 1
+        if keeps_mamba_state(ts):
+            # A first chunk is admitted only with room for a working and a checkpoint slot
+            # ("mamba_slots_needed = 2 + ..." in Scheduler::schedulePrefillFirstChunk,
+            # csrc/scheduler/operations/forward.cpp; HybridPrefixCache::Apply on PR 243): MAMBA-9.
+            features |= {Feature.MAMBA, Feature.MAMBA_CHECKPOINT_SLOT}
+        self.mamba = config.mamba and Feature.MAMBA in features
+        if self.mamba:
+            c.enable_mamba = True
+            c.mamba_cache_chunk_size = config.page_size  # states at page boundaries (MAMBA-3)
+            c.mamba_pool_total_chunks = config.mamba_slots
+            if config.mamba_host_slots and config.host_pages:
+                c.enable_mamba_l2 = True
+                c.mamba_l2_host_slots = config.mamba_host_slots
         self.features = frozenset(features)
         self.sched = ts.Scheduler(c)
         self._step = 0
@@ -251,6 +301,15 @@ class TokenSpeedAdapter:
         return L3Op(int(op.op_id), "backup", rid, self.ns.get(rid, 0), start, tuple(pages),
                     tuple(keys))
 
+    def _mamba(self, i: int, start: int, n: int, work: Sequence[int], cow: Sequence[int],
+               ckpt: Sequence[int]) -> tuple[int, int, int, int]:
+        """A row's Mamba slots: its working slot, the cached state it resumes from (copy on
+        write), and its checkpoint slot with the depth the runtime leaves there (none when the
+        row passes no page boundary it can track)."""
+        depth = checkpoint_depth(start, start + n, self.page_size)
+        dst = int(ckpt[i]) if depth else -1
+        return int(work[i]), int(cow[i]), dst, depth if dst >= 0 else 0
+
     def _rows(self, fwd) -> list[ForwardRow]:
         rows: list[ForwardRow] = []
         n_ext = fwd.num_extends()
@@ -260,6 +319,9 @@ class TokenSpeedAdapter:
         prefix, prefill = fwd.extend_prefix_lens, fwd.prefill_lengths
         input_ids = fwd.input_ids
         hist, last = fwd.hist_token_lens, fwd.decode_input_ids
+        if self.mamba:
+            work, cow = fwd.mamba_pool_indices, fwd.mamba_cow_src_indices
+            ckpt = fwd.mamba_checkpoint_dst_indices
         offset = 0
         for i, rid in enumerate(rids):
             table = tuple(tables[i])
@@ -274,7 +336,8 @@ class TokenSpeedAdapter:
                 offset += n
                 samples = start + n == int(prefill[i])
                 rows.append(ForwardRow(rid, "prefill", ns, start, toks, start, table, new, slot,
-                                       samples))
+                                       samples, *self._mamba(i, start, n, work, cow, ckpt)
+                                       if self.mamba else ()))
                 continue
             j = i - n_ext
             known = self.tokens.get(rid, [])
@@ -286,9 +349,23 @@ class TokenSpeedAdapter:
             if token < 0:
                 token = known[start] if 0 <= start < len(known) else -1
             rows.append(ForwardRow(rid, "decode", ns, start, (token,), 0, table, new, slot,
-                                   True))
+                                   True, *self._mamba(i, start, 1, work, cow, ckpt)
+                                   if self.mamba else ()))
             self.decoding.add(rid)
         return rows
+
+    @staticmethod
+    def _states(op: Any) -> list[tuple[tuple[int, int], ...]]:
+        """Each copy's Mamba state units: the ``mamba`` kind of ``src_pages_by_kind`` /
+        ``dst_pages_by_kind`` (``src_pages`` / ``dst_pages`` hold the KV pages only)."""
+        src = dict(op.src_pages_by_kind).get("mamba", [])
+        dst = dict(op.dst_pages_by_kind).get("mamba", [])
+        out = []
+        for k in range(len(op.op_ids)):
+            s = src[k] if k < len(src) else []
+            d = dst[k] if k < len(dst) else []
+            out.append(tuple(zip((int(x) for x in s), (int(x) for x in d), strict=True)))
+        return out
 
     def _owner(self, src: Sequence[int], retract: bool, running: set[str]) -> str:
         """The request a writeback belongs to (the radix-era op names none): among those it can
@@ -328,15 +405,16 @@ class TokenSpeedAdapter:
             if kind not in ("LoadBackOp", "WriteBackOp"):
                 continue
             retract = list(getattr(op, "is_retract", [False] * len(op.op_ids)))
+            states = self._states(op) if self.mamba else [()] * len(op.op_ids)
             for k, op_id in enumerate(op.op_ids):
                 src = [int(p) for p in op.src_pages[k]]
                 pairs = tuple(zip(src, (int(p) for p in op.dst_pages[k]), strict=True))
                 if kind == "LoadBackOp":
-                    loads.append(CopyOp(int(op_id), "loadback", "", pairs))
+                    loads.append(CopyOp(int(op_id), "loadback", "", pairs, mamba=states[k]))
                 else:
                     owner = self._owner(src, bool(retract[k]), running)
                     writes.append(CopyOp(int(op_id), "writeback", owner, pairs,
-                                         bool(retract[k])))
+                                         bool(retract[k]), states[k]))
                     if self.l3 and owner:
                         self.written[int(op_id)] = (owner, tuple(self.tokens.get(owner, ())),
                                                     tuple(d for _s, d in pairs))
