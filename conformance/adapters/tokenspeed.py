@@ -11,7 +11,17 @@ op to the request whose page table holds its source pages; the runtime sends
 Features come from what the installed build offers, never from hope: namespaces (``lora_id``)
 and the per-forward adapter cap (``max_loras``) only where the binding has them, a sliding window
 only where it has ``has_sliding_window``, and mid-flight publish only where the engine, asked
-with two requests, publishes a prompt before it finishes (``publishes_mid_flight``). The
+with two requests, publishes a prompt before it finishes (``publishes_mid_flight``).
+
+L3 (PR 293, the only build with ``Cache.BackUpDoneEvent``): when a request arrives the adapter
+does what TokenSpeed's runtime does, asking the engine for the keys past the host match
+(``calc_rolling_hash(.., apply_match=True)``) and telling it how many of them the store holds;
+a ``PrefetchOp`` is a prefetch of the pages those keys name, a ``BackUpOp`` (which names no
+request) the backup of the acknowledged writeback whose host pages it reads, its (page, key)
+pairs placed at the pages the keys name. Mamba (every radix-era build, asked with one request:
+``keeps_mamba_state``): a row's working, copy-on-write and checkpoint slots, the checkpoint with
+the depth TokenSpeed's runtime leaves there (``checkpoint_depth``), and each copy's state units
+from ``*_pages_by_kind``; every admitted request takes two state slots (MAMBA-9). The
 extension is not on PyPI; when it cannot be imported every scheduler case is NOT_SUPPORTED with
 that reason. It offers no snapshot, so only the black-box oracles judge it.
 
