@@ -111,3 +111,50 @@ def test_a_build_without_l3_acknowledgements_or_mamba_claims_neither(monkeypatch
     a = T.TokenSpeedAdapter(SchedConfig(l3_store=True))
     assert Feature.L3_STORE not in a.features and Feature.MAMBA not in a.features
     assert not a.l3 and not a.mamba
+
+
+class _Idle:
+    """An engine that admits nobody, as one that reserves a checkpoint slot with each request
+    does with a one-slot state pool."""
+
+    page_size = 2
+
+    def __init__(self, features: frozenset[Feature]) -> None:
+        self.features = features
+        self.n = 0
+
+    def submit(self, specs) -> None:
+        pass
+
+    def next_plan(self):
+        from reference.plan import Plan
+
+        self.n += 1
+        return Plan(self.n, (), (), ())
+
+    def advance(self, events) -> None:
+        pass
+
+    def snapshot(self) -> None:
+        return None
+
+
+@pytest.mark.behaviours("MAMBA-9", "LIVE-1")
+def test_liveness_is_judged_by_the_state_slots_an_engine_declares_it_needs() -> None:
+    from conformance.oracles import Violation
+    from conformance.sched_driver import SchedulerDriver
+    from conformance.sched_trace import Arrival, SchedTrace
+
+    trace = SchedTrace(config=SchedConfig(mamba=True, mamba_slots=1), max_plans=5,
+                       arrivals=[Arrival(at=0, rid="r", tokens=[0, 1, 2])])
+    base = frozenset({Feature.MAMBA, Feature.IGNORES_UNKNOWN_EVENTS})
+    with pytest.raises(Violation) as e:
+        SchedulerDriver(_Idle(base), trace, probes="none").run()
+    assert "LIVE-1" in e.value.behaviours
+    log = SchedulerDriver(_Idle(base | {Feature.MAMBA_CHECKPOINT_SLOT}), trace,
+                          probes="none").run()
+    assert log[-1][0] == "unjudged"
+    roomy = trace.model_copy(update={"config": SchedConfig(mamba=True, mamba_slots=2)})
+    with pytest.raises(Violation):
+        SchedulerDriver(_Idle(base | {Feature.MAMBA_CHECKPOINT_SLOT}), roomy,
+                        probes="none").run()
