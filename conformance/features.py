@@ -31,6 +31,7 @@ class Feature(str, Enum):
     # A writeback's acknowledgement carries no success flag: a failed copy ends the runtime and
     # is never acknowledged (HOST-9).
     FATAL_TRANSFER_FAILURE = "fatal_transfer_failure"
+    MAMBA_CHECKPOINT_SLOT = "mamba_checkpoint_slot"  # two state slots per request (MAMBA-9)
 
     def __str__(self) -> str:
         return self.value

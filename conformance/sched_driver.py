@@ -215,13 +215,19 @@ class SchedulerDriver:
             capped = ([rid for rid in left if self.live[rid].ns != 0]
                       if self.config.max_adapters else None)
             raise LivenessOracle().stuck(self.trace.max_plans, left, states, capped)
-        self.log.append(("unjudged", "a request needs more device pages than the pool has"))
+        self.log.append(("unjudged", "a request needs more device pages or state slots than "
+                         "the pools have"))
         return self.log
 
     def _fits(self) -> bool:
         """LIVE-1 applies when every request alone fits on the device: its whole sequence
-        (prompt and generated tokens) in pages, plus the page its next decode would need."""
+        (prompt and generated tokens) in pages, plus the page its next decode would need, and,
+        for an engine that reserves a checkpoint slot with each request, its two state slots
+        (MAMBA-9)."""
         c = self.config
+        if c.mamba and c.mamba_slots < 2 \
+                and Feature.MAMBA_CHECKPOINT_SLOT in self.engine.features:
+            return False
         return all(-(-(len(a.tokens) + a.new_tokens) // self.p) + 1 <= c.device_pages
                    for a in self.trace.arrivals)
 
@@ -554,6 +560,7 @@ class SchedulerDriver:
             try:
                 self.events.rejected(what, before, self._snapshot())
             except Violation as v:
+                v.probe = True
                 self.probe_finding = self.probe_finding or v
             return
         except Exception as e:
@@ -564,4 +571,5 @@ class SchedulerDriver:
             return
         finding = self.events.accepted_illegal(what)
         finding.step = step
+        finding.probe = True
         self.probe_finding = self.probe_finding or finding

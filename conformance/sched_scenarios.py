@@ -8,7 +8,7 @@ from conformance.features import Feature
 from conformance.sched_trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 
 SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]  # a shared "system prompt" of 4 pages at page size 2
-L3 = frozenset({Feature.L3_STORE, Feature.NAMESPACES})
+L3 = frozenset({Feature.L3_STORE})
 CAP = frozenset({Feature.ADAPTER_CAP, Feature.NAMESPACES})
 MAMBA = frozenset({Feature.MAMBA})
 OTHER = [2, 2, 1, 1, 0, 0, 2, 1]  # a second shared prompt, four pages
@@ -133,7 +133,8 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
         "Without mixed mode a forward is all prefill or all decode, within budget and batch.",
     ),
     SchedScenario(
-        "sched-l3-prefetch", ("L3-1", "L3-2", "L3-3", "L3-5", "TREE-2", "NS-1"), L3,
+        "sched-l3-prefetch", ("L3-1", "L3-2", "L3-3", "L3-5", "TREE-2", "NS-1"),
+        L3 | {Feature.NAMESPACES},
         _t("sched-l3-prefetch", ("L3-3",),
            config=SchedConfig(l3_store=True),
            l3_preload=[Preload(tokens=[*SYSTEM, 2, 2, 1, 1, 0]),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.adapters.tokenspeed import keeps_mamba_state
 from conformance.engine_config import EngineConfig
 from conformance.features import Feature
 from conformance.profiles import get_profile, parse_budget
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("tokenspeed_scheduler")
 
 SCHED_CASES = ["sched-abort-everywhere", "sched-failed-writebacks", "sched-no-mixed-batches",
                "fuzz-scheduler", "fuzz-scheduler-tight"]
+L3_CASES = ["sched-l3-host-moves", "sched-l3-tight-host", "fuzz-scheduler-l3"]
+MAMBA_CASES = ["sched-mamba-reuse", "sched-mamba-tight-slots", "sched-mamba-finish-fallback"]
 
 
 @pytest.mark.behaviours("FAULT-3", "REQ-6")
@@ -31,15 +34,20 @@ def test_the_adapter_speaks_the_real_binding(tmp_path: Path) -> None:
     import tokenspeed_scheduler as ts
 
     profile = get_profile("ci")
+    cases = SCHED_CASES + (L3_CASES if hasattr(ts.Cache, "BackUpDoneEvent") else []) \
+        + (MAMBA_CASES if keeps_mamba_state(ts) else [])
     report = run_suite("tokenspeed", EngineConfig(), seed_value=0, profile=profile,
                        budget=parse_budget("10", profile), report_path=tmp_path / "r.json",
-                       cases=select_cases(SCHED_CASES), jobs=1, database=None)
+                       cases=select_cases(cases), jobs=1, database=None)
     assert report.run_info.version.startswith(metadata.version("tokenspeed-scheduler"))
     features = set(report.run_info.features)
     assert Feature.IGNORES_UNKNOWN_EVENTS.value in features
     assert (Feature.NAMESPACES.value in features) == hasattr(ts.RequestSpec(), "lora_id")
     assert (Feature.SLIDING_WINDOW.value in features) == hasattr(ts.SchedulerConfig(),
                                                                  "has_sliding_window")
+    assert (Feature.L3_STORE.value in features) == hasattr(ts.Cache, "BackUpDoneEvent")
+    assert (Feature.MAMBA.value in features) == keeps_mamba_state(ts)
+    assert (Feature.MAMBA_CHECKPOINT_SLOT.value in features) == keeps_mamba_state(ts)
     for r in report.results:
         assert r.status is not Status.ERROR, (r.case, r.message, r.traceback)
         assert r.status is not Status.NOT_SUPPORTED, (r.case, r.message)

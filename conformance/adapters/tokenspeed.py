@@ -11,7 +11,17 @@ op to the request whose page table holds its source pages; the runtime sends
 Features come from what the installed build offers, never from hope: namespaces (``lora_id``)
 and the per-forward adapter cap (``max_loras``) only where the binding has them, and a sliding
 window only where it has ``has_sliding_window``. Mid-flight publish is not a feature to declare:
-PLAN-7 holds every revision to it, so those that publish at finish only fail it (D381-1). The
+PLAN-7 holds every revision to it, so those that publish at finish only fail it (D381-1).
+
+L3 (PR 293, the only build with ``Cache.BackUpDoneEvent``): when a request arrives the adapter
+does what TokenSpeed's runtime does, asking the engine for the keys past the host match
+(``calc_rolling_hash(.., apply_match=True)``) and telling it how many of them the store holds;
+a ``PrefetchOp`` is a prefetch of the pages those keys name, a ``BackUpOp`` (which names no
+request) the backup of the acknowledged writeback whose host pages it reads, its (page, key)
+pairs placed at the pages the keys name. Mamba (every radix-era build, asked with one request:
+``keeps_mamba_state``): a row's working, copy-on-write and checkpoint slots, the checkpoint with
+the depth TokenSpeed's runtime leaves there (``checkpoint_depth``), and each copy's state units
+from ``*_pages_by_kind``; every admitted request takes two state slots (MAMBA-9). The
 extension is not on PyPI; when it cannot be imported every scheduler case is NOT_SUPPORTED with
 that reason. It offers no snapshot, so only the black-box oracles judge it.
 
@@ -32,11 +42,14 @@ from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
 from reference.plan import (
     Abort,
+    BackupDone,
     CopyOp,
     ExtendResult,
     Finish,
     ForwardRow,
+    L3Op,
     Plan,
+    PrefetchDone,
     RequestSpec,
     RuntimeEvent,
     WritebackDone,
@@ -63,6 +76,43 @@ def engine_version(ts: Any) -> str:
         version = str(getattr(ts, "__version__", "unknown"))
     revision = os.environ.get(REVISION_ENV, "").strip()
     return f"{version} ({revision})" if revision else version
+
+
+_MAMBA: dict[int, bool] = {}
+
+
+def keeps_mamba_state(ts: Any) -> bool:
+    """Whether this build schedules Mamba state slots beside KV: every radix-era binding has
+    ``enable_mamba`` and the per-row slot fields, so ask the engine whether a request's forward
+    row names a working slot when the switch is on."""
+    key = id(ts)
+    if key not in _MAMBA:
+        c = ts.SchedulerConfig()
+        if not hasattr(c, "enable_mamba"):
+            _MAMBA[key] = False
+            return False
+        c.page_size, c.max_scheduled_tokens, c.max_batch_size = 2, 64, 4
+        c.decode_input_tokens, c.role = 1, ts.SchedulerConfig.Role.Fused
+        c.num_device_pages, c.num_host_pages, c.disable_l2_cache = 33, 0, True
+        c.enable_mamba, c.mamba_cache_chunk_size, c.mamba_pool_total_chunks = True, 2, 4
+        s = ts.Scheduler(c)
+        s.submit_requests([_event(ts.RequestSpec, request_id="m", tokens=list(range(1, 6)))])
+        rows = [int(w) for fwd in s.next_execution_plan().forward
+                for w in getattr(fwd, "mamba_pool_indices", [])]
+        _MAMBA[key] = bool(rows) and all(w >= 0 for w in rows)
+    return _MAMBA[key]
+
+
+def checkpoint_depth(start: int, end: int, page: int) -> int:
+    """The depth whose state TokenSpeed's runtime leaves in a row's checkpoint slot, or 0 for
+    none: the last page boundary the row reaches past its start, when the row starts or ends on
+    a boundary (its chunked scan tracks boundaries from the row's start). The scheduler assumes
+    just that when it publishes the checkpoint as the state of the pages inserted up to there
+    (HybridPrefixCache::Apply(DevicePrefix), should_publish_mamba_checkpoint)."""
+    depth = end // page * page
+    if depth > start and (start % page == 0 or end % page == 0):
+        return depth
+    return 0
 
 
 def _event(cls: type, **fields: Any) -> Any:
@@ -110,6 +160,30 @@ class TokenSpeedAdapter:
         self.lora = hasattr(ts.RequestSpec(), "lora_id")
         if self.lora:
             features |= {Feature.NAMESPACES}
+        # An L3 store where the runtime can acknowledge backups (BackUpDoneEvent, PR 293): every
+        # radix-era binding has PrefetchOp, BackUpOp and enable_l3_storage, only PR 293 both
+        # emits backups and takes their acknowledgement.
+        if hasattr(ts.Cache, "BackUpDoneEvent"):
+            features |= {Feature.L3_STORE}
+        self.l3 = config.l3_store and Feature.L3_STORE in features
+        if self.l3:
+            c.enable_l3_storage = True
+            # It prefetches when the hits exceed its threshold (Scheduler::schedulePrefetch,
+            # csrc/scheduler/operations/cache.cpp); the kit's threshold is the least worth one.
+            c.prefetch_threshold = config.prefetch_threshold - 1
+        if keeps_mamba_state(ts):
+            # A first chunk is admitted only with room for a working and a checkpoint slot
+            # ("mamba_slots_needed = 2 + ..." in Scheduler::schedulePrefillFirstChunk,
+            # csrc/scheduler/operations/forward.cpp; HybridPrefixCache::Apply on PR 243): MAMBA-9.
+            features |= {Feature.MAMBA, Feature.MAMBA_CHECKPOINT_SLOT}
+        self.mamba = config.mamba and Feature.MAMBA in features
+        if self.mamba:
+            c.enable_mamba = True
+            c.mamba_cache_chunk_size = config.page_size  # states at page boundaries (MAMBA-3)
+            c.mamba_pool_total_chunks = config.mamba_slots
+            if config.mamba_host_slots and config.host_pages:
+                c.enable_mamba_l2 = True
+                c.mamba_l2_host_slots = config.mamba_host_slots
         self.features = frozenset(features)
         self.sched = ts.Scheduler(c)
         self._step = 0
@@ -118,6 +192,12 @@ class TokenSpeedAdapter:
         self.tables: dict[str, tuple[int, ...]] = {}  # the last page table each request had
         self.decoding: set[str] = set()  # requests with a decode row in the last plan
         self.ending: list[str] = []  # finished or aborted, a writeback of theirs still to come
+        # L3: the page each request's keys start at (its host match when it arrived), the
+        # request of each prefetch, and each writeback's request and sequence until its backup.
+        self.l3_start: dict[str, int] = {}
+        self.prefetching: dict[int, str] = {}
+        self.written: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+        self.acked: list[int] = []  # writebacks acknowledged since the last plan
 
     def _call(self, fn, *args):
         try:
@@ -135,11 +215,76 @@ class TokenSpeedAdapter:
             spec.tokens = list(s.tokens)
             if self.lora:
                 spec.lora_id = s.namespace
+            if self.l3:
+                self._l3_query(spec, s)
             out.append(spec)
         self._call(self.sched.submit_requests, out)
         for s in specs:
             self.tokens[s.rid] = list(s.tokens)
             self.ns[s.rid] = s.namespace
+
+    def _l3_query(self, spec: Any, s: RequestSpec) -> None:
+        """What TokenSpeed's runtime tells the engine of the L3 store when a request arrives
+        (calc_l3_query_hashes in PR 293's discussion): the keys of the prompt's full pages past
+        the host match, from the engine's own ``calc_rolling_hash(.., apply_match=True)``, and
+        how many of them the store holds. The kit's ``l3_hits`` counts from the first page, so
+        the store holds ``l3_hits - match`` of them. Pages are those a first chunk can reuse:
+        the last token's is left out, as the engine's own match leaves it."""
+        p = self.page_size
+        full = (len(s.tokens) - 1) // p
+        hashes = [str(h) for h in self.sched.calc_rolling_hash(list(s.tokens[: full * p]), True)]
+        start = full - len(hashes)
+        spec.rolling_hashes = hashes
+        spec.storage_hit_pages = max(0, s.l3_hits - start)
+        self.l3_start[s.rid] = start
+
+    def _prefetch(self, op: Any) -> L3Op:
+        """A PrefetchOp: host pages to fill with the pages stored under its keys. The keys
+        are the ones the runtime handed in at arrival, so they name pages from the host match
+        of that moment on."""
+        rid = str(op.request_id)
+        self.prefetching[int(op.op_id)] = rid
+        return L3Op(int(op.op_id), "prefetch", rid, self.ns.get(rid, 0),
+                    self.l3_start.get(rid, 0), tuple(int(pg) for pg in op.dst_pages),
+                    tuple(str(k) for k in op.rolling_page_hashes))
+
+    def _backup(self, op: Any) -> L3Op:
+        """A BackUpOp names no request: it is the backup of the acknowledged writeback whose
+        host pages it reads (Scheduler::handleEvent(cache::WriteBackDone)). Its pages come in
+        the writeback's order, node by node from the leaf (newWriteBackOperation), each with
+        its key; the kit lists them in sequence order, so each (page, key) pair is placed at
+        the page its key names in the request's sequence (the engine's own hash, with no
+        match). Pairs whose keys name no page of it stay in the engine's order, where the kit
+        reports the wrong key."""
+        pages = [int(pg) for pg in op.src_pages]
+        keys = [str(k) for k in op.rolling_page_hashes]
+        owner = next((w for w in self.acked if set(pages) <= set(self.written[w][2])), None)
+        if owner is None:
+            return L3Op(int(op.op_id), "backup", "", 0, 0, tuple(pages), tuple(keys))
+        rid, tokens, _host = self.written[owner]
+        chain = [str(h) for h in self.sched.calc_rolling_hash(list(tokens), False)]
+        at = {h: j for j, h in enumerate(chain)}
+        where = [at.get(k) for k in keys]
+        found = [j for j in where if j is not None]
+        if len(found) == len(keys) and found and sorted(found) == list(
+                range(min(found), min(found) + len(found))):
+            order = sorted(range(len(keys)), key=lambda i: found[i])
+            pages = [pages[i] for i in order]
+            keys = [keys[i] for i in order]
+            start = min(found)
+        else:
+            start = found[0] if found else max(0, (len(tokens) - 1) // self.page_size - len(keys))
+        return L3Op(int(op.op_id), "backup", rid, self.ns.get(rid, 0), start, tuple(pages),
+                    tuple(keys))
+
+    def _mamba(self, i: int, start: int, n: int, work: Sequence[int], cow: Sequence[int],
+               ckpt: Sequence[int]) -> tuple[int, int, int, int]:
+        """A row's Mamba slots: its working slot, the cached state it resumes from (copy on
+        write), and its checkpoint slot with the depth the runtime leaves there (none when the
+        row passes no page boundary it can track)."""
+        depth = checkpoint_depth(start, start + n, self.page_size)
+        dst = int(ckpt[i]) if depth else -1
+        return int(work[i]), int(cow[i]), dst, depth if dst >= 0 else 0
 
     def _rows(self, fwd) -> list[ForwardRow]:
         rows: list[ForwardRow] = []
@@ -150,6 +295,9 @@ class TokenSpeedAdapter:
         prefix, prefill = fwd.extend_prefix_lens, fwd.prefill_lengths
         input_ids = fwd.input_ids
         hist, last = fwd.hist_token_lens, fwd.decode_input_ids
+        if self.mamba:
+            work, cow = fwd.mamba_pool_indices, fwd.mamba_cow_src_indices
+            ckpt = fwd.mamba_checkpoint_dst_indices
         offset = 0
         for i, rid in enumerate(rids):
             table = tuple(tables[i])
@@ -164,7 +312,8 @@ class TokenSpeedAdapter:
                 offset += n
                 samples = start + n == int(prefill[i])
                 rows.append(ForwardRow(rid, "prefill", ns, start, toks, start, table, new, slot,
-                                       samples))
+                                       samples, *self._mamba(i, start, n, work, cow, ckpt)
+                                       if self.mamba else ()))
                 continue
             j = i - n_ext
             known = self.tokens.get(rid, [])
@@ -176,9 +325,23 @@ class TokenSpeedAdapter:
             if token < 0:
                 token = known[start] if 0 <= start < len(known) else -1
             rows.append(ForwardRow(rid, "decode", ns, start, (token,), 0, table, new, slot,
-                                   True))
+                                   True, *self._mamba(i, start, 1, work, cow, ckpt)
+                                   if self.mamba else ()))
             self.decoding.add(rid)
         return rows
+
+    @staticmethod
+    def _states(op: Any) -> list[tuple[tuple[int, int], ...]]:
+        """Each copy's Mamba state units: the ``mamba`` kind of ``src_pages_by_kind`` /
+        ``dst_pages_by_kind`` (``src_pages`` / ``dst_pages`` hold the KV pages only)."""
+        src = dict(op.src_pages_by_kind).get("mamba", [])
+        dst = dict(op.dst_pages_by_kind).get("mamba", [])
+        out = []
+        for k in range(len(op.op_ids)):
+            s = src[k] if k < len(src) else []
+            d = dst[k] if k < len(dst) else []
+            out.append(tuple(zip((int(x) for x in s), (int(x) for x in d), strict=True)))
+        return out
 
     def _owner(self, src: Sequence[int], retract: bool, running: set[str]) -> str:
         """The request a writeback belongs to (the radix-era op names none): among those it can
@@ -206,27 +369,41 @@ class TokenSpeedAdapter:
         running = {r.rid for r in rows}
         loads: list[CopyOp] = []
         writes: list[CopyOp] = []
+        l3: list[L3Op] = []
         for op in plan.cache:
             kind = type(op).__name__
+            if kind == "PrefetchOp":
+                l3.append(self._prefetch(op))
+                continue
+            if kind == "BackUpOp":
+                l3.append(self._backup(op))
+                continue
             if kind not in ("LoadBackOp", "WriteBackOp"):
                 continue
             retract = list(getattr(op, "is_retract", [False] * len(op.op_ids)))
+            states = self._states(op) if self.mamba else [()] * len(op.op_ids)
             for k, op_id in enumerate(op.op_ids):
                 src = [int(p) for p in op.src_pages[k]]
                 pairs = tuple(zip(src, (int(p) for p in op.dst_pages[k]), strict=True))
                 if kind == "LoadBackOp":
-                    loads.append(CopyOp(int(op_id), "loadback", "", pairs))
+                    loads.append(CopyOp(int(op_id), "loadback", "", pairs, mamba=states[k]))
                 else:
                     owner = self._owner(src, bool(retract[k]), running)
                     writes.append(CopyOp(int(op_id), "writeback", owner, pairs,
-                                         bool(retract[k])))
+                                         bool(retract[k]), states[k]))
+                    if self.l3 and owner:
+                        self.written[int(op_id)] = (owner, tuple(self.tokens.get(owner, ())),
+                                                    tuple(d for _s, d in pairs))
+        for w in self.acked:  # backed up in this plan or never (the engine's queue is drained)
+            self.written.pop(w, None)
+        self.acked = []
         # A finished request's writeback comes in the plan right after its Finish (Draining
         # becomes WritingBack there) or never: forget it, so attribution stays cheap.
         for rid in self.ending:
             self.tables.pop(rid, None)
             self.tokens.pop(rid, None)
         self.ending = []
-        return Plan(self._step, tuple(rows), tuple(loads), tuple(writes))
+        return Plan(self._step, tuple(rows), tuple(loads), tuple(writes), tuple(l3))
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         ts = self.ts
@@ -249,6 +426,15 @@ class TokenSpeedAdapter:
                 ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
             elif isinstance(e, WritebackDone):
                 ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id,
+                                    success=e.success))
+                if e.op_id in self.written:  # its backup comes in the next plan (PR 293)
+                    self.acked.append(e.op_id)
+            elif isinstance(e, PrefetchDone):
+                ev.add_event(_event(ts.Cache.PrefetchDoneEvent, op_id=e.op_id,
+                                    request_id=self.prefetching.pop(e.op_id, ""),
+                                    success=True, completed_pages=e.completed))
+            elif isinstance(e, BackupDone):
+                ev.add_event(_event(ts.Cache.BackUpDoneEvent, op_id=e.op_id,
                                     success=e.success))
         self._call(self.sched.advance, ev)
         for e in events:  # taken: only now are the sampled tokens part of each sequence

@@ -74,10 +74,10 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
 def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                determinism: bool = True,
                memory: MemoryFactory = shadow_memory,
-               memory_only: bool = False) -> SchedulerDriver:
+               memory_only: bool = False, probes: str = "all") -> SchedulerDriver:
     """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
     flight.begin(trace)
-    driver = SchedulerDriver(factory(trace.config), trace, memory, memory_only)
+    driver = SchedulerDriver(factory(trace.config), trace, memory, memory_only, probes=probes)
     try:
         log = driver.run()
     except Violation as v:
@@ -118,7 +118,12 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
                base_seed: int, holder: dict, ctx=None, namespaces: int = 2, stream: int = 0,
                database=None) -> None:
     """Generate workloads until the budget is spent; raise the first Violation (unshrunk).
-    ``stream`` picks the seeds (a unit's index); ``database`` is Hypothesis's example store."""
+    ``stream`` picks the seeds (a unit's index); ``database`` is Hypothesis's example store.
+
+    A probe's finding (the engine accepted an event it must reject) never ends the search: it
+    is kept, later workloads are played without probes, and it is raised only when the budget
+    is spent with nothing else found, so an engine that fails a probe on every workload is
+    still searched for every other rule."""
     deadline = None if seconds is None else time.perf_counter() + seconds
     batches = [examples] if examples is not None else iter(lambda: 25, None)
     for k, n in enumerate(batches):
@@ -129,8 +134,20 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
         def test(trace: SchedTrace) -> None:
             holder["trace"] = trace
             holder["examples"] = holder.get("examples", 0) + 1
-            driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory),
-                                memory_only=getattr(ctx, "memory_only", False))
+            try:
+                driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory),
+                                    memory_only=getattr(ctx, "memory_only", False),
+                                    probes="none" if "probe" in holder else "all")
+            except Violation as v:
+                if not v.probe:
+                    if "probe" in holder:
+                        p = holder["probe"][1]
+                        v.message += (f" (the engine also accepted a probe in an earlier "
+                                      f"workload: [{p.oracle}] {', '.join(p.behaviours)}: "
+                                      f"{p.message})")
+                    raise
+                holder["probe"] = (trace, v)
+                return
             if ctx is not None:  # transition coverage for the report
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal
@@ -139,7 +156,10 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
 
         seeded(test, stream_seed(base_seed, stream, k), database)()
         if deadline is None or time.perf_counter() >= deadline:
-            return
+            break
+    if "probe" in holder:  # nothing else found: the probe's finding is the case's
+        holder["trace"], v = holder["probe"]
+        raise v
 
 
 def shrink_sched(trace: SchedTrace, v: Violation, replay, max_replays: int = 300) -> tuple[

@@ -27,6 +27,7 @@ class Violation(Exception):
         self.behaviours = tuple(behaviours)
         self.message = message
         self.step: int | None = None
+        self.probe = False  # found by the driver's probes (REQ-2, REQ-6): never masks others
 
 
 @dataclass

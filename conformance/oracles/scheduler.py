@@ -247,7 +247,7 @@ class ReuseOracle(Oracle):
 
 class LivenessOracle(Oracle):
     name = "liveness"
-    behaviours = ("LIVE-1", "L3-2", "PLAN-9")
+    behaviours = ("LIVE-1", "L3-2", "PLAN-9", "MAMBA-9")
 
     def stuck(self, plans: int, left: list[str], states: dict | None = None,
               capped: list[str] | None = None) -> Violation:
