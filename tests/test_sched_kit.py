@@ -394,3 +394,37 @@ def test_an_in_flight_abort_waits_for_the_writeback_whenever_it_comes(monkeypatc
     aborted = [i for i, (_, abort) in enumerate(seen) if abort]
     assert len(aborted) == 1 and aborted[0] > 0, seen
     assert seen[aborted[0]][0], f"the Abort went out without a writeback in flight: {seen}"
+
+
+@pytest.mark.behaviours("REQ-2", "REQ-5")
+def test_a_probe_finding_never_ends_the_fuzz_search() -> None:
+    """An engine that accepts an illegal event on every workload (TokenSpeed's ExtendResult)
+    fails a probe in the first one; the search goes on without probes and finds its other
+    defect (here E-1), which is the case's finding; the probe's is kept in the message."""
+    from conformance.mutants.scheduler import FailedWritebackIsDone
+    from reference.plan import ExtendResult
+    from reference.scheduler import SchedulerError
+
+    class AcceptsEverything(FailedWritebackIsDone):
+        def advance(self, events):
+            try:
+                return super().advance(events)
+            except SchedulerError:
+                if len(events) == 1 and isinstance(events[0], ExtendResult):
+                    return None  # swallowed: the probe's event is taken as legal (REQ-2)
+                raise
+
+    holder: dict = {}
+    with pytest.raises(Violation) as e:
+        fuzz_sched(factory(AcceptsEverything), SchedConfig(), 150, None, 0, holder)
+    assert "REQ-2" not in e.value.behaviours, e.value
+    assert "accepted a probe" in e.value.message, e.value.message
+    # Without the second defect, the probe's finding is the case's, found on the first workload.
+    holder = {}
+
+    class OnlyProbes(AcceptsEverything):
+        _apply = FailedWritebackIsDone.__mro__[1]._apply
+
+    with pytest.raises(Violation) as e:
+        fuzz_sched(factory(OnlyProbes), SchedConfig(), 20, None, 0, holder)
+    assert "REQ-2" in e.value.behaviours and e.value.probe, e.value

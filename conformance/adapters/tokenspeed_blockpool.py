@@ -109,10 +109,9 @@ class TokenSpeedBlockPoolAdapter:
             features.add(Feature.KV_EVENTS)
         if config.host_pages:
             features.add(Feature.HOST_TIER)
-        if config.publish_mid_flight:
-            # Completed prompt blocks are published at prefill completion
-            # (Scheduler::publishCompletedPages / CacheCompletedBlocks, forward.cpp).
-            features.add(Feature.MID_FLIGHT_PUBLISH)
+        # Mid-flight publish is nothing to declare (PLAN-7 binds every scheduler): completed
+        # prompt blocks are published at prefill completion (Scheduler::publishCompletedPages /
+        # CacheCompletedBlocks, forward.cpp).
         self.features = frozenset(features)
         self._step = 0
         self.tokens: dict[str, list[int]] = {}  # prompt and sampled tokens, per request

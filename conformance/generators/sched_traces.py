@@ -102,7 +102,7 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
         from conformance.oracles.determinism import DeterminismOracle
 
         flight.begin(trace)
-        again = SchedulerDriver(factory(trace.config), trace, memory).run()
+        again = SchedulerDriver(factory(trace.config), trace, memory, probes=probes).run()
         DeterminismOracle().compare(log, again)
     if driver.ignored:  # REQ-6: the same run without the events the engine ignored
         flight.begin(trace)
