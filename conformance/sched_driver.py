@@ -128,6 +128,9 @@ class SchedulerDriver:
         self.probes = probes
         self.ignored: list[str] = []  # unknown-id probes the engine ignored (REQ-6)
         self.probe_finding: Violation | None = None
+        # Pages holding the remains of a copy the runtime acknowledged as failed, directly or
+        # through later copies of them, so a read of them blames REQ-5 / HOST-4 (E-1).
+        self.failed_remains: set[tuple[Tier, int]] = set()
         self.log: list[Any] = []
         self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
         self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
@@ -379,7 +382,8 @@ class SchedulerDriver:
                 page = row.page_table[i // p]
                 if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
-                raise self.content.wrong(row, ns, i, page, tag)
+                raise self.content.wrong(row, ns, i, page, tag,
+                                         failed=(Tier.DEVICE, page) in self.failed_remains)
         writes = range(row.start, row.start + n)
         self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in writes],
                           [i % p for i in writes], self._computed(row, req, writes))
@@ -419,16 +423,24 @@ class SchedulerDriver:
                 raise self.content.zeroed(row, bad[0])
         self.memory.write_pages(Tier.DEVICE, list(plan.zero), [ZEROED] * len(plan.zero))
 
-    def _start_copy(self, src: Tier, dst: Tier, op: CopyOp) -> tuple[Any, Any]:
+    def _start_copy(self, src: Tier, dst: Tier, op: CopyOp) -> tuple[Any, Any, Any]:
         """One copy op, all its units: KV pages, and Mamba states by their own kind (D162-1)."""
         kv = self.memory.start_copy(src, dst, op.pairs)
         mamba = getattr(op, "mamba", ())
         st = (self.mstates.start_copy(src, dst, mamba)
               if self.mstates is not None and mamba else None)
-        return kv, st
+        # Which destinations would carry the remains of a failed copy on (REQ-5): the new copy
+        # decides what its destination holds.
+        carried = [(dst, d) for s, d in op.pairs if (src, s) in self.failed_remains]
+        self.failed_remains.difference_update((dst, d) for _s, d in op.pairs)
+        return kv, st, (dst, tuple(d for _s, d in op.pairs), carried)
 
-    def _finish_copy(self, handle: tuple[Any, Any], success: bool) -> None:
-        kv, st = handle
+    def _finish_copy(self, handle: tuple[Any, Any, Any], success: bool) -> None:
+        kv, st, (dst, pages, carried) = handle
+        if success:
+            self.failed_remains.update(carried)
+        else:  # acknowledged as failed: what its destinations hold is its remains
+            self.failed_remains.update((dst, d) for d in pages)
         self.memory.finish_copy(kv, success)
         if st is not None and self.mstates is not None:
             self.mstates.finish_copy(st, success)

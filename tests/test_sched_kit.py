@@ -428,3 +428,24 @@ def test_a_probe_finding_never_ends_the_fuzz_search() -> None:
     with pytest.raises(Violation) as e:
         fuzz_sched(factory(OnlyProbes), SchedConfig(), 20, None, 0, holder)
     assert "REQ-2" in e.value.behaviours and e.value.probe, e.value
+
+
+@pytest.mark.behaviours("REQ-5", "HOST-4", "TREE-2")
+def test_a_black_box_engine_that_keeps_a_failed_writeback_is_blamed_for_it() -> None:
+    """Without a snapshot only the KV shows E-1: a later request reads what the failed copy
+    left. The kit follows the failed copy's pages through later copies, so the finding names
+    the rule the engine broke (REQ-5, HOST-4), not only the bad read (TREE-2)."""
+    from conformance.mutants.scheduler import FailedWritebackIsDone
+
+    class BlackBox(ReferenceSchedulerAdapter):
+        def __init__(self, config) -> None:
+            super().__init__(config, scheduler_cls=FailedWritebackIsDone)
+            self.features = self.features - {Feature.SNAPSHOT}
+
+        def snapshot(self):
+            return None
+
+    with pytest.raises(Violation) as e:  # a tiny device, so the kept host copy is loaded back
+        fuzz_sched(BlackBox, TIGHT, 300, None, 0, {})
+    assert e.value.oracle == "content", e.value
+    assert {"REQ-5", "HOST-4", "TREE-2"} <= set(e.value.behaviours), e.value

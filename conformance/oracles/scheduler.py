@@ -349,7 +349,7 @@ class SchedContentOracle(Oracle):
     namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "PLAN-11")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "PLAN-11", "REQ-5", "HOST-4")
 
     def zeroed(self, row, page: int) -> Violation:
         return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "
@@ -363,12 +363,20 @@ class SchedContentOracle(Oracle):
     def __init__(self) -> None:
         self.origin: dict[int, int] = {}  # tag -> the namespace whose KV it is
 
-    def wrong(self, row, ns: int, i: int, page: int, got: int | None) -> Violation:
+    def wrong(self, row, ns: int, i: int, page: int, got: int | None,
+              failed: bool = False) -> Violation:
+        """``failed``: the page's content comes from a copy the runtime acknowledged as failed,
+        so the engine kept (or served) what a failed writeback left: REQ-5 and HOST-4 (E-1)."""
         other = self.origin.get(got) if got is not None else None
         if other is not None and other != ns:
             return self.fail(("TREE-2", "NS-1", "NS-3"), f"{row.kind} row of {row.rid} "
                              f"(namespace {ns}) reads position {i} from device page {page}, "
                              f"which holds KV of namespace {other}")
+        if got == POISON and failed:
+            return self.fail(("TREE-2", "REQ-5", "HOST-4"), f"{row.kind} row of {row.rid} "
+                             f"(namespace {ns}) reads position {i} from device page {page}, "
+                             "which holds the remains of a copy the runtime acknowledged as "
+                             "failed: a failed writeback was kept as a host copy and served")
         what = ("nothing" if got is None else "the remains of an unfinished copy"
                 if got == POISON else "zeros (a plan told the runtime to zero it)"
                 if got == ZEROED else "the KV of another prefix")
