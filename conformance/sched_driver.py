@@ -410,7 +410,7 @@ class SchedulerDriver:
         first = max(0, row.start - w + 1) if w else 0
         if self.window_table:
             self._read(row, ns, row.page_table, range(row.start))
-            self._read(row, ns, row.window_table, range(first, row.start))
+            self._read(row, ns, row.window_table, range(first, row.start), window=True)
         else:
             self._read(row, ns, row.page_table, range(first, row.start))
         writes = range(row.start, row.start + n)
@@ -432,8 +432,10 @@ class SchedulerDriver:
             self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
                               [i % p for i in drops], [DROPPED] * len(drops))
 
-    def _read(self, row, ns: int, table: Sequence[int], reads: range) -> None:
-        """Every position in ``reads`` holds its own tag in the page ``table`` gives it."""
+    def _read(self, row, ns: int, table: Sequence[int], reads: range,
+              window: bool = False) -> None:
+        """Every position in ``reads`` holds its own tag in the page ``table`` gives it (the
+        window table's reads are WIN-3's)."""
         p = self.p
         got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
                                [i % p for i in reads])
@@ -442,7 +444,7 @@ class SchedulerDriver:
                 page = table[i // p]
                 if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
-                raise self.content.wrong(row, ns, i, page, tag)
+                raise self.content.wrong(row, ns, i, page, tag, window)
 
     def _ack_loads(self, loads: Sequence[CopyOp]) -> list[LoadbackDone]:
         """Acknowledge the loadbacks held back last time and this plan's, except those the

@@ -368,17 +368,21 @@ class SchedContentOracle(Oracle):
     def __init__(self) -> None:
         self.origin: dict[int, int] = {}  # tag -> the namespace whose KV it is
 
-    def wrong(self, row, ns: int, i: int, page: int, got: int | None) -> Violation:
+    def wrong(self, row, ns: int, i: int, page: int, got: int | None,
+              window: bool = False) -> Violation:
+        """``window``: read through the row's window table (WIN-3)."""
+        win = ("WIN-3",) if window else ()
+        where = f"window page {page}" if window else f"device page {page}"
         other = self.origin.get(got) if got is not None else None
         if other is not None and other != ns:
-            return self.fail(("TREE-2", "NS-1", "NS-3"), f"{row.kind} row of {row.rid} "
-                             f"(namespace {ns}) reads position {i} from device page {page}, "
+            return self.fail((*win, "TREE-2", "NS-1", "NS-3"), f"{row.kind} row of {row.rid} "
+                             f"(namespace {ns}) reads position {i} from {where}, "
                              f"which holds KV of namespace {other}")
         what = ("nothing" if got is None else "the remains of an unfinished copy"
                 if got == POISON else "zeros (a plan told the runtime to zero it)"
                 if got == ZEROED else "the KV of another prefix")
-        return self.fail("TREE-2", f"{row.kind} row of {row.rid} (namespace {ns}) reads "
-                         f"position {i} from device page {page}, which holds {what}")
+        return self.fail((*win, "TREE-2"), f"{row.kind} row of {row.rid} (namespace {ns}) "
+                         f"reads position {i} from {where}, which holds {what}")
 
     def tokens(self, row, want) -> Violation:
         return self.fail("TREE-2", f"row of {row.rid} computes tokens {list(row.input_tokens)} "
