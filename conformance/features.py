@@ -27,6 +27,12 @@ class Feature(str, Enum):
     MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
     IGNORES_UNKNOWN_EVENTS = "ignores_unknown_events"  # unknown request / op ids ignored (REQ-6)
     KEEPS_WINDOW_PREFIX = "keeps_window_prefix"  # the first W positions' KV is kept (WIN-2)
+    # The window's layers have a page table of their own beside the full-attention table; the
+    # runtime drops nothing itself (WIN-3).
+    WINDOW_TABLE = "window_table"
+    # KV events announce only the reusable block boundaries of a cache whose reusable prefixes
+    # are not closed under shortening: a parent may be unstored (EVENT-8).
+    SPARSE_PREFIX_EVENTS = "sparse_prefix_events"
     LOADBACK_ACK = "loadback_ack"  # the runtime acknowledges each loadback (HOST-8)
     # A writeback's acknowledgement carries no success flag: a failed copy ends the runtime and
     # is never acknowledged (HOST-9).

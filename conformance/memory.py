@@ -66,6 +66,14 @@ def page_id_space(engine: object, device_pages: int, host_pages: int) -> tuple[i
     return (int(ids[0]), int(ids[1])) if ids is not None else (device_pages, host_pages)
 
 
+def state_id_space(engine: object, slots: int, host_slots: int) -> tuple[int, int]:
+    """How many Mamba state slot ids each tier has: the pool sizes, unless the engine numbers
+    its slots otherwise and says so with ``state_ids = (device, host)`` (an engine whose states
+    live in blocks of a pool shared with KV numbers them as pages of that pool)."""
+    ids = getattr(engine, "state_ids", None)
+    return (int(ids[0]), int(ids[1])) if ids is not None else (slots, host_slots)
+
+
 def out_of_pool(tier: Tier, pages: Sequence[int], size: int) -> Exception | None:
     """A POOL-2 violation for the first page id outside a pool of ``size`` pages, if any."""
     bad = next((p for p in pages if not 0 <= p < size), None)

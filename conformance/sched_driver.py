@@ -25,6 +25,7 @@ from conformance.memory import (
     MemoryFactory,
     page_id_space,
     shadow_memory,
+    state_id_space,
     state_memory,
 )
 from conformance.oracles.base import Violation
@@ -100,9 +101,16 @@ class SchedulerDriver:
                       and not c.sliding_window and not c.mamba else None)
         self.events = RuntimeEventOracle()
         # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
-        self.kv = (SchedEventOracle(getattr(engine, "block_hash", None))
+        # EVENT-8: an engine that announces only reusable boundaries names parents it never
+        # stored; the driver tells which prefix such a hash names (with the engine's hash).
+        sparse = (Feature.SPARSE_PREFIX_EVENTS in feats
+                  and getattr(engine, "block_hash", None) is not None)
+        self.kv = (SchedEventOracle(getattr(engine, "block_hash", None),
+                                    self._prefix_named if sparse else None)
                    if Feature.KV_EVENTS in feats and hasattr(engine, "drain_events")
                    and not memory_only else None)
+        self.chains: dict[int, tuple[int, tuple[int, ...]]] = {}  # block hash -> (ns, prefix)
+        self.chained: dict[str, tuple[int, int | None]] = {}  # rid -> (blocks hashed, last)
         self.content = SchedContentOracle()
         self.live: dict[str, Live] = {}
         self.tags: dict[str, list[int]] = {}
@@ -110,6 +118,11 @@ class SchedulerDriver:
         self.started: set[str] = set()
         self.memory = memory(self.p, *page_id_space(engine, trace.config.device_pages,
                                                     trace.config.host_pages))
+        # WIN-3: the window's layers read and write a table of their own; nothing is dropped.
+        self.window_table = bool(c.sliding_window) and Feature.WINDOW_TABLE in feats
+        # A page id the engine reserves as "no page" (holes in its tables): a row never computes
+        # into it (PLAN-10).
+        self.null: int | None = getattr(engine, "null_page", None)
         self.base: dict[str, int] = {}  # positions a request reused at its last admission
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
@@ -140,8 +153,9 @@ class SchedulerDriver:
                    if trace.config.l3_store else None)
         # Mamba state slots beside the KV (spec chapter mamba), when the config has them.
         c = trace.config
-        self.mstates = (state_memory(self.memory, c.mamba_slots, c.mamba_host_slots)
-                       if c.mamba else None)
+        self.mstates = (state_memory(self.memory, *state_id_space(engine, c.mamba_slots,
+                                                                  c.mamba_host_slots))
+                        if c.mamba else None)
         self.mamba_content = MambaContentOracle()
         self.mamba_owners = (MambaOwnershipOracle() if c.mamba and self.white
                              and not memory_only else None)
@@ -170,6 +184,24 @@ class SchedulerDriver:
             tags.extend(new)
             self.content.origin.update(dict.fromkeys(new, req.ns))
         return tags[i]
+
+    def _prefix_named(self, h: int) -> tuple[int, tuple[int, ...]] | None:
+        """The (namespace, prefix) whose block hash is ``h``: the whole blocks of every request
+        the runtime submitted, its sampled tokens included, hashed with the engine's function
+        (EVENT-8); None when no such prefix is known."""
+        bh = self.engine.block_hash
+        p = self.p
+        for rid in sorted(self.live):  # in a fixed order: the first prefix found is the answer
+            if h in self.chains:
+                break
+            req = self.live[rid]
+            done, parent = self.chained.get(rid, (0, None))
+            for k in range(done, len(req.tokens) // p):
+                block = tuple(req.tokens[k * p : (k + 1) * p])
+                parent = bh(parent, req.ns, block)
+                self.chains.setdefault(parent, (req.ns, tuple(req.tokens[: (k + 1) * p])))
+            self.chained[rid] = (max(done, len(req.tokens) // p), parent)
+        return self.chains.get(h)
 
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
@@ -282,7 +314,7 @@ class SchedulerDriver:
         loads = [self._start_copy(Tier.HOST, Tier.DEVICE, op) for op in plan.loadbacks]
         for handle in loads:  # landed before the forward (PLAN-5)
             self._finish_copy(handle, True)
-        if plan.zero:  # fresh pages the runtime zeroes before the forward (PLAN-11)
+        if plan.zero or plan.zero_states:  # fresh pages zeroed before the forward (PLAN-11)
             self._zero(plan)
         for row in plan.rows:
             req = self.live[row.rid]
@@ -365,29 +397,36 @@ class SchedulerDriver:
     def _forward(self, row, req: Live) -> None:
         """Check what the row reads, write what it computes; under a sliding window W the row
         reads only the W - 1 positions before it, and afterwards the runtime drops the
-        request's own KV more than W behind (positions it computed, not those it reused)."""
+        request's own KV more than W behind (positions it computed, not those it reused). With
+        a window table (WIN-3) the full table gives every earlier position, the window table
+        the W - 1 before, both receive what the row computes, and nothing is dropped."""
         p, ns = self.p, req.ns
         n = len(row.input_tokens)
         w = self.config.sliding_window
         if self.plans is None:  # the plan oracle checked it already when it is on (PLAN-10)
             self.covers.table_covers(self._at, row, p)
+        if self.window_table and not row.window_table:
+            raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
+                                   f"{row.rid} has no window table (WIN-3)")
         if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
             raise self.content.tokens(row, req.tokens[row.start : row.start + n])
         first = max(0, row.start - w + 1) if w else 0
-        reads = range(first, row.start)
-        got = self.memory.read(Tier.DEVICE, [row.page_table[i // p] for i in reads],
-                               [i % p for i in reads])
-        for i, tag in zip(reads, got, strict=True):
-            if tag != self._tag(row.rid, i):
-                page = row.page_table[i // p]
-                if tag == DROPPED:
-                    raise self.content.dropped(row, i, page)
-                raise self.content.wrong(row, ns, i, page, tag,
-                                         failed=(Tier.DEVICE, page) in self.failed_remains)
+        if self.window_table:
+            self._read(row, ns, row.page_table, range(row.start))
+            self._read(row, ns, row.window_table, range(first, row.start), window=True)
+        else:
+            self._read(row, ns, row.page_table, range(first, row.start))
         writes = range(row.start, row.start + n)
-        self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in writes],
-                          [i % p for i in writes], self._computed(row, req, writes))
-        if w:
+        tags = self._computed(row, req, writes)
+        for table in (row.page_table, row.window_table) if self.window_table else (row.page_table,):
+            pages = [table[i // p] for i in writes]
+            if self.null is not None and self.null in pages:
+                i = writes[pages.index(self.null)]
+                raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
+                                       f"{row.rid} computes position {i} into the null page "
+                                       f"{self.null} of its table {list(table)}")
+            self.memory.write(Tier.DEVICE, pages, [i % p for i in writes], tags)
+        if w and not self.window_table:
             if row.kind == "prefill" and row.start == row.reused:  # an admission
                 self.base[row.rid] = row.reused
             # A runtime that keeps the window-equivalent prefix never drops the first w (WIN-2).
@@ -395,6 +434,21 @@ class SchedulerDriver:
             drops = range(max(self.base.get(row.rid, 0), keep), row.start + n - w)
             self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
                               [i % p for i in drops], [DROPPED] * len(drops))
+
+    def _read(self, row, ns: int, table: Sequence[int], reads: range,
+              window: bool = False) -> None:
+        """Every position in ``reads`` holds its own tag in the page ``table`` gives it (the
+        window table's reads are WIN-3's)."""
+        p = self.p
+        got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
+                               [i % p for i in reads])
+        for i, tag in zip(reads, got, strict=True):
+            if tag != self._tag(row.rid, i):
+                page = table[i // p]
+                if tag == DROPPED:
+                    raise self.content.dropped(row, i, page)
+                raise self.content.wrong(row, ns, i, page, tag, window,
+                                         failed=(Tier.DEVICE, page) in self.failed_remains)
 
     def _ack_loads(self, loads: Sequence[CopyOp]) -> list[LoadbackDone]:
         """Acknowledge the loadbacks held back last time and this plan's, except those the
@@ -409,19 +463,30 @@ class SchedulerDriver:
         return [LoadbackDone(op.op_id) for op in due]
 
     def _zero(self, plan: Plan) -> None:
-        """Zero the plan's fresh pages (PLAN-11): a page a row of this plan reads, or one a
-        loadback of this plan just filled, must not be among them; a row that reads a zeroed
-        position later shows up in the content check."""
-        p = self.p
+        """Zero the plan's fresh pages and state slots (PLAN-11): a page a row of this plan
+        reads (from any of its tables, its state slots included), or one a loadback of this plan
+        just filled, must not be among them; a row that reads a zeroed position later shows up
+        in the content check."""
+        p, w = self.p, self.config.sliding_window
         landed = {d for op in plan.loadbacks for _s, d in op.pairs}
+        landed_states = {d for op in plan.loadbacks for _s, d in op.mamba}
+        zero, zero_states = set(plan.zero), set(plan.zero_states)
         for row in plan.rows:
-            w = self.config.sliding_window
             first = max(0, row.start - w + 1) if w else 0
-            read = {row.page_table[i // p] for i in range(first, row.start)} | landed
-            bad = sorted(read & set(plan.zero))
+            full = range(row.start) if self.window_table else range(first, row.start)
+            read = {row.page_table[i // p] for i in full} | landed
+            if row.window_table:
+                read |= {row.window_table[i // p] for i in range(first, row.start)}
+            states = set(landed_states)
+            if row.mamba >= 0 and row.start:
+                states.add(row.mamba_src if row.mamba_src >= 0 else row.mamba)
+            bad = sorted(read & zero) or sorted(states & zero_states)
             if bad:
                 raise self.content.zeroed(row, bad[0])
         self.memory.write_pages(Tier.DEVICE, list(plan.zero), [ZEROED] * len(plan.zero))
+        if self.mstates is not None and plan.zero_states:
+            self.mstates.write_states(Tier.DEVICE, list(plan.zero_states),
+                                      [ZEROED] * len(plan.zero_states))
 
     def _start_copy(self, src: Tier, dst: Tier, op: CopyOp) -> tuple[Any, Any, Any]:
         """One copy op, all its units: KV pages, and Mamba states by their own kind (D162-1)."""
@@ -459,6 +524,9 @@ class SchedulerDriver:
         mamba = getattr(row, "mamba", -1)
         if mamba < 0:
             return
+        if mamba == self.null:
+            raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
+                                   f"{row.rid} leaves its state in the null slot {mamba}")
         if row.start:
             src = row.mamba_src if row.mamba_src >= 0 else mamba
             got = self.mstates.read_states(Tier.DEVICE, [src])[0]

@@ -46,6 +46,10 @@ class ForwardRow:
     mamba_src: int = -1
     checkpoint: int = -1
     checkpoint_depth: int = 0
+    # A hybrid model's sliding-window layers in a table of their own (WIN-3): the KV of position
+    # i lives in ``window_table[i // page_size]``; pages behind the window may be holes. Empty
+    # when the window's layers share ``page_table``.
+    window_table: tuple[int, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,6 +98,7 @@ class Plan:
     # Fresh device pages the runtime zeroes before the forward (PLAN-11): never a page whose
     # content a row of this plan reads or a loadback of this plan fills.
     zero: tuple[int, ...] = ()
+    zero_states: tuple[int, ...] = ()  # the same, for Mamba state slots
 
     @property
     def empty(self) -> bool:

@@ -4,8 +4,10 @@ It offers that binding's Python surface: ``prefix_granularity`` and ``cache_grou
 (``CacheGroupConfig``) instead of ``page_size``, ``Forward.Batch`` rows with one block table per
 group, ``pages_to_zero``, ``WriteBackOp`` / ``LoadBackOp`` with ``group_ids``, a
 ``WriteBackDoneEvent`` with only ``op_id`` and a ``LoadBackDoneEvent``; page 0 of each pool is
-the null page. Only one full-attention group is served. It proves the block-pool adapter
-consistent with that surface, not with the real engine. It offers no KV events
+the null page. A full-attention group is served, and beside it a sliding-window group: the
+window's table names the full table's pages, with the null page for every page wholly behind
+the row's window (the holes the engine leaves). It proves the block-pool adapter consistent with
+that surface, not with the real engine. It offers no KV events
 (``drain_kv_events``): those are judged on the real extension only.
 """
 
@@ -31,7 +33,9 @@ __all__ = ["ExecutionEvent", "ForwardEvent", "RequestSpec"]
 __version__ = "fake-blockpool-0"
 
 CacheRetention = SimpleNamespace(FullHistory="FullHistory", SlidingWindow="SlidingWindow")
-CacheGroupFamily = SimpleNamespace(History="History", State="State")
+# No State family: the reference's Mamba rows (a checkpoint slot inside a row) have no block-table
+# form, so the stand-in offers no state groups and the adapter reports Mamba as not supported.
+CacheGroupFamily = SimpleNamespace(History="History")
 
 
 class CacheGroupConfig:
@@ -62,8 +66,15 @@ class SchedulerConfig:
         self.enable_mixed_prefill_decode = False
 
 
+def _window_table(r: rp.ForwardRow, page_size: int, window: int) -> list[int]:
+    """The row's full table with a hole for every page wholly behind its window."""
+    first = max(0, r.start - window + 1)
+    return [0 if (k + 1) * page_size <= first else p + 1 for k, p in enumerate(r.page_table)]
+
+
 class Batch:
-    def __init__(self, rows: tuple[rp.ForwardRow, ...], group: str) -> None:
+    def __init__(self, rows: tuple[rp.ForwardRow, ...], group: str, window: str = "",
+                 page_size: int = 0, size: int = 0) -> None:
         pre = [r for r in rows if r.kind == "prefill"]
         dec = [r for r in rows if r.kind == "decode"]
         ordered = pre + dec
@@ -73,6 +84,8 @@ class Batch:
         self.input_lengths = [len(r.input_tokens) for r in ordered]
         self.block_tables = {group: [[p + 1 for p in r.page_table] for r in ordered]} if ordered \
             else {}
+        if window and ordered:
+            self.block_tables[window] = [_window_table(r, page_size, size) for r in ordered]
         self.extend_prefix_lens = [r.start for r in pre]
         self.prefill_lengths = [r.start + len(r.input_tokens) if r.samples
                                 else 1 << 30 for r in pre]
@@ -123,8 +136,9 @@ class Forward:
 
 
 class ExecutionPlan:
-    def __init__(self, plan: rp.Plan, group: str) -> None:
-        self.forward = [Batch(plan.rows, group)]
+    def __init__(self, plan: rp.Plan, group: str, window: str = "", page_size: int = 0,
+                 size: int = 0) -> None:
+        self.forward = [Batch(plan.rows, group, window, page_size, size)]
         self.cache = []
         if plan.loadbacks:
             self.cache.append(LoadBackOp(list(plan.loadbacks)))
@@ -149,13 +163,19 @@ def _runtime_event(e):
 
 class Scheduler:
     def __init__(self, c: SchedulerConfig) -> None:
-        (group,) = c.cache_groups  # one full-attention group
+        group, *others = c.cache_groups  # full attention, then the window's group if any
         self.group = group.group_id
+        windows = [g for g in others if g.retention == CacheRetention.SlidingWindow]
+        if len(windows) != len(others) or len(windows) > 1:
+            raise ValueError("the stand-in serves a full group and one sliding-window group")
+        self.window = windows[0].group_id if windows else ""
+        self.size = windows[0].sliding_window_tokens if windows else 0
+        self.page_size = c.prefix_granularity
         host = 0 if c.disable_l2_cache else max(c.num_host_pages - 1, 0)
         self._s = RefScheduler(RefConfig(
             page_size=c.prefix_granularity, device_pages=c.num_device_pages - 1,
             host_pages=host, max_tokens=c.max_scheduled_tokens, max_batch=c.max_batch_size,
-            mixed=c.enable_mixed_prefill_decode,
+            mixed=c.enable_mixed_prefill_decode, sliding_window=self.size or 0,
         ))
 
     def _guard(self, fn, *args):
@@ -169,7 +189,8 @@ class Scheduler:
                                      for s in specs])
 
     def next_execution_plan(self) -> ExecutionPlan:
-        return ExecutionPlan(self._guard(self._s.next_plan), self.group)
+        return ExecutionPlan(self._guard(self._s.next_plan), self.group, self.window,
+                             self.page_size, self.size)
 
     def advance(self, ev: ExecutionEvent) -> None:
         self._guard(self._s.advance, [x for x in map(_runtime_event, ev.events) if x])

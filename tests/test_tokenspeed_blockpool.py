@@ -174,3 +174,131 @@ def test_reuse_of_an_unannounced_block_and_a_hash_off_its_chain_are_caught() -> 
     with pytest.raises(Violation) as e:
         oracle.take([KVEvent(EventKind.REMOVED, (h1,))])
     assert e.value.behaviours == ("EVENT-2",)
+
+
+def _window_trace() -> SchedTrace:
+    """Under a 3-token window a prompt decodes past its window; its twin arrives later."""
+    return SchedTrace(
+        config=SchedConfig(sliding_window=3),
+        arrivals=[Arrival(at=0, rid="first", tokens=[*SYSTEM, 0, 0], new_tokens=6),
+                  Arrival(at=3, rid="second", tokens=[*SYSTEM, 2, 2, 1], new_tokens=3)])
+
+
+class _Rows(TokenSpeedBlockPoolAdapter):
+    """The block-pool adapter, keeping every row it hands out."""
+
+    def __init__(self, config: SchedConfig) -> None:
+        super().__init__(config)
+        self.rows: list = []
+
+    def next_plan(self) -> Plan:
+        plan = super().next_plan()
+        self.rows.extend(plan.rows)
+        return plan
+
+
+@pytest.mark.behaviours("WIN-3", "PLAN-10")
+def test_a_window_becomes_a_sliding_group_whose_table_is_read_by_its_own_rule(blockpool) -> None:
+    """A sliding window maps to a SlidingWindow group beside the full one: rows carry a window
+    table (holes behind the window keep their index), and the driver reads it for the window's
+    positions only."""
+    trace = _window_trace()
+    engine = _Rows(trace.config)
+    assert {Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE} <= engine.features
+    assert Feature.MAMBA not in engine.features  # the stand-in has no State family
+    SchedulerDriver(engine, trace).run()
+    late = [r for r in engine.rows if r.start >= 2 * trace.config.page_size + 2]
+    assert late and all(len(r.window_table) == len(r.page_table) for r in late)
+    assert all(r.window_table[0] == 0 and r.page_table[0] != 0 for r in late)
+
+
+class _HoleInWindow(_Rows):
+    """A window table with a hole where the row's window reads (position start - 1)."""
+
+    def next_plan(self) -> Plan:
+        plan = super().next_plan()
+        rows = []
+        for r in plan.rows:
+            if r.start > self.page_size:
+                k = (r.start - 1) // self.page_size
+                r = dataclasses.replace(r, window_table=(*r.window_table[:k], 0,
+                                                         *r.window_table[k + 1 :]))
+            rows.append(r)
+        return dataclasses.replace(plan, rows=tuple(rows))
+
+
+class _NoWindowTable(_Rows):
+    def next_plan(self) -> Plan:
+        plan = super().next_plan()
+        return dataclasses.replace(plan, rows=tuple(dataclasses.replace(r, window_table=())
+                                                    for r in plan.rows))
+
+
+@pytest.mark.behaviours("WIN-3", "PLAN-10", "TREE-2")
+def test_a_hole_inside_the_window_or_a_missing_window_table_is_caught(blockpool) -> None:
+    trace = _window_trace()
+    with pytest.raises(Violation) as e:
+        SchedulerDriver(_HoleInWindow(trace.config), trace).run()
+    assert e.value.behaviours[:2] == ("WIN-3", "TREE-2")
+    with pytest.raises(Violation) as e:
+        SchedulerDriver(_NoWindowTable(trace.config), trace).run()
+    assert e.value.behaviours == ("PLAN-10",)
+
+
+@pytest.mark.behaviours("WIN-3")
+def test_the_full_table_is_read_in_full_under_a_window_table(blockpool) -> None:
+    """With a window table the full-attention table gives every earlier position: a full page
+    that another prefix overwrote is caught though it lies behind the window."""
+
+    class _StaleFull(_Rows):
+        def next_plan(self) -> Plan:
+            plan = super().next_plan()
+            rows = tuple(dataclasses.replace(r, page_table=(r.page_table[1], *r.page_table[1:]))
+                         if r.kind == "decode" else r for r in plan.rows)
+            return dataclasses.replace(plan, rows=rows)
+
+    trace = _window_trace()
+    with pytest.raises(Violation) as e:
+        SchedulerDriver(_StaleFull(trace.config), trace).run()
+    assert e.value.behaviours[0] == "TREE-2"
+
+
+def test_state_blocks_map_onto_working_and_source_slots(blockpool) -> None:
+    """A State group's table: the state of depth start is read from the block of position
+    start - 1, the one of depth end left in the block of position end - 1 (chapter mamba)."""
+    engine = TokenSpeedBlockPoolAdapter(SchedConfig(page_size=2))
+    table = (0, 0, 4, 7, 8)
+    assert engine._state_blocks(table, 6, 8) == (7, 4)  # a new block: resumes from another
+    assert engine._state_blocks(table, 8, 9) == (8, 7)
+    assert engine._state_blocks(table, 9, 10) == (8, -1)  # in place: no source of its own
+    assert engine._state_blocks(table, 0, 6) == (4, -1)  # from nothing
+    assert engine._state_blocks(table, 10, 11) == (0, 8)  # a block the table lacks: null
+
+
+@pytest.mark.behaviours("EVENT-8", "EVENT-3", "EVENT-7")
+def test_sparse_prefix_events_name_a_parent_by_its_prefix() -> None:
+    """Announcing only reusable boundaries (EVENT-8): a stored block may name an unstored parent
+    whose hash is its own prefix's, and a reuse owes only its last block; a parent hash that
+    names no prefix is still an orphan (EVENT-3)."""
+    from conformance.adapters.tokenspeed_blockpool import block_hash
+    from conformance.oracles.scheduler import SchedEventOracle
+    from reference.kv_events import EventKind, KVEvent
+    from reference.plan import ForwardRow
+
+    h0 = block_hash(None, 0, (1, 2))
+    h1 = block_hash(h0, 0, (1, 2))
+    known = {h0: (0, (1, 2))}
+    strict = SchedEventOracle(block_hash)
+    with pytest.raises(Violation) as e:
+        strict.take([KVEvent(EventKind.STORED, (h1,), 0, h0, (1, 2), 2)])
+    assert e.value.behaviours == ("EVENT-3",)
+    sparse = SchedEventOracle(block_hash, known.get)
+    sparse.take([KVEvent(EventKind.STORED, (h1,), 0, h0, (1, 2), 2)])
+    row = ForwardRow("b", "prefill", 0, 4, (0,), 4, (1, 2, 3), (), 0, True)
+    sparse.reused(Plan(1, (row,), (), ()), row, [1, 2, 1, 2, 0], 2)  # block 0 never announced
+    with pytest.raises(Violation) as e:
+        strict.reused(Plan(1, (row,), (), ()), row, [1, 2, 1, 2, 0], 2)
+    assert e.value.behaviours == ("EVENT-7",)
+    with pytest.raises(Violation) as e:
+        sparse.take([KVEvent(EventKind.STORED, (h1 ^ 7,), 0, h1 ^ 5, (1, 2), 2)])
+    assert e.value.behaviours == ("EVENT-3",)

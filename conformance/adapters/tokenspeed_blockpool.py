@@ -10,10 +10,16 @@ published (at prefill completion or a decode publish), not at finish or retracti
 writeback belongs to the cache and names no request. A retracted request is recomputed from its
 prefix match; nothing is written back for it.
 
-The kit's configuration becomes one full-attention group (``full``) with one page per kit page;
-a sliding window adds nothing here yet (the group kinds beyond full attention are decided from
-the binding: ``CacheRetention.SlidingWindow`` and ``CacheGroupFamily.State``). The engine offers
-no snapshot, so only the black-box oracles and the content oracle judge it.
+The kit's configuration becomes the hybrid model this cache was built for: a full-attention
+group (``full``, one engine page per kit page), with a sliding window a ``SlidingWindow`` group
+beside it (``window``: the window's layers, a table of their own, WIN-3), and with Mamba a
+``State`` group (``state``: one recurrent state per page of tokens, read from the block of the
+row's first position minus one and left in the block of its last, mapped onto the kit's working
+and source slots: chapter mamba). The group kinds are decided from the binding
+(``CacheRetention.SlidingWindow``, ``CacheGroupFamily.State``). The groups share one pool of
+blocks (``num_device_pages``, page ids distinct across groups, 0 the null page); its size is the
+sum of the kit's pools, so each group alone has at least the kit's room. The engine offers no
+snapshot, so only the black-box oracles and the content oracles judge it.
 """
 
 from __future__ import annotations
@@ -40,12 +46,48 @@ from reference.plan import (
 )
 
 FULL = "full"  # the kit's KV group: full attention, one engine page per kit page
+WINDOW = "window"  # the sliding-window layers of a hybrid model (WIN-3)
+STATE = "state"  # Mamba layers: one state per block of a page of tokens (chapter mamba)
+NULL_PAGE = 0  # the null page of every pool: holes in a table (SchedulerConfig, types.h)
 
 
 def is_block_pool(ts: Any) -> bool:
     """The block-pool era's binding: cache groups instead of a page size."""
     c = ts.SchedulerConfig()
     return hasattr(c, "cache_groups") and not hasattr(c, "page_size")
+
+
+def has_window_groups(ts: Any) -> bool:
+    """Whether the binding offers sliding-window retention for a cache group."""
+    return hasattr(getattr(ts, "CacheRetention", None), "SlidingWindow")
+
+
+def has_state_groups(ts: Any) -> bool:
+    """Whether the binding offers state-family cache groups (Mamba-style checkpoints per block:
+    CacheGroupConfig::IsSnapshotStateGroup, csrc/cache/core/cache_config.h)."""
+    return hasattr(getattr(ts, "CacheGroupFamily", None), "State")
+
+
+def pool_sizes(config: SchedConfig) -> tuple[int, int]:
+    """Device and host pool sizes, null page included: the groups share one pool of blocks
+    (BlockPool, csrc/cache/core/block_pool.h), so it holds the kit's KV pages once per KV group
+    and its state slots beside them."""
+    kv_groups = 2 if config.sliding_window else 1
+    states, host_states = (config.mamba_slots, config.mamba_host_slots) if config.mamba else (0, 0)
+    host = config.host_pages * kv_groups + host_states if config.host_pages else 0
+    return config.device_pages * kv_groups + states + 1, host + 1 if host else 0
+
+
+def _groups(ts: Any, config: SchedConfig, pages: int) -> list[Any]:
+    p = config.page_size
+    groups = [ts.CacheGroupConfig(FULL, p, 1, pages)]
+    if config.sliding_window:
+        groups.append(ts.CacheGroupConfig(WINDOW, p, 1, pages,
+                                          retention=ts.CacheRetention.SlidingWindow,
+                                          sliding_window_tokens=config.sliding_window))
+    if config.mamba:  # one state per page of tokens: checkpoints at page boundaries (MAMBA-3)
+        groups.append(ts.CacheGroupConfig(STATE, 1, p, pages, family=ts.CacheGroupFamily.State))
+    return groups
 
 
 def _config(ts: Any, config: SchedConfig) -> Any:
@@ -57,11 +99,10 @@ def _config(ts: Any, config: SchedConfig) -> Any:
     c.decode_input_tokens = 1
     c.role = ts.SchedulerConfig.Role.Fused
     # Page 0 of each pool is the null placeholder (SchedulerConfig::AllocatorConfig, types.h).
-    c.num_device_pages = config.device_pages + 1
-    c.num_host_pages = config.host_pages + 1 if config.host_pages else 0
+    c.num_device_pages, c.num_host_pages = pool_sizes(config)
     c.disable_l2_cache = config.host_pages == 0
     c.enable_mixed_prefill_decode = config.mixed
-    c.cache_groups = [ts.CacheGroupConfig(FULL, p, 1, config.device_pages + 1)]
+    c.cache_groups = _groups(ts, config, c.num_device_pages)
     c.enable_kv_cache_events = True
     return c
 
@@ -85,6 +126,11 @@ def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int
     return h
 
 
+def _table(tables: Sequence[Sequence[int]], i: int) -> tuple[int, ...]:
+    """Row ``i``'s table of one group, its -1 padding dropped (empty when the group is absent)."""
+    return tuple(int(p) for p in tables[i] if p >= 0) if i < len(tables) else ()
+
+
 class TokenSpeedBlockPoolAdapter:
     name = "tokenspeed"
 
@@ -93,10 +139,20 @@ class TokenSpeedBlockPoolAdapter:
         self.ts = ts
         self.version = engine_version(ts)
         self.page_size = config.page_size
-        self.page_ids = (config.device_pages + 1, config.host_pages + 1)  # ids start at 1
-        if config.sliding_window or config.mamba or config.l3_store or config.max_adapters:
-            raise EngineRejected("unsupported", "this configuration needs a group kind the "
-                                 "block-pool adapter does not map yet")
+        window, state = has_window_groups(ts), has_state_groups(ts)
+        if (config.sliding_window and not window) or (config.mamba and not state) \
+                or config.l3_store or config.max_adapters:
+            raise EngineRejected("unsupported", "this configuration needs a cache group kind "
+                                 "or a feature the binding does not offer")
+        # Every group's page ids are blocks of the one shared pool, the null page included.
+        self.page_ids = pool_sizes(config)
+        self.state_ids = self.page_ids
+        self.null_page = NULL_PAGE
+        self.window = config.sliding_window
+        self.mamba = config.mamba
+        # Copies name their group by its index in the configuration (WriteBackOp::group_ids).
+        names = [FULL] + [WINDOW] * bool(self.window) + [STATE] * bool(self.mamba)
+        self.state_group = names.index(STATE) if self.mamba else -1
         self.sched = ts.Scheduler(_config(ts, config))
         # Events for unknown request ids and op ids are ignored by design
         # (csrc/scheduler/outside_event_handler.cpp; TierTransferManager::CompleteWriteBack
@@ -109,6 +165,18 @@ class TokenSpeedBlockPoolAdapter:
             features.add(Feature.KV_EVENTS)
         if config.host_pages:
             features.add(Feature.HOST_TIER)
+        if window:  # a SlidingWindow group beside the full one (WIN-3)
+            features |= {Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE}
+        if config.sliding_window or config.mamba:
+            # A boundary is announced once every group caches it (Scheduler::handleCacheMutation,
+            # scheduler.cpp); the window and state groups match non-closed prefixes
+            # (SwaMatcher::IsPrefixClosed, csrc/cache/prefix/prefix_matcher.h): EVENT-8.
+            features.add(Feature.SPARSE_PREFIX_EVENTS)
+        if state:
+            # A request keeps the block it is in and the checkpoint behind it: two state blocks
+            # (GroupGeometry::kMambaStateWindow, csrc/cache/coordinator/group_geometry.h; at
+            # least two in Scheduler::singleRequestLcmBlocksRequired, scheduler.cpp): MAMBA-9.
+            features |= {Feature.MAMBA, Feature.MAMBA_CHECKPOINT_SLOT}
         # Mid-flight publish is nothing to declare (PLAN-7 binds every scheduler): completed
         # prompt blocks are published at prefill completion (Scheduler::publishCompletedPages /
         # CacheCompletedBlocks, forward.cpp).
@@ -140,31 +208,50 @@ class TokenSpeedBlockPoolAdapter:
         rows: list[ForwardRow] = []
         n_ext = fwd.num_extends()
         # Each property of the binding copies its whole vector into Python: read each once.
-        rids, tables = fwd.request_ids, fwd.block_tables.get(FULL, [])
+        rids, tables = fwd.request_ids, fwd.block_tables
+        full, window, state = (tables.get(g, []) for g in (FULL, WINDOW, STATE))
         slots, lengths = fwd.request_pool_indices, fwd.input_lengths
         prefix, prefill = fwd.extend_prefix_lens, fwd.prefill_lengths
         input_ids = fwd.input_ids
         offset = 0
         for i, rid in enumerate(rids):
-            # A batch's tables are padded to one width with -1: those are no pages.
-            table = tuple(int(p) for p in tables[i] if p >= 0)
+            # A batch's tables are padded to one width with -1: those are no pages. The null
+            # page (0) stays: it is a hole, and positions keep their index.
+            table = _table(full, i)
             slot = int(slots[i])
             n = int(lengths[i])
             if i < n_ext:
                 start = int(prefix[i])
                 toks = tuple(input_ids[offset : offset + n])
                 offset += n
-                samples = start + n == int(prefill[i])
-                rows.append(ForwardRow(rid, "prefill", 0, start, toks, start, table, (), slot,
-                                       samples))
-                continue
-            known = self.tokens.get(rid, [])
-            # The binding gives no position for a decode row: the input is the last token.
-            start = len(known) - 1
-            token = known[start] if start >= 0 else -1
-            rows.append(ForwardRow(rid, "decode", 0, start, (token,), 0, table, (), slot, True))
-            self.decoding.add(rid)
+                kind, reused, samples = "prefill", start, start + n == int(prefill[i])
+            else:
+                known = self.tokens.get(rid, [])
+                # The binding gives no position for a decode row: the input is the last token.
+                start = len(known) - 1
+                toks = (known[start] if start >= 0 else -1,)
+                kind, reused, samples = "decode", 0, True
+                self.decoding.add(rid)
+            work, src = (self._state_blocks(_table(state, i), start, start + len(toks))
+                         if self.mamba else (-1, -1))
+            rows.append(ForwardRow(rid, kind, 0, start, toks, reused, table, (), slot, samples,
+                                   mamba=work, mamba_src=src,
+                                   window_table=_table(window, i) if self.window else ()))
         return rows
+
+    def _state_blocks(self, table: tuple[int, ...], start: int, end: int) -> tuple[int, int]:
+        """The State group's blocks a row of [start, end) uses: the state of depth ``end`` is
+        left in the block of position end - 1, the one of depth ``start`` read from the block of
+        position start - 1 (a source of its own only where that is another block). A block the
+        table lacks reads as the null page."""
+        p = self.page_size
+
+        def block(k: int) -> int:
+            return table[k] if k < len(table) else NULL_PAGE
+
+        work = block((end - 1) // p)
+        src = block((start - 1) // p) if start else -1
+        return work, (src if src != work else -1)
 
     def next_plan(self) -> Plan:
         self._step += 1
@@ -177,16 +264,23 @@ class TokenSpeedBlockPoolAdapter:
             kind = type(op).__name__
             if kind not in ("LoadBackOp", "WriteBackOp"):
                 continue
-            srcs, dsts = op.src_pages, op.dst_pages
+            srcs, dsts, groups = op.src_pages, op.dst_pages, op.group_ids
             for k, op_id in enumerate(op.op_ids):
-                pairs = tuple(zip((int(p) for p in srcs[k]), (int(p) for p in dsts[k]),
-                                  strict=True))
+                # Each pair names its group; a State group's blocks are Mamba states (D162-1).
+                kv: list[tuple[int, int]] = []
+                states: list[tuple[int, int]] = []
+                for src, dst, g in zip(srcs[k], dsts[k], groups[k], strict=True):
+                    (states if int(g) == self.state_group else kv).append((int(src), int(dst)))
                 # Write-through: a writeback copies published blocks, so it names no request.
                 writes_or_loads = loads if kind == "LoadBackOp" else writes
                 writes_or_loads.append(CopyOp(int(op_id), "loadback" if kind == "LoadBackOp"
-                                              else "writeback", "", pairs))
-        zero = tuple(int(p) for p in plan.pages_to_zero.get(FULL, ()))
-        return Plan(self._step, tuple(rows), tuple(loads), tuple(writes), zero=zero)
+                                              else "writeback", "", tuple(kv),
+                                              mamba=tuple(states)))
+        zero = plan.pages_to_zero
+        kv = tuple(int(p) for g in (FULL, WINDOW) for p in zero.get(g, ()))
+        states = tuple(int(p) for p in zero.get(STATE, ()))
+        return Plan(self._step, tuple(rows), tuple(loads), tuple(writes), zero=kv,
+                    zero_states=states)
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         ts = self.ts

@@ -60,10 +60,13 @@ class PlanOracle(Oracle):
     def table_covers(self, step: int, r, page_size: int) -> None:
         """PLAN-10: a row's page table has a page for every position it reads or computes."""
         end = r.start + len(r.input_tokens)
-        if end > len(r.page_table) * page_size:
-            raise self.fail("PLAN-10", f"plan {step}: the {r.kind} row of {r.rid} computes "
-                            f"positions up to {end - 1}, but its page table "
-                            f"{list(r.page_table)} holds {len(r.page_table) * page_size}")
+        for what, table in (("page table", r.page_table), ("window table", r.window_table)):
+            if table is r.window_table and not table:
+                continue  # no window table (WIN-3), or the driver's own check says it lacks one
+            if end > len(table) * page_size:
+                raise self.fail("PLAN-10", f"plan {step}: the {r.kind} row of {r.rid} computes "
+                                f"positions up to {end - 1}, but its {what} {list(table)} "
+                                f"holds {len(table) * page_size}")
 
     def __init__(self) -> None:
         self.op_ids: set[Any] = set()  # every copy id handed out so far
@@ -115,6 +118,7 @@ class PlanOracle(Oracle):
                 raise self.fail("PLAN-4", f"{r.rid} reuses all {n} tokens: none is computed")
             self.table_covers(plan.step, r, page_size)
             tables.update(r.page_table)
+            tables.update(r.window_table)
         stray = sorted(loaded - tables)
         if stray:
             raise self.fail("PLAN-5", f"plan {plan.step} loads back into device pages {stray} "
@@ -344,12 +348,14 @@ class SchedContentOracle(Oracle):
     """TREE-2, NS-1, NS-3, PLAN-8 at the scheduler level: every position a forward reads holds
     the tag of its own (namespace, prefix), and none holds KV a sliding window dropped (for an
     engine that declares keeps_window_prefix the runtime never drops the first W positions, so
-    only a publish past them reads dropped KV: WIN-2). KV of another namespace read there was
+    only a publish past them reads dropped KV: WIN-2; with a window table each table is read by
+    its own rule and nothing is dropped: WIN-3). KV of another namespace read there was
     computed or published by a step that left its request's namespace (NS-3), or matched across
     namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "PLAN-11", "REQ-5", "HOST-4")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "WIN-3", "PLAN-11", "REQ-5",
+                  "HOST-4")
 
     def zeroed(self, row, page: int) -> Violation:
         return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "
@@ -364,24 +370,27 @@ class SchedContentOracle(Oracle):
         self.origin: dict[int, int] = {}  # tag -> the namespace whose KV it is
 
     def wrong(self, row, ns: int, i: int, page: int, got: int | None,
-              failed: bool = False) -> Violation:
-        """``failed``: the page's content comes from a copy the runtime acknowledged as failed,
-        so the engine kept (or served) what a failed writeback left: REQ-5 and HOST-4 (E-1)."""
+              window: bool = False, failed: bool = False) -> Violation:
+        """``window``: read through the row's window table (WIN-3). ``failed``: the page's
+        content comes from a copy the runtime acknowledged as failed, so the engine kept (or
+        served) what a failed writeback left: REQ-5 and HOST-4 (E-1)."""
+        win = ("WIN-3",) if window else ()
+        where = f"window page {page}" if window else f"device page {page}"
         other = self.origin.get(got) if got is not None else None
         if other is not None and other != ns:
-            return self.fail(("TREE-2", "NS-1", "NS-3"), f"{row.kind} row of {row.rid} "
-                             f"(namespace {ns}) reads position {i} from device page {page}, "
+            return self.fail((*win, "TREE-2", "NS-1", "NS-3"), f"{row.kind} row of {row.rid} "
+                             f"(namespace {ns}) reads position {i} from {where}, "
                              f"which holds KV of namespace {other}")
         if got == POISON and failed:
-            return self.fail(("TREE-2", "REQ-5", "HOST-4"), f"{row.kind} row of {row.rid} "
-                             f"(namespace {ns}) reads position {i} from device page {page}, "
+            return self.fail((*win, "TREE-2", "REQ-5", "HOST-4"), f"{row.kind} row of "
+                             f"{row.rid} (namespace {ns}) reads position {i} from {where}, "
                              "which holds the remains of a copy the runtime acknowledged as "
                              "failed: a failed writeback was kept as a host copy and served")
         what = ("nothing" if got is None else "the remains of an unfinished copy"
                 if got == POISON else "zeros (a plan told the runtime to zero it)"
                 if got == ZEROED else "the KV of another prefix")
-        return self.fail("TREE-2", f"{row.kind} row of {row.rid} (namespace {ns}) reads "
-                         f"position {i} from device page {page}, which holds {what}")
+        return self.fail((*win, "TREE-2"), f"{row.kind} row of {row.rid} (namespace {ns}) "
+                         f"reads position {i} from {where}, which holds {what}")
 
     def tokens(self, row, want) -> Violation:
         return self.fail("TREE-2", f"row of {row.rid} computes tokens {list(row.input_tokens)} "
@@ -396,14 +405,20 @@ def _short(entry, limit: int = 160) -> str:
 class SchedEventOracle(Oracle):
     """KV events as a scheduler-level runtime reads them (drained after every plan and every
     advance): EVENT-1..EVENT-3 on the stream itself, EVENT-4 where the engine offers its block
-    hash, and EVENT-7: a prefix a prefill row reuses from the device cache is announced."""
+    hash, and EVENT-7: a prefix a prefill row reuses from the device cache is announced. An
+    engine that announces only reusable boundaries (EVENT-8) may name a parent that is not
+    stored; ``resolve`` then says which prefix a parent hash names (None: no prefix the runtime
+    knows), and a reuse needs only its last block announced."""
 
     name = "sched-events"
-    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-7")
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-7", "EVENT-8")
     needs = frozenset({Feature.KV_EVENTS})
 
-    def __init__(self, block_hash=None) -> None:
+    def __init__(self, block_hash=None, resolve=None) -> None:
         self.block_hash = block_hash  # (parent, namespace, tokens) -> hash, when offered
+        # EVENT-8: (parent hash) -> (namespace, the prefix it names), for an engine that
+        # declares sparse_prefix_events; None holds every parent to EVENT-3 as it stands.
+        self.resolve = resolve
         self.stored: dict[int, tuple[int, tuple[int, ...]]] = {}  # hash -> (ns, whole prefix)
         self.announced: dict[tuple[int, tuple[int, ...]], int] = {}  # (ns, prefix) -> hashes
 
@@ -425,14 +440,20 @@ class SchedEventOracle(Oracle):
                         del self.announced[key]
                 continue
             parent = ev.parent_hash
+            named = None  # the prefix an unstored parent names (EVENT-8)
             if parent is not None and parent not in self.stored:
-                raise self.fail("EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names parent "
-                                f"{parent:#x}, which is not stored")
+                named = self.resolve(parent) if self.resolve is not None else None
+                if named is None:
+                    raise self.fail("EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names "
+                                    f"parent {parent:#x}, which is not stored"
+                                    + ("" if self.resolve is None else " and is the hash of no "
+                                       "prefix the runtime submitted or sampled (EVENT-8)"))
             bs = ev.block_size
             if bs <= 0 or len(ev.tokens) != bs * len(ev.block_hashes):
                 raise self.fail("EVENT-4", f"BlockStored carries {len(ev.tokens)} tokens for "
                                 f"{len(ev.block_hashes)} blocks of {bs}")
-            whole = self.stored[parent][1] if parent is not None else ()
+            whole = (() if parent is None else named[1] if named is not None
+                     else self.stored[parent][1])
             for i, h in enumerate(ev.block_hashes):
                 toks = tuple(ev.tokens[i * bs : (i + 1) * bs])
                 if h in self.stored:
@@ -451,9 +472,11 @@ class SchedEventOracle(Oracle):
 
     def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
         """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block
-        of them that was already on the device (not loaded back by this plan) is announced."""
+        of them that was already on the device (not loaded back by this plan) is announced;
+        under EVENT-8 the block that ends at the reuse boundary."""
         landed = {d for op in plan.loadbacks for _s, d in op.pairs}
-        for k in range(row.reused // p):
+        blocks = range(row.reused // p)
+        for k in blocks[-1:] if self.resolve is not None else blocks:
             if row.page_table[k] in landed:
                 continue
             if (row.namespace, tuple(tokens[: (k + 1) * p])) not in self.announced:
