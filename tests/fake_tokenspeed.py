@@ -1,7 +1,8 @@
 """A stand-in for the ``tokenspeed_scheduler`` extension, built on the reference scheduler.
 
 It offers the Python surface the engine facts describe (config attributes, ``RequestSpec``,
-``Scheduler.submit_requests / next_execution_plan / advance / drain_kv_events``, one
+``Scheduler.submit_requests / next_execution_plan / advance`` (no KV events: the reference
+hashes its blocks its own way, and the adapter checks TokenSpeed's hash), one
 ``FlatForwardOp`` with flat per-row arrays, ``LoadBackOp`` / ``WriteBackOp`` with op ids and page
 lists, ``ExecutionEvent`` with ``ForwardEvent`` and ``Cache`` events, ``RuntimeError`` for an
 invalid transition, device page 0 reserved) so that the adapter's conversions run in tests. It
@@ -176,6 +177,3 @@ class Scheduler:
 
     def advance(self, ev: ExecutionEvent) -> None:
         self._guard(self._s.advance, [x for x in map(_runtime_event, ev.events) if x])
-
-    def drain_kv_events(self):
-        return self._s.drain_events()

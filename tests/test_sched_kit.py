@@ -193,6 +193,7 @@ def test_the_tokenspeed_adapter_speaks_the_documented_surface(tmp_path: Path, mo
     import fake_tokenspeed
 
     monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
+    monkeypatch.delenv("KVCONF_TOKENSPEED_REVISION", raising=False)  # a stand-in is no revision
     profile = get_profile("ci")
     report = run_suite("tokenspeed", EngineConfig(), seed_value=0, profile=profile,
                        budget=parse_budget("20", profile), report_path=tmp_path / "r.json")
@@ -449,3 +450,24 @@ def test_a_black_box_engine_that_keeps_a_failed_writeback_is_blamed_for_it() -> 
         fuzz_sched(BlackBox, TIGHT, 300, None, 0, {})
     assert e.value.oracle == "content", e.value
     assert {"REQ-5", "HOST-4", "TREE-2"} <= set(e.value.behaviours), e.value
+
+
+def test_a_later_prefill_chunk_reuses_nothing(monkeypatch) -> None:
+    """TokenSpeed's extend_prefix_lens counts a request's earlier chunks as well as its cache
+    hit; only the admission's row reuses (the kit checks reuse, EVENT-7 and L3-3 on it)."""
+    import sys
+
+    import fake_tokenspeed
+
+    from conformance.adapters.tokenspeed import TokenSpeedAdapter
+    from conformance.sched_trace import Arrival
+
+    monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
+    trace = SchedTrace(config=SchedConfig(max_tokens=4),
+                       arrivals=[Arrival(at=0, rid="long", tokens=[1, 2] * 6, new_tokens=1)])
+    adapter = TokenSpeedAdapter(trace.config)
+    log = SchedulerDriver(adapter, trace).run()
+    rows = [r for entry in log if entry[0] == "plan" for r in entry[2]]
+    chunks = [(start, reused) for _rid, kind, start, _n, reused, *_ in rows if kind == "prefill"]
+    assert len(chunks) >= 3 and chunks[0] == (0, 0), chunks
+    assert all(reused == 0 for _start, reused in chunks[1:]), chunks

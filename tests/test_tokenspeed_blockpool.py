@@ -31,6 +31,7 @@ SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]
 @pytest.fixture
 def blockpool(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed_blockpool)
+    monkeypatch.delenv("KVCONF_TOKENSPEED_REVISION", raising=False)  # a stand-in is no revision
 
 
 def test_one_engine_name_picks_the_adapter_of_the_installed_era(monkeypatch) -> None:

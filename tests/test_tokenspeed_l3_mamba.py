@@ -158,3 +158,35 @@ def test_liveness_is_judged_by_the_state_slots_an_engine_declares_it_needs() -> 
     with pytest.raises(Violation):
         SchedulerDriver(_Idle(base | {Feature.MAMBA_CHECKPOINT_SLOT}), roomy,
                         probes="none").run()
+
+
+def test_radix_kv_events_read_an_adapter_chain_as_its_namespace() -> None:
+    """EVENT-1..4 at the scheduler level on the radix era: a namespace's first block names its
+    virtual root (the sentinel page hashed with no parent) as parent, which no event announces;
+    the adapter reads it as that namespace's root, and its descendants inherit the namespace,
+    so the kit's hash check recomputes every block."""
+    from types import SimpleNamespace
+
+    from conformance.adapters.tokenspeed import TokenSpeedAdapter, block_hash
+    from reference.kv_events import EventKind
+
+    root = block_hash(None, 0, [-1, 0])
+    first = block_hash(root, 0, [5, 6])
+    second = block_hash(first, 0, [7, 8])
+    base = block_hash(None, 0, [5, 6])
+    raw = [SimpleNamespace(kind="BlockStored", block_hashes=[first], parent_block_hash=root,
+                           token_ids=[5, 6], block_size=2),
+           SimpleNamespace(kind="BlockStored", block_hashes=[second], parent_block_hash=first,
+                           token_ids=[7, 8], block_size=2),
+           SimpleNamespace(kind="BlockStored", block_hashes=[base], parent_block_hash=None,
+                           token_ids=[5, 6], block_size=2),
+           SimpleNamespace(kind="BlockRemoved", block_hashes=[second])]
+    a = object.__new__(TokenSpeedAdapter)
+    a.page_size, a.ns, a.event_ns = 2, {"x": 1, "y": 0}, {}
+    a.sched = SimpleNamespace(drain_kv_events=lambda: raw)
+    out = a.drain_events()
+    assert [(e.kind, e.namespace, e.parent_hash) for e in out] == [
+        (EventKind.STORED, 1, None), (EventKind.STORED, 1, first), (EventKind.STORED, 0, None),
+        (EventKind.REMOVED, 0, None)]
+    assert a.block_hash(None, 1, [5, 6]) == first and a.block_hash(first, 1, [7, 8]) == second
+    assert a.block_hash(None, 0, [5, 6]) == base != first

@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 
 from conformance.adapters.tokenspeed import keeps_mamba_state
+from conformance.adapters.tokenspeed_blockpool import (
+    has_state_groups,
+    has_window_groups,
+    is_block_pool,
+)
 from conformance.engine_config import EngineConfig
 from conformance.features import Feature
 from conformance.profiles import get_profile, parse_budget
@@ -35,17 +40,22 @@ def test_the_adapter_speaks_the_real_binding(tmp_path: Path) -> None:
 
     profile = get_profile("ci")
     cases = SCHED_CASES + (L3_CASES if hasattr(ts.Cache, "BackUpDoneEvent") else []) \
-        + (MAMBA_CASES if keeps_mamba_state(ts) else [])
+        + (MAMBA_CASES if keeps_mamba_state(ts) or has_state_groups(ts) else [])
     report = run_suite("tokenspeed", EngineConfig(), seed_value=0, profile=profile,
                        budget=parse_budget("10", profile), report_path=tmp_path / "r.json",
                        cases=select_cases(cases), jobs=1, database=None)
     assert report.run_info.version.startswith(metadata.version("tokenspeed-scheduler"))
     features = set(report.run_info.features)
     assert Feature.IGNORES_UNKNOWN_EVENTS.value in features
+    assert (Feature.KV_EVENTS.value in features) == hasattr(ts.Scheduler, "drain_kv_events")
     assert (Feature.NAMESPACES.value in features) == hasattr(ts.RequestSpec(), "lora_id")
+    assert (Feature.L3_STORE.value in features) == hasattr(ts.Cache, "BackUpDoneEvent")
+    if is_block_pool(ts):  # cache groups: a window group, a State group (today's main)
+        assert (Feature.SLIDING_WINDOW.value in features) == has_window_groups(ts)
+        assert (Feature.MAMBA.value in features) == has_state_groups(ts)
+        return
     assert (Feature.SLIDING_WINDOW.value in features) == hasattr(ts.SchedulerConfig(),
                                                                  "has_sliding_window")
-    assert (Feature.L3_STORE.value in features) == hasattr(ts.Cache, "BackUpDoneEvent")
     assert (Feature.MAMBA.value in features) == keeps_mamba_state(ts)
     assert (Feature.MAMBA_CHECKPOINT_SLOT.value in features) == keeps_mamba_state(ts)
     for r in report.results:

@@ -40,6 +40,7 @@ from typing import Any
 from conformance.errors import EngineRejected, EngineUnavailable
 from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
+from reference.kv_events import EventKind, KVEvent
 from reference.plan import (
     Abort,
     BackupDone,
@@ -69,11 +70,14 @@ def _module() -> Any:
 
 
 def engine_version(ts: Any) -> str:
-    """The distribution's version (and the revision the user names), else the module's own."""
-    try:
-        version = metadata.version("tokenspeed-scheduler")
-    except metadata.PackageNotFoundError:
-        version = str(getattr(ts, "__version__", "unknown"))
+    """The module's own version where it states one (the extension does not), else its
+    distribution's; and the revision the user names."""
+    version = getattr(ts, "__version__", None)
+    if version is None:
+        try:
+            version = metadata.version("tokenspeed-scheduler")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
     revision = os.environ.get(REVISION_ENV, "").strip()
     return f"{version} ({revision})" if revision else version
 
@@ -113,6 +117,26 @@ def checkpoint_depth(start: int, end: int, page: int) -> int:
     if depth > start and (start % page == 0 or end % page == 0):
         return depth
     return 0
+
+
+_FNV_OFFSET, _FNV_PRIME, _MASK = 14695981039346656037, 1099511628211, (1 << 64) - 1
+
+
+def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
+    """TokenSpeed's KV event block hash (HashKvBlock, csrc/scheduler/kv_cache_events.cpp): 64-bit
+    FNV-1a over a has-parent byte, the parent (8 bytes), the token count (8 bytes) and each token
+    (4 bytes), little-endian. It has no namespace input: an adapter namespace (the radix era's
+    lora_id) chains off its own root block."""
+    data = bytearray(b"\x01" if parent is not None else b"\x00")
+    if parent is not None:
+        data += parent.to_bytes(8, "little")
+    data += len(tokens).to_bytes(8, "little")
+    for t in tokens:
+        data += (t & 0xFFFFFFFF).to_bytes(4, "little")
+    h = _FNV_OFFSET
+    for b in data:
+        h = ((h ^ b) * _FNV_PRIME) & _MASK
+    return h
 
 
 def _event(cls: type, **fields: Any) -> Any:
@@ -184,8 +208,13 @@ class TokenSpeedAdapter:
             if config.mamba_host_slots and config.host_pages:
                 c.enable_mamba_l2 = True
                 c.mamba_l2_host_slots = config.mamba_host_slots
+        if hasattr(ts.Scheduler, "drain_kv_events"):  # EVENT-1..4, EVENT-7 (device tier)
+            c.enable_kv_cache_events = True
+            features |= {Feature.KV_EVENTS}
         self.features = frozenset(features)
         self.sched = ts.Scheduler(c)
+        self.event_ns: dict[int, int] = {}  # block hash -> the namespace of its chain
+        self.chunk_end: dict[str, int] = {}  # where a request's unfinished prefill stopped
         self._step = 0
         self.tokens: dict[str, list[int]] = {}  # prompt and sampled tokens, per request
         self.ns: dict[str, int] = {}
@@ -311,7 +340,15 @@ class TokenSpeedAdapter:
                 toks = tuple(input_ids[offset : offset + n])
                 offset += n
                 samples = start + n == int(prefill[i])
-                rows.append(ForwardRow(rid, "prefill", ns, start, toks, start, table, new, slot,
+                # extend_prefix_lens counts earlier chunks too: only an admission reuses.
+                # (a chunk starts where the request's last one ended; a re-admission from its
+                # prefix match after a retraction is an admission again)
+                reused = 0 if self.chunk_end.get(rid) == start else start
+                if samples:
+                    self.chunk_end.pop(rid, None)
+                else:
+                    self.chunk_end[rid] = start + n
+                rows.append(ForwardRow(rid, "prefill", ns, start, toks, reused, table, new, slot,
                                        samples, *self._mamba(i, start, n, work, cow, ckpt)
                                        if self.mamba else ()))
                 continue
@@ -440,9 +477,48 @@ class TokenSpeedAdapter:
         for e in events:  # taken: only now are the sampled tokens part of each sequence
             if isinstance(e, ExtendResult):
                 self.tokens.setdefault(e.rid, []).append(e.token)
-            elif isinstance(e, (Finish, Abort)) and e.rid in self.tables \
-                    and e.rid not in self.ending:
-                self.ending.append(e.rid)
+            elif isinstance(e, (Finish, Abort)):
+                self.chunk_end.pop(e.rid, None)
+                if e.rid in self.tables and e.rid not in self.ending:
+                    self.ending.append(e.rid)
+
+    def _root(self, namespace: int) -> int | None:
+        """The parent hash of a namespace's first block: none in the base model; an adapter's
+        chain hangs off its virtual root, the sentinel page [-lora_id, 0, ...] hashed with no
+        parent (KVPrefixCache::getOrCreateLoraRoot, kv_prefix_cache.cpp)."""
+        if namespace == 0:
+            return None
+        return block_hash(None, 0, [-namespace] + [0] * (self.page_size - 1))
+
+    def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
+        """TokenSpeed's block hash (HashKvBlock, csrc/scheduler/kv_cache_events.cpp); a
+        namespace's first block chains off its virtual root."""
+        return block_hash(self._root(namespace) if parent is None else parent, 0, tokens)
+
+    def drain_events(self) -> list[KVEvent]:
+        """The engine's device-tier KV events. An adapter namespace's first block names its
+        virtual root as parent, which no event announces: it is read as the namespace's root
+        (no parent, that namespace), and its descendants inherit the namespace."""
+        out: list[KVEvent] = []
+        roots = {self._root(ns): ns for ns in sorted(set(self.ns.values())) if ns}
+        for e in self.sched.drain_kv_events():
+            hashes = tuple(int(h) for h in e.block_hashes)
+            if e.kind == "BlockStored":
+                parent = None if e.parent_block_hash is None else int(e.parent_block_hash)
+                if parent in roots:
+                    ns, parent = roots[parent], None
+                else:
+                    ns = 0 if parent is None else self.event_ns.get(parent, 0)
+                for h in hashes:
+                    self.event_ns[h] = ns
+                out.append(KVEvent(EventKind.STORED, hashes, ns, parent,
+                                   tuple(int(t) for t in e.token_ids), int(e.block_size)))
+            elif e.kind == "BlockRemoved":
+                out.append(KVEvent(EventKind.REMOVED, hashes))
+            else:
+                self.event_ns.clear()
+                out.append(KVEvent(EventKind.CLEARED, ()))
+        return out
 
     def snapshot(self) -> None:
         return None

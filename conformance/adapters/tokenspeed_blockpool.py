@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.adapters.tokenspeed import _event, _module, engine_version
+from conformance.adapters.tokenspeed import _event, _module, block_hash, engine_version
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
@@ -107,23 +107,6 @@ def _config(ts: Any, config: SchedConfig) -> Any:
     return c
 
 
-_FNV_OFFSET, _FNV_PRIME, _MASK = 14695981039346656037, 1099511628211, (1 << 64) - 1
-
-
-def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
-    """TokenSpeed's KV event block hash (HashKvBlock, csrc/scheduler/kv_cache_events.cpp): 64-bit
-    FNV-1a over a has-parent byte, the parent (8 bytes), the token count (8 bytes) and each token
-    (4 bytes), little-endian. It has no namespace input: the binding has no namespaces."""
-    data = bytearray(b"\x01" if parent is not None else b"\x00")
-    if parent is not None:
-        data += parent.to_bytes(8, "little")
-    data += len(tokens).to_bytes(8, "little")
-    for t in tokens:
-        data += (t & 0xFFFFFFFF).to_bytes(4, "little")
-    h = _FNV_OFFSET
-    for b in data:
-        h = ((h ^ b) * _FNV_PRIME) & _MASK
-    return h
 
 
 def _table(tables: Sequence[Sequence[int]], i: int) -> tuple[int, ...]:
@@ -184,6 +167,7 @@ class TokenSpeedBlockPoolAdapter:
         self._step = 0
         self.tokens: dict[str, list[int]] = {}  # prompt and sampled tokens, per request
         self.decoding: set[str] = set()  # requests with a decode row in the last plan
+        self.chunk_end: dict[str, int] = {}  # where a request's unfinished prefill stopped
 
     def _call(self, fn, *args):
         try:
@@ -224,7 +208,15 @@ class TokenSpeedBlockPoolAdapter:
                 start = int(prefix[i])
                 toks = tuple(input_ids[offset : offset + n])
                 offset += n
-                kind, reused, samples = "prefill", start, start + n == int(prefill[i])
+                kind, samples = "prefill", start + n == int(prefill[i])
+                # prefix_lens counts earlier chunks too: only an admission reuses.
+                # (a chunk starts where the request's last one ended; a re-admission from its
+                # prefix match after a retraction is an admission again)
+                reused = 0 if self.chunk_end.get(rid) == start else start
+                if samples:
+                    self.chunk_end.pop(rid, None)
+                else:
+                    self.chunk_end[rid] = start + n
             else:
                 known = self.tokens.get(rid, [])
                 # The binding gives no position for a decode row: the input is the last token.
@@ -311,6 +303,7 @@ class TokenSpeedBlockPoolAdapter:
                 self.tokens.setdefault(e.rid, []).append(e.token)
             elif isinstance(e, (Finish, Abort)):
                 self.tokens.pop(e.rid, None)
+                self.chunk_end.pop(e.rid, None)
 
     def drain_events(self) -> list[KVEvent]:
         """The engine's KV events (one prefix event per block boundary, folded over its cache
