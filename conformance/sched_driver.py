@@ -357,7 +357,20 @@ class SchedulerDriver:
         if self.l3 is not None:
             events.extend(self.l3.land(l3_due))
         events.extend(self._land_copies(due, failed))
-        self._call("advance", self.engine.advance, events)
+        # Cancellations go first, in a call of their own (a runtime passes them on when they
+        # arrive), so an engine that refuses one is seen refusing an Abort (REQ-4, E-2).
+        cancels = [e for e in events if isinstance(e, Abort)]
+        if cancels:
+            try:
+                self.engine.advance(cancels)
+            except EngineRejected as e:
+                raise Violation("faults", ("FAULT-2", "REQ-4"), "advance rejected a legal "
+                                f"Abort of {', '.join(a.rid for a in cancels)}: {e}") from e
+            except Exception as e:
+                raise Violation("faults", ("FAULT-2", "REQ-4"), "advance raised "
+                                f"{type(e).__name__} on a legal Abort of "
+                                f"{', '.join(a.rid for a in cancels)}: {e}") from e
+        self._call("advance", self.engine.advance, [e for e in events if not isinstance(e, Abort)])
         if self.kv is not None:
             self.kv.take(self.engine.drain_events())
         self._states("advance", external)

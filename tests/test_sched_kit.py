@@ -42,7 +42,7 @@ CATCHES = {
     "FailedWritebackIsDone": ("sched-failed-writebacks", "runtime-events", "REQ-5"),
     "PublishOnlyAtFinish": ("sched-mid-flight-reuse", "reuse", "PLAN-7"),
     # The reference rejects the Abort, so the driver sees a legal call refused.
-    "AbortRaisesWhileWritingBack": ("sched-abort-everywhere", "faults", "FAULT-2"),
+    "AbortRaisesWhileWritingBack": ("sched-abort-everywhere", "faults", "REQ-4"),
     "OverBudget": ("sched-abort-everywhere", "plan", "PLAN-2"),
     "PublishesUnderWindow": ("sched-sliding-window", "content", "PLAN-8"),
     "RetractsIntoBaseModel": ("sched-retract-own-namespace", "requests", "PLAN-6"),
