@@ -139,6 +139,27 @@ def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int
     return h
 
 
+def forward_event(ts: Any, ev: Any, e: RuntimeEvent, decoding: set[str],
+                  finished: set[str]) -> bool:
+    """Add a request's own event (ExtendResult, Finish, Abort) to the binding's batch, as both
+    eras take it; False for the rest (the cache's acknowledgements, which differ by era)."""
+    if isinstance(e, ExtendResult):
+        ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id=e.rid, tokens=[e.token]))
+        if e.rid in decoding and e.rid not in finished:
+            # As TokenSpeed's runtime: after a decode step, the tokens the next one needs room
+            # for (decode_input_tokens, 1). With 0 the engine stops growing the request's page
+            # table (forward_events.cpp, the reserve at schedule).
+            ev.add_event(_event(ts.ForwardEvent.UpdateReserveNumTokens, request_id=e.rid,
+                                reserve_num_tokens_in_next_schedule_event=1))
+    elif isinstance(e, Finish):
+        ev.add_event(_event(ts.ForwardEvent.Finish, request_id=e.rid))
+    elif isinstance(e, Abort):
+        ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
+    else:
+        return False
+    return True
+
+
 def _event(cls: type, **fields: Any) -> Any:
     """A binding event: constructed empty, its fields set afterwards."""
     ev = cls()
@@ -447,21 +468,9 @@ class TokenSpeedAdapter:
         ev = ts.ExecutionEvent()
         finished = {e.rid for e in events if isinstance(e, (Finish, Abort))}
         for e in events:
-            if isinstance(e, ExtendResult):
-                ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id=e.rid,
-                                    tokens=[e.token]))
-                if e.rid in self.decoding and e.rid not in finished:
-                    # As TokenSpeed's runtime: after a decode step, the tokens the next one
-                    # needs room for (decode_input_tokens, 1). With 0 the engine stops growing
-                    # the request's page table (forward_events.cpp, the reserve at schedule).
-                    ev.add_event(_event(ts.ForwardEvent.UpdateReserveNumTokens,
-                                        request_id=e.rid,
-                                        reserve_num_tokens_in_next_schedule_event=1))
-            elif isinstance(e, Finish):
-                ev.add_event(_event(ts.ForwardEvent.Finish, request_id=e.rid))
-            elif isinstance(e, Abort):
-                ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
-            elif isinstance(e, WritebackDone):
+            if forward_event(ts, ev, e, self.decoding, finished):
+                continue
+            if isinstance(e, WritebackDone):
                 ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id,
                                     success=e.success))
                 if e.op_id in self.written:  # its backup comes in the next plan (PR 293)

@@ -27,7 +27,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.adapters.tokenspeed import _event, _module, block_hash, engine_version
+from conformance.adapters.tokenspeed import (
+    _event,
+    _module,
+    block_hash,
+    engine_version,
+    forward_event,
+)
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
@@ -279,19 +285,9 @@ class TokenSpeedBlockPoolAdapter:
         ev = ts.ExecutionEvent()
         finished = {e.rid for e in events if isinstance(e, (Finish, Abort))}
         for e in events:
-            if isinstance(e, ExtendResult):
-                ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id=e.rid,
-                                    tokens=[e.token]))
-                if e.rid in self.decoding and e.rid not in finished:
-                    # As TokenSpeed's runtime: after a decode step, room for the next one.
-                    ev.add_event(_event(ts.ForwardEvent.UpdateReserveNumTokens,
-                                        request_id=e.rid,
-                                        reserve_num_tokens_in_next_schedule_event=1))
-            elif isinstance(e, Finish):
-                ev.add_event(_event(ts.ForwardEvent.Finish, request_id=e.rid))
-            elif isinstance(e, Abort):
-                ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
-            elif isinstance(e, WritebackDone):
+            if forward_event(ts, ev, e, self.decoding, finished):
+                continue
+            if isinstance(e, WritebackDone):
                 if not e.success:  # HOST-9: a failed copy is never acknowledged
                     continue
                 ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id))
