@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from conformance.errors import KitError
-from conformance.trace import write_atomic
+from conformance.errors import read_input
+from conformance.trace import parse_json, validation_error, write_atomic
 
 FORMAT = "kvconf-report/2"
 FORMATS = ("kvconf-report/1", FORMAT)  # /2 added CRASH, units, coverage, shards; /1 still reads
@@ -144,16 +143,14 @@ def write_report(report: Report, path: str | Path) -> Path:
 
 
 def load_report(path: str | Path) -> Report:
+    """Read a run report; every failure is one line naming the file, the line and the field."""
     path = Path(path)
+    text = read_input(path, "report")
+    data = parse_json(text, str(path))
     try:
-        return Report.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except OSError as e:
-        raise KitError(f"{path}: cannot read report ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        return Report.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        raise KitError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise validation_error(e, text, str(path)) from None
 
 
 def report_schema() -> dict:
