@@ -143,7 +143,7 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     from conformance.engine_config import EngineConfig, parse_overrides
     from conformance.expectations import check_cases, compare, load_expectations
     from conformance.profiles import get_profile, parse_budget
-    from conformance.report import write_report
+    from conformance.report import report_lock, write_report
     from conformance.runner import select_cases
     from conformance.units import parse_shard
 
@@ -158,14 +158,15 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
             check_cases(expectations, expect, engine, [c.name for c in cases])
         part = parse_shard(shard)
         _check_writable(report)
-        with _progress(quiet, len(cases)) as (on_start, on_result):
+        with report_lock(report), _progress(quiet, len(cases)) as (on_start, on_result):
             result = runner(
                 engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
                 cases=cases, on_start=on_start, on_result=on_result, shard=part, **extra,
             )
-        if expectations is not None:
-            compare(result, expectations, expect, [c.name for c in cases] if case else None)
-            write_report(result, report)
+            if expectations is not None:
+                compare(result, expectations, expect,
+                        [c.name for c in cases] if case else None)
+                write_report(result, report)
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt as e:
@@ -409,15 +410,16 @@ def merge(
     transition coverage, every case, the failing traces); exit 1 if a case failed."""
     from conformance.expectations import compare, load_expectations
     from conformance.merge import merge_reports
-    from conformance.report import write_report
+    from conformance.report import report_lock, write_report
 
     try:
         expectations = load_expectations(expect) if expect is not None else None
         _check_writable(report)
-        result = merge_reports(shards, report)
-        if expectations is not None:
-            compare(result, expectations, expect)
-        write_report(result, report)
+        with report_lock(report):
+            result = merge_reports(shards, report)
+            if expectations is not None:
+                compare(result, expectations, expect)
+            write_report(result, report)
     except KitError as e:
         _die(str(e))
     _print_results(result)

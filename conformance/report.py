@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from conformance.errors import read_input
-from conformance.trace import parse_json, validation_error, write_atomic
+from conformance.errors import KitError, read_input
+from conformance.trace import is_stream, parse_json, validation_error, write_atomic
 
 FORMAT = "kvconf-report/2"
 FORMATS = ("kvconf-report/1", FORMAT)  # /2 added CRASH, units, coverage, shards; /1 still reads
@@ -135,6 +138,40 @@ class Report(BaseModel):
         if self.run_info.expectations is not None:
             return all(r.expectation == "expected" for r in self.results)
         return not any(r.status in BAD for r in self.results) and not self.run_info.interrupted
+
+
+@contextmanager
+def report_lock(path: str | Path) -> Iterator[None]:
+    """Hold ``.<report>.lock`` beside the report for a run, so two runs given the same report
+    path do not overwrite each other: the second stops with one line. An OS lock (flock), so
+    a run that dies releases it."""
+    import fcntl
+
+    if is_stream(path):
+        yield
+        return
+    path = Path(path)
+    lock = path.parent / f".{path.name}.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise KitError(f"{path}: cannot lock the report ({e.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise KitError(f"{path}: another kvconf run (pid {holder}) is writing this report; "
+                           "give this run another --report") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def write_report(report: Report, path: str | Path) -> Path:

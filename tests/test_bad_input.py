@@ -261,3 +261,32 @@ def test_a_wrong_return_type_is_one_clear_failure(tmp_path: Path) -> None:
     assert "match at step" in res["message"] and "returned NoneType" in res["message"]
     assert "expects Match" in res["message"] and res["step"] is not None
     assert "AttributeError" not in res["message"]
+
+
+# -- 6. one run per report path; no stale traces ---------------------------------------------
+
+
+def test_a_second_run_on_the_same_report_is_refused(tmp_path: Path) -> None:
+    from conformance.report import report_lock
+
+    report = tmp_path / "r.json"
+    with report_lock(report):
+        one_line_error(kvconf("run", *ONE_CASE, "--report", str(report)),
+                       "another kvconf run", str(os.getpid()))
+        with pytest.raises(KitError, match="another kvconf run"), report_lock(report):
+            pass
+    assert not report.exists()
+    r = kvconf("run", *ONE_CASE, "--report", str(report))  # released: runs
+    assert r.exit_code == 0, r.output
+    assert not (tmp_path / ".r.json.lock").exists()
+
+
+def test_a_stale_trace_of_an_earlier_run_is_cleared(tmp_path: Path) -> None:
+    stale = tmp_path / "traces" / "lru-victim-order.json"
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    other = tmp_path / "traces" / "mine.json"  # not a trace of the cases run: kept
+    other.write_text("{}")
+    r = kvconf("run", *ONE_CASE, "--report", str(tmp_path / "r.json"))
+    assert r.exit_code == 0, r.output
+    assert not stale.exists() and other.exists()
