@@ -19,7 +19,7 @@ from conformance.features import Feature
 from conformance.ledger import Ledger, LockRecord
 from conformance.memory import MemoryFactory, page_id_space, shadow_memory
 from conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
-from conformance.protocol import CacheEngine, CopyOp, Match, match_scope
+from conformance.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from conformance.trace import (
     AckStep,
     EvictStep,
@@ -42,6 +42,34 @@ _FAULTS = "faults"
 
 def _crash(call: str, err: BaseException) -> Violation:
     return Violation(_FAULTS, ("FAULT-2",), f"{call} raised {type(err).__name__}: {err}")
+
+
+# What each call must return (conformance/protocol.py); None in a tuple means "or None".
+RETURNS: dict[str, tuple[type | None, ...]] = {
+    "match": (Match,), "insert": (Inserted,), "evict": (int,),
+    "start_writeback": (CopyOp, None), "start_loadback": (CopyOp, None),
+}
+
+
+def _expected(types: tuple[type | None, ...]) -> str:
+    return " or ".join("None" if t is None else t.__name__ for t in types)
+
+
+def _check_return(call: str, value: Any, step: int) -> Any:
+    """An engine that returns the wrong type is one FAULT-2 violation naming the call and the
+    type the protocol expects, not a cascade of AttributeErrors in the oracles."""
+    types = RETURNS.get(call)
+    if types is None:
+        return value
+    if value is None and None in types:
+        return value
+    if any(t is not None and isinstance(value, t) and not isinstance(value, bool)
+           for t in types):
+        return value
+    raise Violation(_FAULTS, ("FAULT-2",),
+                    f"{call} at step {step} returned {type(value).__name__} ({value!r:.60}); "
+                    "the protocol "
+                    f"(conformance/protocol.py) expects {_expected(types)}")
 
 
 class CacheDriver:
@@ -88,7 +116,7 @@ class CacheDriver:
     def _call(self, call: str, fn, *args, legal: bool = True):
         """Call the engine; a rejection of a legal call or any crash is a FAULT-2 violation."""
         try:
-            return fn(*args)
+            return _check_return(call, fn(*args), self.ctx.index)
         except EngineRejected as e:
             if legal:
                 raise Violation(_FAULTS, ("FAULT-2",), f"{call} rejected a legal call: {e}") from e

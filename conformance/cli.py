@@ -53,7 +53,8 @@ EngineOpt = Annotated[str, typer.Option(help="Engine adapter to test (see `kvcon
 SeedOpt = Annotated[int, typer.Option(help="Seed of the generators; same seed, same traces.")]
 BudgetOpt = Annotated[
     str | None,
-    typer.Option(help="Per fuzz case: a number of generated traces (200) or seconds (30s)."),
+    typer.Option(help="Per fuzz case: a number of generated traces (200) or a duration (90s, "
+                 "5m, 1h; at most a week)."),
 ]
 ProfileOpt = Annotated[
     str | None,
@@ -140,9 +141,9 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     import signal
 
     from conformance.engine_config import EngineConfig, parse_overrides
-    from conformance.expectations import compare, load_expectations
+    from conformance.expectations import check_cases, compare, load_expectations
     from conformance.profiles import get_profile, parse_budget
-    from conformance.report import write_report
+    from conformance.report import report_lock, write_report
     from conformance.runner import select_cases
     from conformance.units import parse_shard
 
@@ -153,16 +154,19 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
         bud = parse_budget(budget, prof)
         cfg = parse_overrides(EngineConfig(), config or [])
         cases = select_cases(case)
+        if expectations is not None:
+            check_cases(expectations, expect, engine, [c.name for c in cases])
         part = parse_shard(shard)
         _check_writable(report)
-        with _progress(quiet, len(cases)) as (on_start, on_result):
+        with report_lock(report), _progress(quiet, len(cases)) as (on_start, on_result):
             result = runner(
                 engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
                 cases=cases, on_start=on_start, on_result=on_result, shard=part, **extra,
             )
-        if expectations is not None:
-            compare(result, expectations, expect)
-            write_report(result, report)
+            if expectations is not None:
+                compare(result, expectations, expect,
+                        [c.name for c in cases] if case else None)
+                write_report(result, report)
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt as e:
@@ -224,14 +228,43 @@ def gpu(
 
 
 def _check_writable(report: Path) -> None:
-    parent = report.parent if str(report.parent) else Path(".")
+    """Refuse a report path the run could not write, before any case runs: a folder, a device,
+    a FIFO or a socket (never replaced by a file), or a folder the user cannot write into.
+    ``-`` and ``/dev/stdout`` mean standard output and pass."""
+    import os
+
+    from conformance.trace import is_stream, write_target
+
+    if is_stream(report):
+        return
     if report.is_dir():
         raise KitError(f"--report {report}: is a directory, expected a file path")
-    probe = parent
+    try:
+        target = write_target(report)
+    except KitError as e:
+        raise KitError(f"--report {e}") from None
+    probe = target.parent if str(target.parent) else Path(".")
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
         raise KitError(f"--report {report}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise KitError(f"--report {report}: cannot write into {probe} (permission denied)")
+
+
+def _check_folder(folder: Path, option: str = "--out") -> None:
+    """Refuse an output folder that is a file, lies under a file, or cannot be written into."""
+    import os
+
+    if folder.exists() and not folder.is_dir():
+        raise KitError(f"{option} {folder}: exists and is not a folder")
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise KitError(f"{option} {folder}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise KitError(f"{option} {folder}: cannot write into {probe} (permission denied)")
 
 
 class _progress:
@@ -377,15 +410,16 @@ def merge(
     transition coverage, every case, the failing traces); exit 1 if a case failed."""
     from conformance.expectations import compare, load_expectations
     from conformance.merge import merge_reports
-    from conformance.report import write_report
+    from conformance.report import report_lock, write_report
 
     try:
         expectations = load_expectations(expect) if expect is not None else None
         _check_writable(report)
-        result = merge_reports(shards, report)
-        if expectations is not None:
-            compare(result, expectations, expect)
-        write_report(result, report)
+        with report_lock(report):
+            result = merge_reports(shards, report)
+            if expectations is not None:
+                compare(result, expectations, expect)
+            write_report(result, report)
     except KitError as e:
         _die(str(e))
     _print_results(result)
@@ -408,8 +442,7 @@ def report_cmd(
     from conformance.compliance import build, load_inputs
 
     try:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise KitError(f"--out {out_dir}: exists and is not a folder")
+        _check_folder(out_dir)
         md, html = build(load_inputs(results), out_dir)
     except KitError as e:
         _die(str(e))
@@ -544,9 +577,12 @@ def docs_build(
     from conformance.docsite import build_site
 
     try:
+        _check_folder(out_dir)
         site = build_site(out_dir, reports or [], strict=strict)
     except KitError as e:
         _die(str(e))
+    except OSError as e:
+        _die(f"--out {out_dir}: cannot write the site ({e.strerror}: {e.filename})")
     out.print(f"site: {site}/index.html")
 
 

@@ -9,7 +9,6 @@ request state machine's transition coverage drawn as a graph, and the kill matri
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -18,14 +17,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from conformance.errors import KitError
+from conformance.errors import KitError, read_input
 from conformance.mutants.kill import FORMAT as KILL_FORMAT
 from conformance.mutants.kill import KillMatrix
 from conformance.report import FORMAT as REPORT_FORMAT
 from conformance.report import FORMATS as REPORT_FORMATS
 from conformance.report import Report, Status
 from conformance.svg import kill_bars, transition_graph
-from conformance.trace import write_atomic
+from conformance.trace import parse_json, validation_error, write_atomic
 
 ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, Status.PASS: 4,
          Status.NOT_SUPPORTED: 5}
@@ -48,12 +47,8 @@ def load_inputs(paths: list[Path]) -> Inputs:
     """Each file is a run report or a kill matrix, told apart by its ``format``."""
     out = Inputs()
     for path in paths:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise KitError(f"{path}: cannot read ({e.strerror})") from None
-        except json.JSONDecodeError as e:
-            raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        text = read_input(path, "report")
+        data = parse_json(text, str(path))
         fmt = data.get("format") if isinstance(data, dict) else None
         try:
             if fmt in REPORT_FORMATS:
@@ -64,8 +59,7 @@ def load_inputs(paths: list[Path]) -> Inputs:
                 raise KitError(f"{path}: format: {fmt!r} is neither {REPORT_FORMAT} nor "
                                f"{KILL_FORMAT}")
         except ValidationError as e:
-            first = e.errors()[0]
-            raise KitError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise validation_error(e, text, str(path)) from None
     if not out.runs and not out.kills:
         raise KitError("no input: give run reports and/or kill matrices")
     return out

@@ -6,6 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conformance.errors import KitError
 
+MAX_PAGES = 1_000_000  # the largest pool a config may state
+
 
 class EngineConfig(BaseModel):
     """Pool sizes and page size of the cache under test; small pools make pressure likely."""
@@ -13,8 +15,8 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     page_size: int = Field(default=2, ge=1, le=64)
-    device_pages: int = Field(default=24, ge=1, le=1_000_000)
-    host_pages: int = Field(default=24, ge=0, le=1_000_000)
+    device_pages: int = Field(default=24, ge=1, le=MAX_PAGES)
+    host_pages: int = Field(default=24, ge=0, le=MAX_PAGES)
 
 
 def parse_overrides(base: EngineConfig, items: list[str]) -> EngineConfig:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from conformance.errors import KitError
+from conformance.errors import KitError, read_input
 from conformance.report import Report, Status
 
 LINK = re.compile(r"^(https?://\S+|[\w.-]+/[\w.-]+#\d+)$")
@@ -77,34 +77,80 @@ class Verdict(str, Enum):
     IMPROVEMENT = "improvement"  # a known failure that no longer fails that way
 
 
+def _toml_line(text: str, loc: tuple) -> int | None:
+    """Line of ``known[i].field`` or a top-level ``field`` in an expectation file."""
+    lines = text.splitlines()
+    start, end = 0, len(lines)
+    if len(loc) >= 2 and loc[0] == "known" and isinstance(loc[1], int):
+        heads = [n for n, line in enumerate(lines) if re.match(r"\s*\[\[\s*known\s*\]\]", line)]
+        if loc[1] >= len(heads):
+            return None
+        start = heads[loc[1]]
+        end = next((n for n in range(start + 1, len(lines))
+                    if lines[n].lstrip().startswith("[")), len(lines))
+        key = loc[2] if len(loc) > 2 else None
+        if key is None:
+            return start + 1
+    else:
+        key = loc[0] if loc else None
+    for n in range(start, end):
+        if key is not None and re.match(rf"\s*{re.escape(str(key))}\s*=", lines[n]):
+            return n + 1
+    return start + 1 if start else None
+
+
 def load_expectations(path: Path) -> Expectations:
+    """Read and check an expectation file; every failure is one line naming the file, the
+    line and the field."""
+    text = read_input(path, "expectations")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise KitError(f"{path}: cannot read expectations ({e.strerror})") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise KitError(f"{path}: invalid TOML: {e}") from None
     try:
         exp = Expectations.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise KitError(f"{path}: {where}: {first['msg']}") from None
+        loc = tuple(first["loc"])
+        where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
+        line = _toml_line(text, loc)
+        place = f"{path}:{line}" if line else str(path)
+        raise KitError(f"{place}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
     seen: set[str] = set()
     for i, k in enumerate(exp.known):
         if k.case in seen:
-            raise KitError(f"{path}: known[{i}].case: {k.case} is listed twice")
+            line = _toml_line(text, ("known", i, "case"))
+            raise KitError(f"{path}:{line}: known[{i}].case: {k.case} is listed twice")
         seen.add(k.case)
     return exp
 
 
-def compare(report: Report, exp: Expectations, path: Path) -> dict[str, list[str]]:
+def check_cases(exp: Expectations, path: Path, engine: str, cases: list[str]) -> None:
+    """Before a run: the file is for this engine and names only cases the kit has, so a typo
+    stops the run at once (exit 2) instead of after it."""
+    from conformance.runner import all_cases
+
+    if exp.engine != engine:
+        raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of {engine}")
+    names = {c.name for c in all_cases()} | set(cases)
+    text = path.read_text(encoding="utf-8")
+    for i, k in enumerate(exp.known):
+        if k.case not in names:
+            line = _toml_line(text, ("known", i, "case"))
+            raise KitError(f"{path}:{line}: known[{i}].case: {k.case} is not a case of the kit")
+
+
+def compare(report: Report, exp: Expectations, path: Path,
+            selected: list[str] | None = None) -> dict[str, list[str]]:
     """Stamp every result with its verdict; returns the cases per verdict (for the summary).
-    A known failure naming a case the run does not have is an error of the file."""
+    With ``selected`` (a ``--case`` subset) the entries for other cases are ignored; otherwise
+    a known failure naming a case the run does not have is an error of the file."""
     if exp.engine != report.run_info.engine:
         raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of "
                        f"{report.run_info.engine}")
     known = exp.by_case()
+    if selected is not None:
+        known = {c: k for c, k in known.items() if c in set(selected)}
     ran = {r.case for r in report.results}
     missing = sorted(set(known) - ran)
     if missing and not report.run_info.interrupted and report.run_info.shard is None:

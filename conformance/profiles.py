@@ -46,14 +46,31 @@ class Budget:
         return f"{self.seconds:g}s" if self.seconds is not None else f"{self.examples} examples"
 
 
+UNITS = {"s": 1, "m": 60, "h": 3600}
+MAX_SECONDS = 7 * 24 * 3600  # a week per fuzz case: beyond is a typo, not a campaign
+MAX_EXAMPLES = 100_000_000
+
+
 def parse_budget(text: str | None, profile: Profile) -> Budget:
+    """``--budget``: a whole number of examples (``200``) or a duration (``90s``, ``5m``,
+    ``1h``, ``1.5h``); zero, negative, past a week or anything else is a one-line KitError."""
     if text is None:
         return Budget(examples=profile.examples)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|examples)?\s*", text)
-    if not m or float(m.group(1)) <= 0:
-        raise KitError(f"--budget {text!r}: expected a number of examples (200) or seconds (30s)")
-    if m.group(2) == "s":
-        return Budget(seconds=float(m.group(1)))
+    usage = ("expected a number of examples (200) or a duration (90s, 5m, 1h) of at most "
+             "a week")
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|examples)?\s*", text)
+    if not m:
+        raise KitError(f"--budget {text!r}: {usage}")
+    amount, unit = float(m.group(1)), m.group(2)
+    if amount <= 0:
+        raise KitError(f"--budget {text!r}: must be more than zero")
+    if unit in UNITS:
+        seconds = amount * UNITS[unit]
+        if seconds > MAX_SECONDS:
+            raise KitError(f"--budget {text!r}: more than a week per fuzz case")
+        return Budget(seconds=seconds)
     if "." in m.group(1):
         raise KitError(f"--budget {text!r}: a number of examples is a whole number")
-    return Budget(examples=int(m.group(1)))
+    if amount > MAX_EXAMPLES:
+        raise KitError(f"--budget {text!r}: more than {MAX_EXAMPLES} examples per fuzz case")
+    return Budget(examples=int(amount))

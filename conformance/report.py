@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from conformance.errors import KitError
-from conformance.trace import write_atomic
+from conformance.errors import KitError, read_input
+from conformance.trace import is_stream, parse_json, validation_error, write_atomic
 
 FORMAT = "kvconf-report/2"
 FORMATS = ("kvconf-report/1", FORMAT)  # /2 added CRASH, units, coverage, shards; /1 still reads
@@ -138,22 +140,54 @@ class Report(BaseModel):
         return not any(r.status in BAD for r in self.results) and not self.run_info.interrupted
 
 
+@contextmanager
+def report_lock(path: str | Path) -> Iterator[None]:
+    """Hold ``.<report>.lock`` beside the report for a run, so two runs given the same report
+    path do not overwrite each other: the second stops with one line. An OS lock (flock), so
+    a run that dies releases it."""
+    import fcntl
+
+    if is_stream(path):
+        yield
+        return
+    path = Path(path)
+    lock = path.parent / f".{path.name}.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise KitError(f"{path}: cannot lock the report ({e.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise KitError(f"{path}: another kvconf run (pid {holder}) is writing this report; "
+                           "give this run another --report") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
 def write_report(report: Report, path: str | Path) -> Path:
     report.summarize()
     return write_atomic(path, report.model_dump_json(indent=2) + "\n")
 
 
 def load_report(path: str | Path) -> Report:
+    """Read a run report; every failure is one line naming the file, the line and the field."""
     path = Path(path)
+    text = read_input(path, "report")
+    data = parse_json(text, str(path))
     try:
-        return Report.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except OSError as e:
-        raise KitError(f"{path}: cannot read report ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        return Report.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        raise KitError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise validation_error(e, text, str(path)) from None
 
 
 def report_schema() -> dict:

@@ -653,6 +653,13 @@ class Campaign:
         return sorted({u.case for u in self.units} - set(self.settled), key=self.order.get)
 
 
+def clear_traces(out_dir: Path, cases: Sequence[Case]) -> None:
+    """Remove the saved traces an earlier run left for the cases this run plays, so a stale
+    trace beside the report never passes for one of this run's findings."""
+    for case in cases:
+        (out_dir / "traces" / f"{case.name}.json").unlink(missing_ok=True)
+
+
 def run_suite(
     engine: str,
     config: EngineConfig,
@@ -687,6 +694,8 @@ def run_suite(
     check_engine(engine)
     reset_interrupted()
     out_dir = report_path.parent if report_path is not None else None
+    if out_dir is not None:
+        clear_traces(out_dir, cases)
     if jobs < 0:
         raise KitError(f"--jobs {jobs}: must be 0 (this process) or more workers")
     pool = None

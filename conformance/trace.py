@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
+from conformance.engine_config import MAX_PAGES, EngineConfig
+from conformance.errors import KitError, read_input
 from reference.tiers import Tier
 
 FORMAT = "kvconf-trace/1"
@@ -76,7 +78,8 @@ class UnlockStep(_Step):
 class EvictStep(_Step):
     op: Literal["evict"] = "evict"
     tier: Tier = Tier.DEVICE
-    pages: int = Field(ge=0)
+    pages: int = Field(ge=0, le=MAX_PAGES, description="at most the largest pool a config "
+                       "may state; more than the pool holds evicts what can be")
 
 
 class TransferStep(_Step):
@@ -169,17 +172,90 @@ def trace_schema() -> dict:
 
 
 def _line_of(text: str, loc: tuple) -> int | None:
-    """Line of ``steps[i]`` in a file written one step per line (as :func:`dump_trace` does)."""
-    if len(loc) < 2 or loc[0] != "steps" or not isinstance(loc[1], int):
+    """Line where the value at ``loc`` (a pydantic error location) starts in a JSON text, or of
+    its nearest enclosing value that exists (a missing field points at its object)."""
+    try:
+        starts = _value_lines(text)
+    except (ValueError, RecursionError):
         return None
-    lines = text.splitlines()
-    for n, line in enumerate(lines):
-        if line.strip().startswith('"steps"') and line.rstrip().endswith("["):
-            k = n + 1 + loc[1]
-            one = lines[k].strip().rstrip(",") if k < len(lines) else ""
-            if one.startswith("{") and one.endswith("}"):
-                return k + 1
-    return None
+    path: tuple = ()
+    line = starts.get(path)
+    for part in loc:
+        if isinstance(part, str) and part in _OPS and path and isinstance(path[-1], int):
+            continue  # the union's branch name is no key of the file
+        path = (*path, part)
+        if path not in starts:
+            break
+        line = starts[path]
+    return line
+
+
+def _value_lines(text: str) -> dict[tuple, int]:
+    """Every value's path (keys and indexes) to the line it starts on."""
+    dec = json.JSONDecoder()
+    ws = re.compile(r"[ \t\n\r]*")
+    out: dict[tuple, int] = {}
+
+    def skip(i: int) -> int:
+        return ws.match(text, i).end()
+
+    def value(i: int, path: tuple) -> int:
+        i = skip(i)
+        out[path] = text.count("\n", 0, i) + 1
+        ch = text[i:i + 1]
+        if ch == "{":
+            i = skip(i + 1)
+            if text[i:i + 1] == "}":
+                return i + 1
+            while True:
+                key, i = dec.raw_decode(text, skip(i))
+                i = skip(i) + 1  # the colon
+                i = skip(value(i, (*path, key)))
+                if text[i] == "}":
+                    return i + 1
+                i += 1  # the comma
+        if ch == "[":
+            i = skip(i + 1)
+            if text[i:i + 1] == "]":
+                return i + 1
+            n = 0
+            while True:
+                i = skip(value(i, (*path, n)))
+                n += 1
+                if text[i] == "]":
+                    return i + 1
+                i += 1
+        return dec.raw_decode(text, i)[1]
+
+    value(0, ())
+    return out
+
+
+def parse_json(text: str, where: str):
+    """``json.loads`` whose every failure is a one-line KitError: bad syntax (with its line), a
+    number past Python's digit limit, nesting too deep to read."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise KitError(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise KitError(f"{where}: invalid JSON: nested too deeply to read") from None
+    except ValueError as e:  # an integer of thousands of digits (sys.set_int_max_str_digits)
+        raise KitError(f"{where}: invalid JSON: {str(e).split(';')[0]}") from None
+
+
+def validation_error(e: ValidationError, text: str, where: str) -> KitError:
+    """The first error of a pydantic validation as one line: file, line, field, message."""
+    first = e.errors()[0]
+    loc = tuple(first["loc"])
+    field = _format_loc(loc)
+    msg = first["msg"].removeprefix("Value error, ")
+    cross = re.match(r"steps\[(\d+)\]", msg)  # a check across steps names its step
+    if not loc and cross:
+        loc = ("steps", int(cross.group(1)))
+    line = _line_of(text, loc)
+    place = f"{where}:{line}" if line else where
+    return KitError(f"{place}: {field}: {msg}" if field else f"{place}: {msg}")
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -191,38 +267,32 @@ def load_trace(path: str | Path) -> Trace:
     return trace
 
 
+LEVELS = ("cache", "scheduler")
+
+
 def load_any_trace(path: str | Path):
     """A cache-level ``Trace`` or a scheduler-level ``SchedTrace``, by the file's ``level``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise KitError(f"{path}: cannot read trace ({e.strerror})") from None
-    return parse_any_trace(text, str(path))
+    return parse_any_trace(read_input(path, "trace"), str(path))
 
 
 def parse_any_trace(text: str, where: str = "trace"):
     """``load_any_trace`` for a text already read; errors name ``where`` and the line."""
     from conformance.sched_trace import SchedTrace
 
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise KitError(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-    model = SchedTrace if isinstance(data, dict) and data.get("level") == "scheduler" else Trace
-    try:
-        return model.model_validate(data)
+    data = parse_json(text, where)
+    if not isinstance(data, dict):
+        raise KitError(f"{where}:1: a trace is a JSON object, got {type(data).__name__}")
+    level = data.get("level", "cache")
+    if level not in LEVELS:
+        line = _line_of(text, ("level",))
+        raise KitError(f"{where}:{line}: level: {level!r} is not a level (cache or scheduler)")
+    model = SchedTrace if level == "scheduler" else Trace
+    if model is Trace and "steps" not in data:
+        raise KitError(f"{where}:1: steps: missing (a cache-level trace is its steps)")
+    try:  # strict: a boolean or a float is no integer, a string no number
+        return model.model_validate_json(text, strict=True)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = tuple(first["loc"])
-        field = _format_loc(loc)
-        msg = first["msg"].removeprefix("Value error, ")
-        cross = re.match(r"steps\[(\d+)\]", msg)  # a check across steps names its step
-        if not loc and cross:
-            loc = ("steps", int(cross.group(1)))
-        line = _line_of(text, loc)
-        place = f"{where}:{line}" if line else where
-        raise KitError(f"{place}: {field}: {msg}" if field else f"{place}: {msg}") from None
+        raise validation_error(e, text, where) from None
 
 
 _OPS = frozenset(("match", "insert", "extend", "unlock", "evict", "writeback", "loadback", "ack",
@@ -259,16 +329,78 @@ def dump_trace(trace: Trace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+STREAMS = ("-", "/dev/stdout")  # report paths that mean standard output, written through
+
+
+def is_stream(path: str | Path) -> bool:
+    """``-`` or ``/dev/stdout``: the text goes to standard output, no file is made."""
+    return str(path) in STREAMS
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def write_target(path: str | Path) -> Path:
+    """The file a write to ``path`` replaces: ``path`` itself, or the file a symlink points to
+    (the link is kept, its target rewritten). Anything but a regular file or a free name is
+    refused, so a report never replaces a device, a FIFO, a socket or a folder with a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        raise KitError(f"{path}: cannot write ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        via = f" (a symlink to {target})" if target != path else ""
+        raise KitError(f"{path}{via}: is {_kind(st.st_mode)}, not a regular file; refusing to "
+                       "replace it")
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write via a temporary file and rename, so a reader never sees half a file. The file gets
+    the mode of the file it replaces, or the user's umask for a new one (not mkstemp's 0600);
+    ``-`` and ``/dev/stdout`` are written through to standard output. Any OS failure is a
+    one-line KitError naming the path."""
+    if is_stream(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return Path(path)
+    path = Path(path)
+    target = write_target(path)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        where = e.filename if e.filename and str(e.filename) != str(tmp) else path
+        raise KitError(f"{where}: cannot write ({e.strerror})") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path

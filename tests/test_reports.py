@@ -59,8 +59,8 @@ def test_a_run_is_judged_against_its_expectations_both_ways(tmp_path: Path):
 
 
 @pytest.mark.parametrize("text, where", [
-    (KNOWN.replace("https://example.org/issues/7", "see the wiki"), "known.0.reference"),
-    (KNOWN.replace('status = "FAIL"', 'status = "PASS"', 1), "known.0.status"),
+    (KNOWN.replace("https://example.org/issues/7", "see the wiki"), "known[0].reference"),
+    (KNOWN.replace('status = "FAIL"', 'status = "PASS"', 1), "known[0].status"),
     (KNOWN.replace('case = "c"', 'case = "b"'), "known[1].case"),
     (KNOWN + "color = 3\n", "color"),
     ("engine = [", "invalid TOML"),

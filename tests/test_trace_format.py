@@ -193,7 +193,7 @@ def test_a_bad_header_is_named(tmp_path):
     msg = load_error(write(tmp_path, text.replace('"clock": "explicit"', '"clock": "wall"')))
     assert ": clock: " in msg
     msg = load_error(write(tmp_path, "[1, 2]\n"))
-    assert "valid dictionary" in msg
+    assert "a trace is a JSON object" in msg
 
 
 def test_an_expectation_names_behaviours_of_its_case():
