@@ -86,6 +86,17 @@ ExamplesDbOpt = Annotated[
     str, typer.Option(help="Hypothesis example database the workers share: a folder, "
                       "module:attr for any ExampleDatabase, or none.")
 ]
+JunitOpt = Annotated[
+    Path | None, typer.Option(help="Also write JUnit XML here (one testcase per case), for CI "
+                              "test panes.")
+]
+TracesOpt = Annotated[
+    Path | None, typer.Option(help="With --report -: the folder for the failing traces and the "
+                              "working copy of the report (default: a new temporary folder, "
+                              "named on stderr).")
+]
+ReportOpt = Annotated[Path, typer.Option(help="Where to write the JSON report; - writes it to "
+                                         "standard output (the table goes to stderr).")]
 
 
 def _die(message: str) -> None:
@@ -104,9 +115,7 @@ def _default_tests_dir() -> Path:
 @app.command()
 def run(
     engine: EngineOpt = "reference",
-    report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "kvconf-report/report.json"
-    ),
+    report: ReportOpt = Path("kvconf-report/report.json"),
     seed: SeedOpt = 0,
     budget: BudgetOpt = None,
     profile: ProfileOpt = None,
@@ -118,12 +127,15 @@ def run(
     shard: ShardOpt = None,
     call_timeout: CallTimeoutOpt = 60.0,
     examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
+    junit: JunitOpt = None,
+    traces: TracesOpt = None,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
     from conformance.runner import run_suite
 
     _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect,
-           jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db)
+           jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db,
+           junit=junit, traces=traces)
 
 
 class _Stopped(KeyboardInterrupt):
@@ -135,8 +147,9 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, expect,
-           shard=None, **extra) -> None:
+           shard=None, junit=None, traces=None, **extra) -> None:
     """Parse the common options, run the suite with ``runner``, print the table, exit."""
+    import contextlib
     import signal
 
     from conformance.engine_config import EngineConfig, parse_overrides
@@ -146,35 +159,93 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     from conformance.runner import select_cases
     from conformance.units import parse_shard
 
+    to_stdout = str(report) == "-"
+    show = err if to_stdout else out  # stdout holds the JSON report alone then
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    work = report
     try:
+        if traces is not None and not to_stdout:
+            raise KitError(f"--traces {traces}: only with --report - (a report file keeps its "
+                           "traces next to it, under traces/)")
         expectations = load_expectations(expect) if expect is not None else None
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         cfg = parse_overrides(EngineConfig(), config or [])
         cases = select_cases(case)
         part = parse_shard(shard)
-        _check_writable(report)
-        with _progress(quiet, len(cases)) as (on_start, on_result):
+        if to_stdout:
+            work = _stdout_work_report(traces)
+        _check_writable(work)
+        if junit is not None:
+            _check_writable(junit, "--junit")
+        # an in-process engine (--jobs 0) that prints must not corrupt the JSON on stdout
+        quiet_stdout = (contextlib.redirect_stdout(sys.stderr) if to_stdout
+                        else contextlib.nullcontext())
+        with quiet_stdout, _progress(quiet, len(cases)) as (on_start, on_result):
             result = runner(
-                engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
+                engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=work,
                 cases=cases, on_start=on_start, on_result=on_result, shard=part, **extra,
             )
         if expectations is not None:
             compare(result, expectations, expect)
-            write_report(result, report)
+            write_report(result, work)
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt as e:
         by = "SIGTERM" if isinstance(e, _Stopped) else "SIGINT"
         err.print(f"interrupted ({by}): the report says so, and the results so far are in "
-                  f"{report}")
+                  f"{work}")
+        _emit_partial(work, to_stdout, junit)
         raise typer.Exit(143 if by == "SIGTERM" else 130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _print_results(result)
-    out.print(f"report: {report}")
+    _emit(result, work, to_stdout, junit)
+    _print_results(result, show)
+    where = f"standard output (working copy and traces: {work.parent})" if to_stdout else report
+    show.print(f"report: {where}", highlight=False)
+    if junit is not None:
+        show.print(f"junit: {junit}", highlight=False)
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
+def _stdout_work_report(traces: Path | None) -> Path:
+    """Where a run whose report goes to stdout keeps its working copy (rewritten after every
+    case, so an interrupted run still has one) and its failing traces."""
+    import tempfile
+
+    if traces is None:
+        return Path(tempfile.mkdtemp(prefix="kvconf-")) / "report.json"
+    if traces.exists() and not traces.is_dir():
+        raise KitError(f"--traces {traces}: exists and is not a folder")
+    return traces / "report.json"
+
+
+def _emit(result, work: Path, to_stdout: bool, junit: Path | None) -> None:
+    """The JSON report on stdout (trace paths made openable from here) and the JUnit file."""
+    from conformance.junit import write_junit
+
+    if to_stdout:
+        shown = result.model_copy(deep=True)
+        for r in shown.results:
+            if r.trace:
+                r.trace = str(work.parent / r.trace)
+        sys.stdout.write(shown.summarize().model_dump_json(indent=2) + "\n")
+        sys.stdout.flush()
+    if junit is not None:
+        write_junit(result, junit, work.parent)
+
+
+def _emit_partial(work: Path, to_stdout: bool, junit: Path | None) -> None:
+    """After an interrupt: what the working report kept, on stdout and in the JUnit file."""
+    from conformance.report import load_report
+
+    if not to_stdout and junit is None:
+        return
+    try:
+        partial = load_report(work)
+    except KitError:
+        return  # interrupted before the first case was written
+    _emit(partial, work, to_stdout, junit)
 
 
 @app.command()
@@ -183,9 +254,7 @@ def gpu(
     device: Annotated[
         str, typer.Option(help="Where the KV pools live: auto (CUDA if present), cpu, cuda[:N].")
     ] = "auto",
-    report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "kvconf-report/gpu-report.json"
-    ),
+    report: ReportOpt = Path("kvconf-report/gpu-report.json"),
     dtype: Annotated[str, typer.Option(help="KV dtype: float16, bfloat16, float32, ...")] = (
         "float16"
     ),
@@ -207,6 +276,8 @@ def gpu(
     shard: ShardOpt = None,
     call_timeout: CallTimeoutOpt = 60.0,
     examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
+    junit: JunitOpt = None,
+    traces: TracesOpt = None,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -220,18 +291,18 @@ def gpu(
         _die(str(e))
     _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, expect,
            device=device, layout=layout, memory_only=memory_only, jobs=jobs, shard=shard,
-           call_timeout=call_timeout, database=examples_db)
+           call_timeout=call_timeout, database=examples_db, junit=junit, traces=traces)
 
 
-def _check_writable(report: Path) -> None:
+def _check_writable(report: Path, option: str = "--report") -> None:
     parent = report.parent if str(report.parent) else Path(".")
     if report.is_dir():
-        raise KitError(f"--report {report}: is a directory, expected a file path")
+        raise KitError(f"{option} {report}: is a directory, expected a file path")
     probe = parent
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise KitError(f"--report {report}: {probe} is not a directory")
+        raise KitError(f"{option} {report}: {probe} is not a directory")
 
 
 class _progress:
@@ -269,7 +340,8 @@ class _progress:
             self.bar.stop()
 
 
-def _print_results(report) -> None:
+def _print_results(report, console: Console | None = None) -> None:
+    console = console or out  # stderr when stdout holds the JSON report
     table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
                   f"{report.run_info.profile}, {report.run_info.budget})")
     table.add_column("case")
@@ -290,13 +362,13 @@ def _print_results(report) -> None:
         elif r.known is not None:
             status += " (known)"
         table.add_row(r.case, status, f"{r.duration_s:.2f}", detail)
-    out.print(table)
+    console.print(table)
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
-    out.print(summary)
+    console.print(summary)
     exp = report.run_info.expectations
     if exp is not None:
-        out.print(f"against {exp['file']}: {len(exp['expected'])} as expected, "
+        console.print(f"against {exp['file']}: {len(exp['expected'])} as expected, "
                   f"{len(exp['regression'])} regressions {exp['regression'][:5]}, "
                   f"{len(exp['improvement'])} improvements {exp['improvement'][:5]}",
                   highlight=False)
@@ -317,6 +389,7 @@ def mutants(
         bool, typer.Option("--fuzz-only", help="Only the fuzz cases, no hand-written scenario.")
     ] = False,
     quiet: QuietOpt = False,
+    junit: JunitOpt = None,
 ) -> None:
     """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
     mutant survives."""
@@ -328,6 +401,8 @@ def mutants(
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         _check_writable(report)
+        if junit is not None:
+            _check_writable(junit, "--junit")
         total = len(mutant) if mutant else len(all_mutants())
         with _progress(quiet, total) as (_on_start, on_case):
 
@@ -361,6 +436,12 @@ def mutants(
               + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else "")
               + (f"; skipped here: {', '.join(s['skipped'])}" if s["skipped"] else ""))
     out.print(f"report: {report}")
+    if junit is not None:
+        from conformance.junit import mutants_junit_xml
+        from conformance.trace import write_atomic
+
+        write_atomic(junit, mutants_junit_xml(matrix))
+        out.print(f"junit: {junit}", highlight=False)
     raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
 
 
@@ -372,6 +453,7 @@ def merge(
         "kvconf-report/report.json"
     ),
     expect: ExpectOpt = None,
+    junit: JunitOpt = None,
 ) -> None:
     """Join the reports of a sharded run into the report one run would have written (summary,
     transition coverage, every case, the failing traces); exit 1 if a case failed."""
@@ -386,6 +468,11 @@ def merge(
         if expectations is not None:
             compare(result, expectations, expect)
         write_report(result, report)
+        if junit is not None:
+            from conformance.junit import write_junit
+
+            _check_writable(junit, "--junit")
+            write_junit(result, junit, report.parent)
     except KitError as e:
         _die(str(e))
     _print_results(result)
