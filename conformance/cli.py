@@ -480,6 +480,34 @@ def merge(
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
 
 
+@app.command("diff")
+def diff_cmd(
+    base: Annotated[Path, typer.Argument(help="The run report before the change.")],
+    head: Annotated[Path, typer.Argument(help="The run report after the change.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The diff as JSON on stdout.")] = False,
+    allow_engine_change: Annotated[
+        bool, typer.Option("--allow-engine-change",
+                           help="Compare runs of different engines (by case name).")
+    ] = False,
+) -> None:
+    """What changed between two runs of an engine: new failures, fixes, status changes, cases
+    gone or new, failures that now break another rule; exit 1 on a regression (a new failure,
+    or a case gone that passed)."""
+    from conformance.diff import diff_reports, diff_summary, diff_table
+
+    try:
+        d = diff_reports(base, head, allow_engine_change)
+    except KitError as e:
+        _die(str(e))
+    if as_json:
+        sys.stdout.write(d.model_dump_json(indent=2) + "\n")
+    else:
+        if d.changed:
+            out.print(diff_table(d))
+        out.print(diff_summary(d), highlight=False)
+    raise typer.Exit(EXIT_FAIL if d.regression else EXIT_OK)
+
+
 @app.command("report")
 def report_cmd(
     results: Annotated[
