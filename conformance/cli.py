@@ -513,9 +513,14 @@ def report_cmd(
     results: Annotated[
         list[Path], typer.Argument(help="Run reports (kvconf run / gpu) and kill matrices.")
     ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the report; the failing "
+                                          "traces are copied into it, so it can be moved.")] = Path(
         "kvconf-report/compliance"
     ),
+    spec_url: Annotated[
+        str | None, typer.Option(help="Address of the spec site's spec/ folder (kvconf docs "
+                                 "build), to link every rule to its page; default: plain IDs.")
+    ] = None,
 ) -> None:
     """Write a compliance report (Markdown and a self-contained HTML page) from run reports
     and kill matrices: behaviours x engines, failures with their traces, transition coverage,
@@ -525,7 +530,8 @@ def report_cmd(
     try:
         if out_dir.exists() and not out_dir.is_dir():
             raise KitError(f"--out {out_dir}: exists and is not a folder")
-        md, html = build(load_inputs(results), out_dir)
+        base = spec_url if spec_url is None or spec_url.endswith("/") else spec_url + "/"
+        md, html = build(load_inputs(results), out_dir, copy_traces=True, spec_base=base)
     except KitError as e:
         _die(str(e))
     out.print(f"wrote {md} and {html}")
