@@ -499,6 +499,9 @@ def diff_cmd(
         d = diff_reports(base, head, allow_engine_change)
     except KitError as e:
         _die(str(e))
+    if d.differ_in:
+        err.print(f"note: the runs differ in {', '.join(d.differ_in)}; fuzz findings may move "
+                  "for that reason alone", highlight=False)
     if as_json:
         sys.stdout.write(d.model_dump_json(indent=2) + "\n")
     else:

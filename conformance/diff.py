@@ -67,6 +67,7 @@ class Diff(BaseModel):
     new: list[Change] = []  # in HEAD, not in BASE
     unchanged: int = 0
     regression: bool = False
+    differ_in: list[str] = []  # seed, profile, budget: a change there alone moves fuzz findings
 
     @property
     def changed(self) -> bool:
@@ -116,6 +117,8 @@ def diff_reports(base_path: Path, head_path: Path, allow_engine_change: bool = F
                        f"{base_path} has {base.run_info.engine!r} (--allow-engine-change "
                        "compares them anyway)")
     d = Diff(base=_ref(base_path, base), head=_ref(head_path, head))
+    d.differ_in = [k for k in ("seed", "profile", "budget")
+                   if getattr(base.run_info, k) != getattr(head.run_info, k)]
     before = {r.case: r for r in base.results}
     after = {r.case: r for r in head.results}
     for name, h in after.items():

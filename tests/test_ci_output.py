@@ -169,3 +169,13 @@ def test_bad_ci_output_options_are_one_line_exit_2(tmp_path: Path, args, needle)
                               "--report", str(tmp_path / "r.json"), *args])
     assert res.exit_code == 2 and needle in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_kvconf_mutants_writes_junit(tmp_path: Path):
+    junit = tmp_path / "k.xml"
+    res = runner.invoke(app, ["mutants", "--profile", "ci", "--quiet", "--mutant",
+                              "SplitDropsPins", "--report", str(tmp_path / "k.json"),
+                              "--junit", str(junit)])
+    assert res.exit_code == 0, res.output
+    suite, cases = _by_name(junit.read_text())
+    assert list(cases) == ["SplitDropsPins"] and suite.get("failures") == "0"

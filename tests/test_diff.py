@@ -121,3 +121,13 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, content, needle):
         assert res.exit_code == 2, res.output
         assert needle in res.output and "bad.json" in res.output
         assert len(res.output.strip().splitlines()) == 1
+
+
+def test_runs_with_another_seed_are_compared_with_a_note(tmp_path: Path):
+    base, head = _pair(tmp_path, dict(a=(S.PASS,)), dict(a=(S.PASS,)))
+    doc = json.loads(head.read_text())
+    doc["run_info"]["seed"] = 9
+    head.write_text(json.dumps(doc))
+    res = _diff(str(base), str(head), "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["differ_in"] == ["seed"]
+    assert "note: the runs differ in seed" in res.stderr
