@@ -179,3 +179,34 @@ def test_kvconf_mutants_writes_junit(tmp_path: Path):
     assert res.exit_code == 0, res.output
     suite, cases = _by_name(junit.read_text())
     assert list(cases) == ["SplitDropsPins"] and suite.get("failures") == "0"
+
+
+def test_an_interrupted_run_still_emits_its_report_and_junit(tmp_path: Path):
+    """SIGTERM (a CI runner's time-out) with --report -: stdout still gets the report the run
+    kept, marked interrupted, and the JUnit file lists the cases it did not finish."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    traces, junit = tmp_path / "t", tmp_path / "j.xml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conformance.cli", "run", "--quiet", "--budget", "100000",
+         "--examples-db", "none", "--report", "-", "--traces", str(traces), "--junit",
+         str(junit)],
+        cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    work = traces / "report.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+            work.exists() and json.loads(work.read_text())["results"]):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    doc = json.loads(stdout)
+    assert doc["run_info"]["interrupted"] and doc["run_info"]["not_run"] and doc["results"]
+    assert not set(doc["run_info"]["not_run"]) & {r["case"] for r in doc["results"]}
+    suite, cases = _by_name(junit.read_text())
+    assert int(suite.get("tests")) == len(doc["results"]) + len(doc["run_info"]["not_run"])
+    assert cases[doc["run_info"]["not_run"][0]][0].tag == "skipped"
