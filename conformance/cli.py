@@ -87,6 +87,17 @@ ExamplesDbOpt = Annotated[
     str, typer.Option(help="Hypothesis example database the workers share: a folder, "
                       "module:attr for any ExampleDatabase, or none.")
 ]
+JunitOpt = Annotated[
+    Path | None, typer.Option(help="Also write JUnit XML here (one testcase per case), for CI "
+                              "test panes.")
+]
+TracesOpt = Annotated[
+    Path | None, typer.Option(help="With --report -: the folder for the failing traces and the "
+                              "working copy of the report (default: a new temporary folder, "
+                              "named on stderr).")
+]
+ReportOpt = Annotated[Path, typer.Option(help="Where to write the JSON report; - writes it to "
+                                         "standard output (the table goes to stderr).")]
 
 
 def _die(message: str) -> None:
@@ -105,9 +116,7 @@ def _default_tests_dir() -> Path:
 @app.command()
 def run(
     engine: EngineOpt = "reference",
-    report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "kvconf-report/report.json"
-    ),
+    report: ReportOpt = Path("kvconf-report/report.json"),
     seed: SeedOpt = 0,
     budget: BudgetOpt = None,
     profile: ProfileOpt = None,
@@ -119,12 +128,15 @@ def run(
     shard: ShardOpt = None,
     call_timeout: CallTimeoutOpt = 60.0,
     examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
+    junit: JunitOpt = None,
+    traces: TracesOpt = None,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
     from conformance.runner import run_suite
 
     _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect,
-           jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db)
+           jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db,
+           junit=junit, traces=traces)
 
 
 class _Stopped(KeyboardInterrupt):
@@ -136,8 +148,9 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, expect,
-           shard=None, **extra) -> None:
+           shard=None, junit=None, traces=None, **extra) -> None:
     """Parse the common options, run the suite with ``runner``, print the table, exit."""
+    import contextlib
     import signal
 
     from conformance.engine_config import EngineConfig, parse_overrides
@@ -147,8 +160,14 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     from conformance.runner import select_cases
     from conformance.units import parse_shard
 
+    to_stdout = str(report) == "-"
+    show = err if to_stdout else out  # stdout holds the JSON report alone then
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    work = report
     try:
+        if traces is not None and not to_stdout:
+            raise KitError(f"--traces {traces}: only with --report - (a report file keeps its "
+                           "traces next to it, under traces/)")
         expectations = load_expectations(expect) if expect is not None else None
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
@@ -157,28 +176,81 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
         if expectations is not None:
             check_cases(expectations, expect, engine, [c.name for c in cases])
         part = parse_shard(shard)
-        _check_writable(report)
-        with report_lock(report), _progress(quiet, len(cases)) as (on_start, on_result):
+        if to_stdout:
+            work = _stdout_work_report(traces)
+        _check_writable(work)
+        if junit is not None:
+            _check_writable(junit, "--junit")
+        # an in-process engine (--jobs 0) that prints must not corrupt the JSON on stdout
+        quiet_stdout = (contextlib.redirect_stdout(sys.stderr) if to_stdout
+                        else contextlib.nullcontext())
+        with report_lock(work), quiet_stdout, _progress(quiet, len(cases)) as (on_start,
+                                                                               on_result):
             result = runner(
-                engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=report,
+                engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=work,
                 cases=cases, on_start=on_start, on_result=on_result, shard=part, **extra,
             )
             if expectations is not None:
                 compare(result, expectations, expect,
                         [c.name for c in cases] if case else None)
-                write_report(result, report)
+                write_report(result, work)
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt as e:
         by = "SIGTERM" if isinstance(e, _Stopped) else "SIGINT"
         err.print(f"interrupted ({by}): the report says so, and the results so far are in "
-                  f"{report}")
+                  f"{work}")
+        _emit_partial(work, to_stdout, junit)
         raise typer.Exit(143 if by == "SIGTERM" else 130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _print_results(result)
-    out.print(f"report: {report}")
+    _emit(result, work, to_stdout, junit)
+    _print_results(result, show)
+    where = f"standard output (working copy and traces: {work.parent})" if to_stdout else report
+    show.print(f"report: {where}", highlight=False)
+    if junit is not None:
+        show.print(f"junit: {junit}", highlight=False)
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
+def _stdout_work_report(traces: Path | None) -> Path:
+    """Where a run whose report goes to stdout keeps its working copy (rewritten after every
+    case, so an interrupted run still has one) and its failing traces."""
+    import tempfile
+
+    if traces is None:
+        return Path(tempfile.mkdtemp(prefix="kvconf-")) / "report.json"
+    if traces.exists() and not traces.is_dir():
+        raise KitError(f"--traces {traces}: exists and is not a folder")
+    return traces / "report.json"
+
+
+def _emit(result, work: Path, to_stdout: bool, junit: Path | None) -> None:
+    """The JSON report on stdout (trace paths made openable from here) and the JUnit file."""
+    from conformance.junit import write_junit
+
+    if to_stdout:
+        shown = result.model_copy(deep=True)
+        for r in shown.results:
+            if r.trace:
+                r.trace = str(work.parent / r.trace)
+        sys.stdout.write(shown.summarize().model_dump_json(indent=2) + "\n")
+        sys.stdout.flush()
+    if junit is not None:
+        write_junit(result, junit, work.parent)
+
+
+def _emit_partial(work: Path, to_stdout: bool, junit: Path | None) -> None:
+    """After an interrupt: what the working report kept, on stdout and in the JUnit file."""
+    from conformance.report import load_report
+
+    if not to_stdout and junit is None:
+        return
+    try:
+        partial = load_report(work)
+    except KitError:
+        return  # interrupted before the first case was written
+    _emit(partial, work, to_stdout, junit)
 
 
 @app.command()
@@ -187,9 +259,7 @@ def gpu(
     device: Annotated[
         str, typer.Option(help="Where the KV pools live: auto (CUDA if present), cpu, cuda[:N].")
     ] = "auto",
-    report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = Path(
-        "kvconf-report/gpu-report.json"
-    ),
+    report: ReportOpt = Path("kvconf-report/gpu-report.json"),
     dtype: Annotated[str, typer.Option(help="KV dtype: float16, bfloat16, float32, ...")] = (
         "float16"
     ),
@@ -211,6 +281,8 @@ def gpu(
     shard: ShardOpt = None,
     call_timeout: CallTimeoutOpt = 60.0,
     examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
+    junit: JunitOpt = None,
+    traces: TracesOpt = None,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -224,10 +296,10 @@ def gpu(
         _die(str(e))
     _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, expect,
            device=device, layout=layout, memory_only=memory_only, jobs=jobs, shard=shard,
-           call_timeout=call_timeout, database=examples_db)
+           call_timeout=call_timeout, database=examples_db, junit=junit, traces=traces)
 
 
-def _check_writable(report: Path) -> None:
+def _check_writable(report: Path, option: str = "--report") -> None:
     """Refuse a report path the run could not write, before any case runs: a folder, a device,
     a FIFO or a socket (never replaced by a file), or a folder the user cannot write into.
     ``-`` and ``/dev/stdout`` mean standard output and pass."""
@@ -238,18 +310,19 @@ def _check_writable(report: Path) -> None:
     if is_stream(report):
         return
     if report.is_dir():
-        raise KitError(f"--report {report}: is a directory, expected a file path")
+        raise KitError(f"{option} {report}: is a directory, expected a file path")
     try:
         target = write_target(report)
     except KitError as e:
-        raise KitError(f"--report {e}") from None
+        raise KitError(f"{option} {e}") from None
     probe = target.parent if str(target.parent) else Path(".")
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise KitError(f"--report {report}: {probe} is not a directory")
+        raise KitError(f"{option} {report}: {probe} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise KitError(f"--report {report}: cannot write into {probe} (permission denied)")
+        raise KitError(f"{option} {report}: cannot write into {probe} "
+                       "(permission denied)")
 
 
 def _check_folder(folder: Path, option: str = "--out") -> None:
@@ -302,7 +375,8 @@ class _progress:
             self.bar.stop()
 
 
-def _print_results(report) -> None:
+def _print_results(report, console: Console | None = None) -> None:
+    console = console or out  # stderr when stdout holds the JSON report
     table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
                   f"{report.run_info.profile}, {report.run_info.budget})")
     table.add_column("case")
@@ -323,13 +397,13 @@ def _print_results(report) -> None:
         elif r.known is not None:
             status += " (known)"
         table.add_row(r.case, status, f"{r.duration_s:.2f}", detail)
-    out.print(table)
+    console.print(table)
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
-    out.print(summary)
+    console.print(summary)
     exp = report.run_info.expectations
     if exp is not None:
-        out.print(f"against {exp['file']}: {len(exp['expected'])} as expected, "
+        console.print(f"against {exp['file']}: {len(exp['expected'])} as expected, "
                   f"{len(exp['regression'])} regressions {exp['regression'][:5]}, "
                   f"{len(exp['improvement'])} improvements {exp['improvement'][:5]}",
                   highlight=False)
@@ -350,6 +424,7 @@ def mutants(
         bool, typer.Option("--fuzz-only", help="Only the fuzz cases, no hand-written scenario.")
     ] = False,
     quiet: QuietOpt = False,
+    junit: JunitOpt = None,
 ) -> None:
     """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
     mutant survives."""
@@ -361,6 +436,8 @@ def mutants(
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         _check_writable(report)
+        if junit is not None:
+            _check_writable(junit, "--junit")
         total = len(mutant) if mutant else len(all_mutants())
         with _progress(quiet, total) as (_on_start, on_case):
 
@@ -394,6 +471,12 @@ def mutants(
               + (f"; alive: {', '.join(s['alive'])}" if s["alive"] else "")
               + (f"; skipped here: {', '.join(s['skipped'])}" if s["skipped"] else ""))
     out.print(f"report: {report}")
+    if junit is not None:
+        from conformance.junit import mutants_junit_xml
+        from conformance.trace import write_atomic
+
+        write_atomic(junit, mutants_junit_xml(matrix))
+        out.print(f"junit: {junit}", highlight=False)
     raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
 
 
@@ -405,6 +488,7 @@ def merge(
         "kvconf-report/report.json"
     ),
     expect: ExpectOpt = None,
+    junit: JunitOpt = None,
 ) -> None:
     """Join the reports of a sharded run into the report one run would have written (summary,
     transition coverage, every case, the failing traces); exit 1 if a case failed."""
@@ -420,6 +504,11 @@ def merge(
             if expectations is not None:
                 compare(result, expectations, expect)
             write_report(result, report)
+        if junit is not None:
+            from conformance.junit import write_junit
+
+            _check_writable(junit, "--junit")
+            write_junit(result, junit, report.parent)
     except KitError as e:
         _die(str(e))
     _print_results(result)
@@ -427,14 +516,50 @@ def merge(
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
 
 
+@app.command("diff")
+def diff_cmd(
+    base: Annotated[Path, typer.Argument(help="The run report before the change.")],
+    head: Annotated[Path, typer.Argument(help="The run report after the change.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The diff as JSON on stdout.")] = False,
+    allow_engine_change: Annotated[
+        bool, typer.Option("--allow-engine-change",
+                           help="Compare runs of different engines (by case name).")
+    ] = False,
+) -> None:
+    """What changed between two runs of an engine: new failures, fixes, status changes, cases
+    gone or new, failures that now break another rule; exit 1 on a regression (a new failure,
+    or a case gone that passed)."""
+    from conformance.diff import diff_reports, diff_summary, diff_table
+
+    try:
+        d = diff_reports(base, head, allow_engine_change)
+    except KitError as e:
+        _die(str(e))
+    if d.differ_in:
+        err.print(f"note: the runs differ in {', '.join(d.differ_in)}; fuzz findings may move "
+                  "for that reason alone", highlight=False)
+    if as_json:
+        sys.stdout.write(d.model_dump_json(indent=2) + "\n")
+    else:
+        if d.changed:
+            out.print(diff_table(d))
+        out.print(diff_summary(d), highlight=False)
+    raise typer.Exit(EXIT_FAIL if d.regression else EXIT_OK)
+
+
 @app.command("report")
 def report_cmd(
     results: Annotated[
         list[Path], typer.Argument(help="Run reports (kvconf run / gpu) and kill matrices.")
     ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the report; the failing "
+                                          "traces are copied into it, so it can be moved.")] = Path(
         "kvconf-report/compliance"
     ),
+    spec_url: Annotated[
+        str | None, typer.Option(help="Address of the spec site's spec/ folder (kvconf docs "
+                                 "build), to link every rule to its page; default: plain IDs.")
+    ] = None,
 ) -> None:
     """Write a compliance report (Markdown and a self-contained HTML page) from run reports
     and kill matrices: behaviours x engines, failures with their traces, transition coverage,
@@ -443,7 +568,8 @@ def report_cmd(
 
     try:
         _check_folder(out_dir)
-        md, html = build(load_inputs(results), out_dir)
+        base = spec_url if spec_url is None or spec_url.endswith("/") else spec_url + "/"
+        md, html = build(load_inputs(results), out_dir, copy_traces=True, spec_base=base)
     except KitError as e:
         _die(str(e))
     out.print(f"wrote {md} and {html}")

@@ -136,7 +136,27 @@ def coverage_edges(r: Report) -> list[tuple[str, str, str, bool]]:
     return out
 
 
-def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Path, Path]:
+def rule_ref(reg, bid: str, spec_base: str | None) -> str:
+    """A rule's ID as HTML: a link to its anchor in the spec site when the site's address is
+    known (``spec_base``, e.g. ``../spec/`` inside the docs site), else the plain ID with its
+    statement on hover (a standalone report has no site to point at)."""
+    b = reg.behaviours.get(bid)
+    if b is None:
+        return escape(bid)
+    tip = escape(b.statement, quote=True)
+    if spec_base is None:
+        return f"<abbr title='{tip}'>{escape(bid)}</abbr>"
+    page = Path(reg.chapters[b.chapter].name).stem
+    return f"<a href='{escape(spec_base)}{escape(page)}/#{escape(bid)}' title='{tip}'>" \
+           f"{escape(bid)}</a>"
+
+
+def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
+          spec_base: str | None = None) -> tuple[Path, Path]:
+    """Write ``compliance.md`` and ``index.html``. The HTML is for a person: it opens with
+    the failures (what broke, where, how to replay it), then the matrix, with the behaviours
+    no engine supports folded away; ``copy_traces`` copies the failing traces into
+    ``out_dir`` so the folder can be moved or published without breaking a link."""
     from reference.requests import State
     from spec.registry import load_registry
 
@@ -145,12 +165,14 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
     cols, cells = matrix(inputs, behaviours, out_dir, copy_traces)
     md: list[str] = ["# kvconf compliance report", ""]
     html: list[str] = []
+    html_matrix: list[str] = []  # placed after the failures
+    html_runs: list[str] = []
 
     # ---------------------------------------------------------------- the runs
     if inputs.runs:
         md += ["## Runs", "", "| run | engine | version | memory | seed | profile | budget | "
                "summary |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        html.append("<h2>Runs</h2><table><tr><th>run</th><th>engine</th><th>version</th>"
+        html_runs.append("<h2>Runs</h2><table><tr><th>run</th><th>engine</th><th>version</th>"
                     "<th>memory</th><th>seed</th><th>profile</th><th>budget</th>"
                     "<th>summary</th></tr>")
         for path, r in inputs.runs:
@@ -161,18 +183,19 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
             run = run_key(path, inputs.runs) + path.suffix
             md.append(f"| {run} | {i.engine} | {i.version} | {mem} | {i.seed} | "
                       f"{i.profile} | {i.budget} | {summ} |")
-            html.append("<tr>" + "".join(f"<td>{escape(str(x))}</td>" for x in (
+            html_runs.append("<tr>" + "".join(f"<td>{escape(str(x))}</td>" for x in (
                 run, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ))
                 + "</tr>")
-        html.append("</table>")
+        html_runs.append("</table>")
 
         # ------------------------------------------------------------ the matrix
         md += ["", "## Behaviours x engines", "",
                "| behaviour | level | " + " | ".join(cols) + " |",
                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
-        html.append("<h2>Behaviours &times; engines</h2><table class='m'><tr><th>behaviour"
-                    "</th><th>level</th>" + "".join(f"<th>{escape(c)}</th>" for c in cols)
-                    + "</tr>")
+        head = ("<tr><th>behaviour</th><th>level</th>"
+                + "".join(f"<th>{escape(c)}</th>" for c in cols) + "</tr>")
+        shown: list[str] = []
+        folded: list[str] = []  # no engine supports it (or no case cites it)
         for b in behaviours:
             row_md, row_html = [], []
             for c in cols:
@@ -189,18 +212,30 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
                 row_html.append(f"<td class='{st}' title='{tip}'>{body}</td>")
             beh = reg.behaviours[b]
             md.append(f"| {b} | {beh.level.value} | " + " | ".join(row_md) + " |")
-            html.append(f"<tr><td title='{escape(beh.statement)}'>{b}</td>"
-                        f"<td>{escape(beh.level.value)}</td>" + "".join(row_html) + "</tr>")
-        html.append("</table>")
+            row = (f"<tr><td>{rule_ref(reg, b, spec_base)}</td>"
+                   f"<td>{escape(beh.level.value)}</td>" + "".join(row_html) + "</tr>")
+            supported = any(cells[b].get(c) is not None
+                            and cells[b][c].status is not Status.NOT_SUPPORTED for c in cols)
+            (shown if supported else folded).append(row)
+        html_matrix.append("<h2>Behaviours &times; engines</h2><table class='m'>" + head
+                           + "".join(shown) + "</table>")
+        if folded:
+            html_matrix.append(f"<details><summary>{len(folded)} behaviours no engine "
+                               "supports here (every case citing them NOT_SUPPORTED, or none "
+                               "ran)</summary><table class='m'>" + head + "".join(folded)
+                               + "</table></details>")
 
         # ------------------------------------------------------------ failures
         fails = [(p, r, x) for p, r in inputs.runs for x in r.results
                  if x.status not in (Status.PASS, Status.NOT_SUPPORTED)]
         md += ["", "## Failures", ""]
-        html.append("<h2>Failures</h2>")
+        html.append(f"<h2>Failures ({len(fails)})</h2>")
         if not fails:
             md.append("None.")
-            html.append("<p>None.</p>")
+            html.append("<p>None: every case passed or was not supported.</p>")
+        else:
+            html.append("<table class='f'><tr><th>run / case</th><th>status</th><th>rules</th>"
+                        "<th>step</th><th>what happened</th><th>replay</th></tr>")
         for p, r, x in fails:
             trace = (trace_link(p, x.trace, out_dir, copy_traces, run_key(p, inputs.runs))
                      if x.trace else None)
@@ -212,13 +247,20 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False) -> tuple[Pat
             md.append(f"- **{col} / {x.case}** {x.status.value}:{where} "
                       f"[{x.oracle or '-'}] {', '.join(x.behaviours)}: {x.message}"
                       + (f" ([trace]({trace}))" if trace else "") + replay)
-            html.append(f"<p><b>{escape(col)} / {escape(x.case)}</b> "
-                        f"<span class='{x.status.value}'>{x.status.value}</span>{where} "
-                        f"[{escape(x.oracle or '-')}] {escape(', '.join(x.behaviours))}: "
-                        f"{escape(x.message)}"
-                        + (f" (<a href='{escape(trace)}'>trace</a>; replay with "
-                           f"<code>kvconf replay {escape(str(given))} --engine "
-                           f"{escape(r.run_info.engine)}</code>)" if trace else "") + "</p>")
+            known = (f"<br><i>known ({escape(x.expectation or '')}): {escape(x.known)}</i>"
+                     if x.known else "")
+            html.append(
+                f"<tr><td><b>{escape(col)}</b> / {escape(x.case)}</td>"
+                f"<td class='{x.status.value}'>{x.status.value}</td>"
+                f"<td>{', '.join(rule_ref(reg, b, spec_base) for b in x.behaviours)}</td>"
+                f"<td>{'' if x.step is None else x.step}</td>"
+                f"<td>[{escape(x.oracle or '-')}] {escape(x.message)}{known}</td>"
+                + (f"<td><code>kvconf replay {escape(str(given))} --engine "
+                   f"{escape(r.run_info.engine)}</code> (<a href='{escape(trace)}'>trace</a>)"
+                   "</td>" if trace else "<td>no trace</td>") + "</tr>")
+        if fails:
+            html.append("</table>")
+        html += html_matrix + html_runs
 
         # ------------------------------------------------------------ expectations
         exp = [(p, r) for p, r in inputs.runs if r.run_info.expectations]
@@ -292,10 +334,13 @@ td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
 td.none {{ color: #bbb; }}
 svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
 code {{ background: #f5f5f5; padding: 0 .2rem; }}
+table.f td {{ vertical-align: top; }}
+details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: #555; }}
 </style></head>
 <body><h1>kvconf compliance report</h1>
-<p>Each cell is the worst status among the cases that cite the behaviour; hover a cell for the
-cases, click a failure for its minimal trace.</p>
+<p>First what failed and how to replay it; then the matrix, where each cell is the worst status
+among the cases that cite the behaviour (hover a cell for the cases, click a failure for its
+minimal trace).</p>
 {body}
 </body></html>
 """

@@ -239,7 +239,7 @@ def render_results(out: Path, reports: list[Path]) -> None:
         return
     from conformance.compliance import build, load_inputs
 
-    build(load_inputs(reports), out / "results", copy_traces=True)
+    build(load_inputs(reports), out / "results", copy_traces=True, spec_base="../spec/")
     md = (out / "results" / "compliance.md").read_text(encoding="utf-8")
     md = md.replace("# kvconf compliance report",
                     "# Compliance and kill matrices\n\nGenerated from the latest reports.", 1)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,11 +117,52 @@ def test_kvconf_report_writes_markdown_and_html(tmp_path: Path):
                               "--out", str(out)])
     assert res.exit_code == 0, res.output
     md = (out / "compliance.md").read_text()
-    assert "| PIN-1 | MUST | PASS | [FAIL](../other/traces/split.json) |" in md
+    # the trace is copied into the report folder, under the run's name
+    assert "| PIN-1 | MUST | PASS | [FAIL](traces/other-r/split.json) |" in md
+    assert (out / "traces" / "other-r" / "split.json").read_text() == "{}"
     assert "kvconf replay" in md and "SplitDropsPins | E-6 | yes" in md
     html = (out / "index.html").read_text()
     assert html.startswith("<!doctype html>") and html.count("<svg") == 3  # 2 graphs, 1 chart
     assert "http" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
+    # a person reads the failures first: rule, step, what happened, the replay command
+    assert html.index("<h2>Failures (1)</h2>") < html.index("Behaviours &times; engines") \
+        < html.index("<h2>Runs</h2>")
+    fail_row = html[html.index("<table class='f'>"):html.index("</table>",
+                                                                html.index("<table class='f'>"))]
+    assert "<abbr title=" in fail_row and ">PIN-1</abbr>" in fail_row  # no site: the plain ID
+    assert "<td>3</td>" in fail_row and "[pinning] lost a pin" in fail_row
+    assert f"kvconf replay {tmp_path / 'other' / 'traces' / 'split.json'} --engine other" \
+        in fail_row and "href='traces/other-r/split.json'" in fail_row
+    # behaviours no engine supports fold away
+    folded = html[html.index("<details>"):html.index("</details>")]
+    assert "behaviours no engine supports" in folded and ">PIN-1<" not in folded
+    # moved elsewhere, every link still opens
+    moved = tmp_path / "elsewhere" / "compliance"
+    shutil.move(out, moved)
+    for href in re.findall(r"href='([^']+)'", (moved / "index.html").read_text()):
+        assert (moved / href).is_file(), href
+
+
+def test_rules_link_to_the_spec_site_when_it_is_given(tmp_path: Path):
+    from conformance.compliance import Inputs, build
+
+    inputs = Inputs()
+    r = _report(a=Status.FAIL)
+    inputs.runs.append((tmp_path / "r.json", r))
+    _, html_path = build(inputs, tmp_path / "out", spec_base="../spec/")
+    html = html_path.read_text()
+    assert "<a href='../spec/pinning/#PIN-2' title=" in html
+    res = CliRunner().invoke(app, ["report", str(_save(tmp_path, r)), "--out",
+                                   str(tmp_path / "o"), "--spec-url", "https://kv.example/spec"])
+    assert res.exit_code == 0, res.output
+    assert "href='https://kv.example/spec/pinning/#PIN-2'" in (tmp_path / "o" /
+                                                               "index.html").read_text()
+
+
+def _save(tmp_path: Path, r: Report) -> Path:
+    p = tmp_path / "saved.json"
+    p.write_text(r.model_dump_json())
+    return p
 
 
 def test_kvconf_report_refuses_unknown_files(tmp_path: Path):
