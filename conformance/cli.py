@@ -679,11 +679,15 @@ def schema(
 
 @app.command()
 def engines() -> None:
-    """List the engine adapters this installation knows."""
-    from conformance.adapters import known_engines
+    """List the engines this installation knows: each short name and the factory it stands for
+    (the bundled adapters and the ``kvconf.engines`` entry points of installed packages)."""
+    from conformance.adapters import registry
 
-    for name in known_engines():
-        out.print(name)
+    try:
+        for name, registered in registry().items():
+            out.print(f"{name}  {registered.target}", highlight=False, markup=False)
+    except KitError as e:
+        _die(str(e))
 
 
 @docs_app.command("build")

@@ -140,11 +140,23 @@ def check_cases(exp: Expectations, path: Path, engine: str, cases: list[str]) ->
             raise KitError(f"{path}:{line}: known[{i}].case: {k.case} is not a case of the kit")
 
 
+def judge(status: Status, known: Known | None) -> Verdict:
+    """One case's verdict: ``status`` against its known failure (None: the case is not listed,
+    so it must pass or be NOT_SUPPORTED)."""
+    if known is None:
+        ok = status in (Status.PASS, Status.NOT_SUPPORTED)
+        return Verdict.EXPECTED if ok else Verdict.REGRESSION
+    if status is known.status:
+        return Verdict.EXPECTED
+    return Verdict.IMPROVEMENT if status is Status.PASS else Verdict.REGRESSION
+
+
 def compare(report: Report, exp: Expectations, path: Path,
-            selected: list[str] | None = None) -> dict[str, list[str]]:
+            selected: list[str] | None = None, partial: bool = False) -> dict[str, list[str]]:
     """Stamp every result with its verdict; returns the cases per verdict (for the summary).
     With ``selected`` (a ``--case`` subset) the entries for other cases are ignored; otherwise
-    a known failure naming a case the run does not have is an error of the file."""
+    a known failure naming a case the run does not have is an error of the file, unless the
+    run is ``partial`` (pytest chose which cases to run)."""
     if exp.engine != report.run_info.engine:
         raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of "
                        f"{report.run_info.engine}")
@@ -153,20 +165,15 @@ def compare(report: Report, exp: Expectations, path: Path,
         known = {c: k for c, k in known.items() if c in set(selected)}
     ran = {r.case for r in report.results}
     missing = sorted(set(known) - ran)
-    if missing and not report.run_info.interrupted and report.run_info.shard is None:
+    if (missing and not partial and not report.run_info.interrupted
+            and report.run_info.shard is None):
         selected = len(ran)
         raise KitError(f"{path}: known case {missing[0]} did not run (the run had {selected} "
                        "cases; a --case selection must include every listed case)")
     out: dict[str, list[str]] = {v.value: [] for v in Verdict}
     for r in report.results:
         k = known.get(r.case)
-        if k is None:
-            ok = r.status in (Status.PASS, Status.NOT_SUPPORTED)
-            verdict = Verdict.EXPECTED if ok else Verdict.REGRESSION
-        elif r.status is k.status:
-            verdict = Verdict.EXPECTED
-        else:
-            verdict = Verdict.IMPROVEMENT if r.status is Status.PASS else Verdict.REGRESSION
+        verdict = judge(r.status, k)
         r.expectation = verdict.value
         if k is not None:
             r.known = f"{k.reason} ({k.reference})"

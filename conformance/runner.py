@@ -660,6 +660,25 @@ def clear_traces(out_dir: Path, cases: Sequence[Case]) -> None:
         (out_dir / "traces" / f"{case.name}.json").unlink(missing_ok=True)
 
 
+def start_report(engine: str, config: EngineConfig, version: str,
+                 features: frozenset[Feature], *, seed_value: int, profile: Profile,
+                 budget: Budget, memory_info: dict | None = None, memory_only: bool = False,
+                 jobs: int = 0, shard: Shard | None = None, call_timeout: float = 60.0,
+                 database: str | None = None) -> Report:
+    """A report with no result yet: what was run, on what, how (``run_suite`` and the pytest
+    plugin write the same one)."""
+    return Report(
+        run_info=RunInfo(
+            engine=engine, version=version or "unavailable", kvconf=__version__,
+            features=sorted(f.value for f in features), config=config.model_dump(),
+            seed=seed_value, profile=profile.name, budget=str(budget), started=now(),
+            memory=None if memory_info is None else {**memory_info, "memory_only": memory_only},
+            jobs=jobs, shard=None if shard is None else str(shard),
+            call_timeout_s=None if jobs == 0 else call_timeout, examples_db=database,
+        )
+    )
+
+
 def run_suite(
     engine: str,
     config: EngineConfig,
@@ -719,16 +738,10 @@ def run_suite(
         except BaseException:
             pool.close()
             raise
-    report = Report(
-        run_info=RunInfo(
-            engine=engine, version=version or "unavailable", kvconf=__version__,
-            features=sorted(f.value for f in features), config=config.model_dump(),
-            seed=seed_value, profile=profile.name, budget=str(budget), started=now(),
-            memory=None if memory_info is None else {**memory_info, "memory_only": memory_only},
-            jobs=jobs, shard=None if shard is None else str(shard),
-            call_timeout_s=None if jobs == 0 else call_timeout, examples_db=database,
-        )
-    )
+    report = start_report(engine, config, version, features, seed_value=seed_value,
+                          profile=profile, budget=budget, memory_info=memory_info,
+                          memory_only=memory_only, jobs=jobs, shard=shard,
+                          call_timeout=call_timeout, database=database)
     skipped = {c.name: r for c in cases
                if (r := not_supported(c, features, unavailable)) is not None}
     streams = max(1, jobs) * (shard.count if shard else 1)

@@ -324,9 +324,10 @@ def test_missing_unified_cache_is_not_supported_with_its_reason(monkeypatch):
 
 
 def test_unified_engine_is_registered_with_its_expectations():
-    from conformance.adapters import ENGINES
+    from conformance.adapters import target_of
 
-    assert ENGINES["sglang-unified"] == "conformance.adapters.sglang_unified:SGLangUnifiedAdapter"
+    assert target_of("sglang-unified") == (
+        "conformance.adapters.sglang_unified:SGLangUnifiedAdapter")
     path = ROOT / "conformance" / "adapters" / "expectations" / "sglang-unified.toml"
     exp = load_expectations(path)
     assert exp.engine == "sglang-unified"

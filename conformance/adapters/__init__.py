@@ -1,93 +1,169 @@
-"""Engine adapters, found by name. Imports are lazy so a missing engine costs nothing."""
+"""Engine adapters, found by name. Imports are lazy so a missing engine costs nothing.
+
+An engine is a factory named ``module:attr``: called with an ``EngineConfig`` it returns a
+cache-level engine; one whose ``level`` attribute is ``"scheduler"`` is called with a
+``SchedConfig`` instead; a cache-level factory whose ``scheduler`` attribute names another
+factory (a callable or ``module:attr``) offers that as its scheduler level. Short names come
+from the ``kvconf.engines`` entry point group, so an installed package registers its engine as
+kvconf registers its own (pyproject.toml); ``BUILTIN`` is the same table, used when the
+installation has no entry point metadata.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Callable
-from importlib import import_module
+from dataclasses import dataclass
+from functools import cache
+from importlib import import_module, metadata
 
 from conformance.engine_config import EngineConfig
 from conformance.errors import KitError
 from conformance.protocol import CacheEngine
 
-# name -> "module:factory"; a factory takes an EngineConfig and returns a CacheEngine.
-ENGINES: dict[str, str] = {
-    "reference": "conformance.adapters.reference_cache:ReferenceCacheAdapter",
+GROUP = "kvconf.engines"
+DIST = "kvconf"  # the distribution whose entry points are BUILTIN
+
+# name -> "module:factory", exactly pyproject.toml's [project.entry-points."kvconf.engines"].
+BUILTIN: dict[str, str] = {
+    "reference": "conformance.adapters.reference_cache:reference",
     "sglang-radix": "conformance.adapters.sglang_radix:SGLangRadixAdapter",
     "sglang-radix-salt": "conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
     "sglang-unified": "conformance.adapters.sglang_unified:SGLangUnifiedAdapter",
+    "tokenspeed": "conformance.adapters.tokenspeed:tokenspeed_adapter",
     "vllm": "conformance.adapters.vllm_cache:VLLMAdapter",
     "vllm-salt": "conformance.adapters.vllm_cache:VLLMSaltAdapter",
 }
 
+LEVELS = ("cache", "scheduler")
 
-# Engines that also speak the scheduler level (submit / next_plan / advance); their factory takes
-# a conformance.sched_trace.SchedConfig.
-SCHED_ENGINES: dict[str, str] = {
-    "reference": "conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter",
-    "tokenspeed": "conformance.adapters.tokenspeed:tokenspeed_adapter",
-}
+
+@dataclass(frozen=True)
+class Registered:
+    """The targets one short name was registered with, and by which distributions."""
+
+    name: str
+    targets: dict[str, list[str]]  # "module:attr" -> distributions that registered it
+
+    @property
+    def target(self) -> str:
+        """The one target; two different ones for a name is an error, not a choice."""
+        if len(self.targets) > 1:
+            who = "; ".join(f"{t} (by {', '.join(d)})" for t, d in sorted(self.targets.items()))
+            raise KitError(f"engine {self.name!r} is registered more than once: {who}; "
+                           "uninstall one, or name the engine by module:factory")
+        return next(iter(self.targets))
+
+
+@cache
+def registry() -> dict[str, Registered]:
+    """Every short name: the ``kvconf.engines`` entry points of the installed packages, and
+    kvconf's own table when its metadata is missing (a copy run from source, an odd install)."""
+    found: dict[str, dict[str, list[str]]] = {}
+    own = False
+    for ep in metadata.entry_points(group=GROUP):
+        dist = ep.dist.name if ep.dist is not None else "?"
+        own = own or (dist or "").lower() == DIST
+        who = found.setdefault(ep.name, {}).setdefault(ep.value.replace(" ", ""), [])
+        if dist not in who:
+            who.append(dist)
+    if not own:
+        for name, target in BUILTIN.items():
+            found.setdefault(name, {}).setdefault(target, []).append(f"{DIST} (built in)")
+    return {name: Registered(name, targets) for name, targets in sorted(found.items())}
 
 
 def known_engines() -> list[str]:
-    return sorted(set(ENGINES) | set(SCHED_ENGINES))
+    return sorted(registry())
 
 
-def _load(target: str) -> Callable:
+def _load(target: str) -> object:
     """``module:attr``, imported (the current folder first, as ``python -m`` would); a
     one-line error naming what is missing."""
     module, _, attr = target.partition(":")
+    if not module or not attr:
+        raise KitError(f"engine {target!r}: expected module:factory")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        return getattr(import_module(module), attr)
+        found = import_module(module)
     except ImportError as e:
         raise KitError(f"engine {target!r}: cannot import {module!r} ({e})") from None
+    except Exception as e:  # the module itself raised while importing
+        raise KitError(f"engine {target!r}: importing {module!r} raised "
+                       f"{type(e).__name__}: {e}") from None
+    try:
+        for part in attr.split("."):
+            found = getattr(found, part)
     except AttributeError:
         raise KitError(f"engine {target!r}: module {module!r} has no {attr!r}") from None
+    return found
 
 
-def _level(name: str) -> str:
-    """An engine given as ``module:factory`` speaks the level its factory's ``level`` names
-    (``"cache"`` when it names none; ``"scheduler"`` takes a SchedConfig)."""
-    return getattr(_load(name), "level", "cache")
+def _factory(target: str) -> Callable:
+    made = _load(target)
+    if not callable(made):
+        raise KitError(f"engine {target!r}: {type(made).__name__} is not callable (a factory "
+                       "takes an EngineConfig, or a SchedConfig at the scheduler level)")
+    return made
+
+
+@dataclass(frozen=True)
+class Levels:
+    """The factories an engine offers: cache level, scheduler level (None: not offered)."""
+
+    cache: Callable[[EngineConfig], CacheEngine] | None
+    scheduler: Callable | None
+
+
+def target_of(name: str) -> str:
+    """The ``module:factory`` an engine name stands for; a one-line error for an unknown or
+    ambiguous name."""
+    if ":" in name:
+        return name
+    found = registry().get(name)
+    if found is None:
+        raise KitError(f"unknown engine {name!r} (known: {', '.join(known_engines())}, or "
+                       "module:factory)")
+    return found.target
+
+
+def levels(name: str) -> Levels:
+    """Find ``name`` (a short name or ``module:factory``) and the levels its factory offers."""
+    target = target_of(name)
+    made = _factory(target)
+    level = getattr(made, "level", "cache")
+    if level not in LEVELS:
+        raise KitError(f"engine {target!r}: level {level!r} (known: {', '.join(LEVELS)})")
+    if level == "scheduler":
+        return Levels(None, made)
+    sched = getattr(made, "scheduler", None)
+    if isinstance(sched, str):
+        sched = _factory(sched)
+    elif sched is not None and not callable(sched):
+        raise KitError(f"engine {target!r}: its scheduler attribute is not a factory")
+    return Levels(made, sched)
 
 
 def sched_engine_factory(name: str) -> Callable | None:
     """The scheduler-level factory for ``name``, or None when it offers only the cache level."""
-    if ":" in name:
-        return _load(name) if _level(name) == "scheduler" else None
-    target = SCHED_ENGINES.get(name)
-    if target is None:
-        return None
-    return _load(target)
+    return levels(name).scheduler
 
 
 def cache_engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine] | None:
     """The cache-level factory for ``name``, or None when it offers only the scheduler level."""
-    if ":" in name:
-        return _load(name) if _level(name) == "cache" else None
-    target = ENGINES.get(name)
-    if target is None:
-        return None
-    return _load(target)
+    return levels(name).cache
 
 
 def check_engine(name: str) -> None:
-    """Unknown names are a one-line error listing the known ones; ``module:factory`` must
-    import."""
-    if ":" in name:
-        _load(name)
-        return
-    if name not in ENGINES and name not in SCHED_ENGINES:
-        raise KitError(f"unknown engine {name!r} (known: {', '.join(known_engines())}, or "
-                       "module:factory)")
+    """Unknown or ambiguous names are a one-line error listing the known ones; a factory must
+    import and be callable."""
+    levels(name)
 
 
 def engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine]:
     """The cache-level factory for ``name``; a one-line error when it has none."""
-    check_engine(name)
     factory = cache_engine_factory(name)
     if factory is None:
         raise KitError(f"engine {name!r} offers no cache-level adapter")

@@ -95,3 +95,13 @@ class ReferenceCacheAdapter:
 
     def snapshot(self) -> CacheSnapshot:
         return self.cache.snapshot()
+
+
+def reference(config: EngineConfig) -> ReferenceCacheAdapter:
+    """The bundled reference under its short name: this cache level, and the scheduler level
+    its ``scheduler`` attribute names (a function, so adapters that subclass the class do not
+    inherit a scheduler level)."""
+    return ReferenceCacheAdapter(config)
+
+
+reference.scheduler = "conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter"

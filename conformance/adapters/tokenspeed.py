@@ -542,3 +542,6 @@ def tokenspeed_adapter(config: SchedConfig) -> Any:
     if is_block_pool(_module()):
         return TokenSpeedBlockPoolAdapter(config)
     return TokenSpeedAdapter(config)
+
+
+tokenspeed_adapter.level = "scheduler"  # called with a SchedConfig (conformance.adapters)
