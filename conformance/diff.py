@@ -9,13 +9,13 @@ not the engine, so known gaps both runs share do not fail it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance.errors import KitError
+from conformance.errors import KitError, read_input
 from conformance.report import BAD, FORMATS, CaseResult, Report, Status, load_report
+from conformance.trace import parse_json
 
 FORMAT = "kvconf-diff/1"
 OK = (Status.PASS, Status.NOT_SUPPORTED)
@@ -80,12 +80,7 @@ class Diff(BaseModel):
 
 def load_run(path: Path) -> Report:
     """A run report, or a one-line error that says what the file is instead."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise KitError(f"{path}: cannot read report ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise KitError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    data = parse_json(read_input(path, "report"), str(path))
     fmt = data.get("format") if isinstance(data, dict) else None
     if fmt not in FORMATS:
         raise KitError(f"{path}: format: {fmt!r} is not a run report ({', '.join(FORMATS)})")

@@ -6,25 +6,21 @@ read, and a bad one becomes a KitError naming the file and the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conformance.errors import KitError
+from conformance.errors import KitError, read_input
 from conformance.sched_trace import SchedConfig
 from reference.errors import CacheError
 from reference.window import window_from_model_config
 
 
 def load_model_config(path: Path | str) -> dict[str, Any]:
+    from conformance.trace import parse_json
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise KitError(f"{p}: cannot read the model config ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise KitError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
+    data = parse_json(read_input(p, "model config"), str(p))
     if not isinstance(data, dict):
         raise KitError(f"{p}: a model config is a JSON object, got {type(data).__name__}")
     return data
