@@ -41,6 +41,21 @@ app.add_typer(docs_app, name="docs")
 out = Console(soft_wrap=True)
 err = Console(stderr=True)
 
+
+def _version(value: bool) -> None:
+    if value:
+        from conformance import __version__
+
+        print(f"kvconf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print kvconf's version and exit.")] = False) -> None:
+    """Conformance kit for LLM-serving KV / Mamba cache schedulers."""
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 STATUS_STYLE = {
     "PASS": "green", "FAIL": "bold red", "NOT_SUPPORTED": "yellow", "ERROR": "bold magenta",

@@ -290,3 +290,13 @@ def test_a_stale_trace_of_an_earlier_run_is_cleared(tmp_path: Path) -> None:
     r = kvconf("run", *ONE_CASE, "--report", str(tmp_path / "r.json"))
     assert r.exit_code == 0, r.output
     assert not stale.exists() and other.exists()
+
+
+def test_kvconf_version_prints_the_version() -> None:
+    from typer.testing import CliRunner
+
+    from conformance import __version__
+    from conformance.cli import app
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"kvconf {__version__}"
