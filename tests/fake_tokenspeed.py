@@ -133,16 +133,21 @@ class Cache:
     WriteBackDoneEvent = _WriteBackDone
 
 
-def _runtime_event(e):
+def forward_runtime_event(e):
+    """A request's own event (both eras' binding) as the reference's, or None."""
     if isinstance(e, _ExtendResult):
         return rp.ExtendResult(e.request_id, e.tokens[0])
     if isinstance(e, _Finish):
         return rp.Finish(e.request_id)
     if isinstance(e, _Abort):
         return rp.Abort(e.request_id)
+    return None  # UpdateReserveNumTokens: the reference keeps no reserve
+
+
+def _runtime_event(e):
     if isinstance(e, _WriteBackDone):
         return rp.WritebackDone(e.op_id, e.success)
-    return None  # UpdateReserveNumTokens: the reference keeps no reserve
+    return forward_runtime_event(e)
 
 
 class ExecutionEvent:

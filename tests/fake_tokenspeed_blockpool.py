@@ -19,9 +19,7 @@ from fake_tokenspeed import (
     ExecutionEvent,
     ForwardEvent,
     RequestSpec,
-    _Abort,
-    _ExtendResult,
-    _Finish,
+    forward_runtime_event,
 )
 
 from reference import plan as rp
@@ -150,15 +148,9 @@ class ExecutionPlan:
 
 
 def _runtime_event(e):
-    if isinstance(e, _ExtendResult):
-        return rp.ExtendResult(e.request_id, e.tokens[0])
-    if isinstance(e, _Finish):
-        return rp.Finish(e.request_id)
-    if isinstance(e, _Abort):
-        return rp.Abort(e.request_id)
     if isinstance(e, _WriteBackDone):
         return rp.WritebackDone(e.op_id, True)
-    return None  # LoadBackDone, UpdateReserveNumTokens: the reference needs neither
+    return forward_runtime_event(e)  # LoadBackDone: the reference needs none
 
 
 class Scheduler:

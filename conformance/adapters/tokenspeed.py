@@ -139,6 +139,56 @@ def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int
     return h
 
 
+def engine_call(fn, *args):
+    """A binding call; the engine's refusal ("FSM transition invalid: ...") is EngineRejected."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        raise EngineRejected("invalid_transition", str(e)) from None
+
+
+def chunk_reused(chunk_end: dict[str, int], rid: str, start: int, n: int,
+                 samples: bool) -> int:
+    """What a prefill row reuses: the binding's prefix length counts a request's earlier chunks
+    too, so only an admission reuses (a chunk starts where the request's last one ended; a
+    re-admission from its prefix match after a retraction is an admission again). Keeps
+    ``chunk_end``, where each request's unfinished prefill stopped."""
+    reused = 0 if chunk_end.get(rid) == start else start
+    if samples:
+        chunk_end.pop(rid, None)
+    else:
+        chunk_end[rid] = start + n
+    return reused
+
+
+def read_kv_events(raw: Sequence[Any], roots: dict[int, int],
+                   chain_ns: dict[int, int]) -> list[KVEvent]:
+    """The binding's KV events as the kit's. A block whose parent is a namespace's root (in
+    ``roots``: the radix era's adapter virtual roots, which no event announces) starts that
+    namespace's chain; descendants inherit their parent's namespace (``chain_ns``)."""
+    out: list[KVEvent] = []
+    for e in raw:
+        hashes = tuple(int(h) for h in e.block_hashes)
+        if e.kind == "BlockStored":
+            parent = None if e.parent_block_hash is None else int(e.parent_block_hash)
+            if parent in roots:
+                ns, parent = roots[parent], None
+            else:
+                ns = 0 if parent is None else chain_ns.get(parent, 0)
+            if roots:
+                chain_ns.update(dict.fromkeys(hashes, ns))
+            out.append(KVEvent(EventKind.STORED, hashes, ns, parent,
+                               tuple(int(t) for t in e.token_ids), int(e.block_size)))
+        elif e.kind == "BlockRemoved":
+            for h in hashes:
+                chain_ns.pop(h, None)
+            out.append(KVEvent(EventKind.REMOVED, hashes))
+        else:
+            chain_ns.clear()
+            out.append(KVEvent(EventKind.CLEARED, ()))
+    return out
+
+
 def forward_event(ts: Any, ev: Any, e: RuntimeEvent, decoding: set[str],
                   finished: set[str]) -> bool:
     """Add a request's own event (ExtendResult, Finish, Abort) to the binding's batch, as both
@@ -249,11 +299,7 @@ class TokenSpeedAdapter:
         self.written: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
         self.acked: list[int] = []  # writebacks acknowledged since the last plan
 
-    def _call(self, fn, *args):
-        try:
-            return fn(*args)
-        except RuntimeError as e:  # "FSM transition invalid: ..."
-            raise EngineRejected("invalid_transition", str(e)) from None
+    _call = staticmethod(engine_call)
 
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         out = []
@@ -361,14 +407,7 @@ class TokenSpeedAdapter:
                 toks = tuple(input_ids[offset : offset + n])
                 offset += n
                 samples = start + n == int(prefill[i])
-                # extend_prefix_lens counts earlier chunks too: only an admission reuses.
-                # (a chunk starts where the request's last one ended; a re-admission from its
-                # prefix match after a retraction is an admission again)
-                reused = 0 if self.chunk_end.get(rid) == start else start
-                if samples:
-                    self.chunk_end.pop(rid, None)
-                else:
-                    self.chunk_end[rid] = start + n
+                reused = chunk_reused(self.chunk_end, rid, start, n, samples)
                 rows.append(ForwardRow(rid, "prefill", ns, start, toks, reused, table, new, slot,
                                        samples, *self._mamba(i, start, n, work, cow, ckpt)
                                        if self.mamba else ()))
@@ -505,29 +544,10 @@ class TokenSpeedAdapter:
         return block_hash(self._root(namespace) if parent is None else parent, 0, tokens)
 
     def drain_events(self) -> list[KVEvent]:
-        """The engine's device-tier KV events. An adapter namespace's first block names its
-        virtual root as parent, which no event announces: it is read as the namespace's root
-        (no parent, that namespace), and its descendants inherit the namespace."""
-        out: list[KVEvent] = []
+        """The engine's device-tier KV events; an adapter namespace's chain hangs off its
+        virtual root, which no event announces (``read_kv_events``)."""
         roots = {self._root(ns): ns for ns in sorted(set(self.ns.values())) if ns}
-        for e in self.sched.drain_kv_events():
-            hashes = tuple(int(h) for h in e.block_hashes)
-            if e.kind == "BlockStored":
-                parent = None if e.parent_block_hash is None else int(e.parent_block_hash)
-                if parent in roots:
-                    ns, parent = roots[parent], None
-                else:
-                    ns = 0 if parent is None else self.event_ns.get(parent, 0)
-                for h in hashes:
-                    self.event_ns[h] = ns
-                out.append(KVEvent(EventKind.STORED, hashes, ns, parent,
-                                   tuple(int(t) for t in e.token_ids), int(e.block_size)))
-            elif e.kind == "BlockRemoved":
-                out.append(KVEvent(EventKind.REMOVED, hashes))
-            else:
-                self.event_ns.clear()
-                out.append(KVEvent(EventKind.CLEARED, ()))
-        return out
+        return read_kv_events(self.sched.drain_kv_events(), roots, self.event_ns)
 
     def snapshot(self) -> None:
         return None

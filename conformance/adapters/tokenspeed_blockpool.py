@@ -31,13 +31,16 @@ from conformance.adapters.tokenspeed import (
     _event,
     _module,
     block_hash,
+    chunk_reused,
+    engine_call,
     engine_version,
     forward_event,
+    read_kv_events,
 )
 from conformance.errors import EngineRejected
 from conformance.features import Feature
 from conformance.sched_trace import SchedConfig
-from reference.kv_events import EventKind, KVEvent
+from reference.kv_events import KVEvent
 from reference.plan import (
     Abort,
     CopyOp,
@@ -175,11 +178,7 @@ class TokenSpeedBlockPoolAdapter:
         self.decoding: set[str] = set()  # requests with a decode row in the last plan
         self.chunk_end: dict[str, int] = {}  # where a request's unfinished prefill stopped
 
-    def _call(self, fn, *args):
-        try:
-            return fn(*args)
-        except RuntimeError as e:  # "FSM transition invalid: ..."
-            raise EngineRejected("invalid_transition", str(e)) from None
+    _call = staticmethod(engine_call)
 
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         out = []
@@ -215,14 +214,7 @@ class TokenSpeedBlockPoolAdapter:
                 toks = tuple(input_ids[offset : offset + n])
                 offset += n
                 kind, samples = "prefill", start + n == int(prefill[i])
-                # prefix_lens counts earlier chunks too: only an admission reuses.
-                # (a chunk starts where the request's last one ended; a re-admission from its
-                # prefix match after a retraction is an admission again)
-                reused = 0 if self.chunk_end.get(rid) == start else start
-                if samples:
-                    self.chunk_end.pop(rid, None)
-                else:
-                    self.chunk_end[rid] = start + n
+                reused = chunk_reused(self.chunk_end, rid, start, n, samples)
             else:
                 known = self.tokens.get(rid, [])
                 # The binding gives no position for a decode row: the input is the last token.
@@ -303,19 +295,8 @@ class TokenSpeedBlockPoolAdapter:
 
     def drain_events(self) -> list[KVEvent]:
         """The engine's KV events (one prefix event per block boundary, folded over its cache
-        groups: Scheduler::handleCacheMutation, scheduler.cpp)."""
-        out: list[KVEvent] = []
-        for e in self.sched.drain_kv_events():
-            if e.kind == "BlockStored":
-                parent = e.parent_block_hash
-                out.append(KVEvent(EventKind.STORED, tuple(int(h) for h in e.block_hashes), 0,
-                                   None if parent is None else int(parent),
-                                   tuple(int(t) for t in e.token_ids), int(e.block_size)))
-            elif e.kind == "BlockRemoved":
-                out.append(KVEvent(EventKind.REMOVED, tuple(int(h) for h in e.block_hashes)))
-            else:
-                out.append(KVEvent(EventKind.CLEARED, ()))
-        return out
+        groups: Scheduler::handleCacheMutation, scheduler.cpp); no namespaces."""
+        return read_kv_events(self.sched.drain_kv_events(), {}, {})
 
     block_hash = staticmethod(block_hash)
 
