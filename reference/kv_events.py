@@ -14,6 +14,8 @@ from enum import Enum
 
 
 class EventKind(str, Enum):
+    """The kinds of KV event, spelled as the engines' event streams spell them."""
+
     STORED = "BlockStored"
     REMOVED = "BlockRemoved"
     CLEARED = "AllBlocksCleared"

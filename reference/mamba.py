@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference.tiers import Tier
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True)
@@ -47,6 +47,8 @@ class MambaEntryView:
 
 @dataclass(slots=True, frozen=True)
 class MambaView:
+    """The Mamba state pools' owners and free slots on each tier, and the cached entries."""
+
     owners: dict[Tier, tuple[str, ...]]  # per slot: "free", "entry:<id>", "request:<rid>",
     free: dict[Tier, tuple[int, ...]]  # "transfer:<op>"
     entries: tuple[MambaEntryView, ...]

@@ -12,6 +12,8 @@ from typing import Literal
 
 @dataclass(slots=True, frozen=True)
 class RequestSpec:
+    """A request the runtime submits: its id, prompt, namespace and the L3 store's hits."""
+
     rid: str
     tokens: tuple[int, ...]  # the prompt
     namespace: int = 0  # adapter / salt namespace (NS-1)
@@ -90,6 +92,9 @@ class L3Op:
 
 @dataclass(slots=True, frozen=True)
 class Plan:
+    """What the scheduler hands the runtime for one step: the forward's rows, the copies before
+    and after it, the L3 transfers it starts and the pages to zero (spec chapter plans)."""
+
     step: int
     rows: tuple[ForwardRow, ...]
     loadbacks: tuple[CopyOp, ...]
@@ -107,22 +112,30 @@ class Plan:
 
 @dataclass(slots=True, frozen=True)
 class ExtendResult:
+    """The token the forward sampled for a request (REQ-1)."""
+
     rid: str
     token: int
 
 
 @dataclass(slots=True, frozen=True)
 class Finish:
+    """A request ended normally: the runtime stops it (spec chapter finish)."""
+
     rid: str
 
 
 @dataclass(slots=True, frozen=True)
 class Abort:
+    """A request is cancelled from outside, in whatever state it is (E-2)."""
+
     rid: str
 
 
 @dataclass(slots=True, frozen=True)
 class WritebackDone:
+    """A writeback landed, or failed (``success`` false, HOST-4)."""
+
     op_id: int
     success: bool = True
 
@@ -144,6 +157,8 @@ class PrefetchDone:
 
 @dataclass(slots=True, frozen=True)
 class BackupDone:
+    """An L3 backup landed, or failed (spec chapter l3_store)."""
+
     op_id: int
     success: bool = True
 

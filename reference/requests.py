@@ -11,6 +11,9 @@ from enum import Enum
 
 
 class State(str, Enum):
+    """A request's state in the state machine (spec chapter requests; the table is
+    ``TRANSITIONS``)."""
+
     SUBMITTED = "Submitted"  # waiting for its first prefill chunk
     PREFETCHING = "Prefetching"  # part of its prompt is being fetched from L3 (L3-2)
     PREFETCH_DONE = "PrefetchDone"  # the fetch ended; waiting for its first prefill chunk

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from reference.errors import CacheError
-from reference.host_tier import Transfer
-from reference.l3 import L3Transfer
-from reference.mamba import MambaCache, MambaEntry, MambaView
-from reference.plan import (
+from kvconf.reference.errors import CacheError
+from kvconf.reference.host_tier import Transfer
+from kvconf.reference.l3 import L3Transfer
+from kvconf.reference.mamba import MambaCache, MambaEntry, MambaView
+from kvconf.reference.plan import (
     Abort,
     BackupDone,
     CopyOp,
@@ -30,10 +30,10 @@ from reference.plan import (
     RuntimeEvent,
     WritebackDone,
 )
-from reference.prefix_cache import CacheConfig, PrefixCache
-from reference.requests import Event, State, legal, next_states
-from reference.tiers import Tier
-from reference.window import window_from_model_config
+from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
+from kvconf.reference.requests import Event, State, legal, next_states
+from kvconf.reference.tiers import Tier
+from kvconf.reference.window import window_from_model_config
 
 
 class SchedulerError(Exception):
@@ -120,6 +120,8 @@ class Request:
 
 @dataclass(slots=True, frozen=True)
 class RequestView:
+    """One request as a snapshot shows it: its state, its pages and slots, what it waits for."""
+
     rid: str
     state: State
     namespace: int
@@ -141,6 +143,9 @@ class RequestView:
 
 @dataclass(slots=True, frozen=True)
 class SchedulerSnapshot:
+    """A white-box view of a scheduler: its requests, its cache, free slots and transfers in
+    flight."""
+
     step: int
     requests: tuple[RequestView, ...]
     cache: object  # reference.snapshot.CacheSnapshot

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference.tiers import Tier
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True, frozen=True)
 class NodeView:
+    """One node of the tree: its key, its pages on each tier, its block hashes, its lock counts."""
+
     id: int
     namespace: int
     parent: int | None
@@ -41,6 +43,8 @@ class NodeView:
 
 @dataclass(slots=True, frozen=True)
 class PoolView:
+    """One tier's pool: its size, its free list, and every page's owner (POOL-1)."""
+
     tier: Tier
     size: int
     free: tuple[int, ...]
@@ -49,6 +53,8 @@ class PoolView:
 
 @dataclass(slots=True, frozen=True)
 class LockView:
+    """A lock held on a node on one tier (PIN-1); ``internal`` for the cache's own locks."""
+
     handle: int
     node: int
     tier: Tier
@@ -57,6 +63,8 @@ class LockView:
 
 @dataclass(slots=True, frozen=True)
 class TransferView:
+    """A writeback or loadback in flight and the (source, destination) pages it holds."""
+
     op_id: int
     kind: str  # "writeback" (device -> host) or "loadback" (host -> device)
     node: int
@@ -65,6 +73,8 @@ class TransferView:
 
 @dataclass(slots=True, frozen=True)
 class L3View:
+    """An L3 prefetch or backup in flight and the host pages it holds (spec chapter l3_store)."""
+
     op_id: int
     kind: str  # "prefetch" (L3 -> host) or "backup" (host -> L3)
     node: int  # the anchor it pins on host
@@ -74,6 +84,9 @@ class L3View:
 
 @dataclass(slots=True, frozen=True)
 class CacheSnapshot:
+    """A white-box view of a cache: pools with each page's owner, the tree, locks and the
+    transfers in flight; the oracles that check ownership (POOL-1, PIN-1) read it."""
+
     page_size: int
     pools: dict[Tier, PoolView]
     nodes: tuple[NodeView, ...]  # roots included; parents before children

@@ -32,16 +32,28 @@ engine it judged.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from importlib import import_module, metadata
 from typing import Any
 
-from conformance.errors import EngineRejected, EngineUnavailable
-from conformance.features import Feature
-from conformance.sched_trace import SchedConfig
-from reference.kv_events import EventKind, KVEvent
-from reference.plan import (
+from kvconf.conformance.adapters.tokenspeed_binding import (
+    block_hash,
+    chunk_reused,
+    engine_call,
+    engine_version,
+    extension,
+    forward_event,
+    new_event,
+    read_kv_events,
+)
+from kvconf.conformance.adapters.tokenspeed_blockpool import (
+    TokenSpeedBlockPoolAdapter,
+    is_block_pool,
+)
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.plan import (
     Abort,
     BackupDone,
     CopyOp,
@@ -55,32 +67,6 @@ from reference.plan import (
     RuntimeEvent,
     WritebackDone,
 )
-
-REVISION_ENV = "KVCONF_TOKENSPEED_REVISION"
-
-
-def _module() -> Any:
-    try:
-        return import_module("tokenspeed_scheduler")
-    except ImportError as e:
-        raise EngineUnavailable(
-            f"tokenspeed_scheduler cannot be imported ({e}); build it from the tokenspeed "
-            "sources and install it into this environment"
-        ) from None
-
-
-def engine_version(ts: Any) -> str:
-    """The module's own version where it states one (the extension does not), else its
-    distribution's; and the revision the user names."""
-    version = getattr(ts, "__version__", None)
-    if version is None:
-        try:
-            version = metadata.version("tokenspeed-scheduler")
-        except metadata.PackageNotFoundError:
-            version = "unknown"
-    revision = os.environ.get(REVISION_ENV, "").strip()
-    return f"{version} ({revision})" if revision else version
-
 
 _MAMBA: dict[int, bool] = {}
 
@@ -100,7 +86,7 @@ def keeps_mamba_state(ts: Any) -> bool:
         c.num_device_pages, c.num_host_pages, c.disable_l2_cache = 33, 0, True
         c.enable_mamba, c.mamba_cache_chunk_size, c.mamba_pool_total_chunks = True, 2, 4
         s = ts.Scheduler(c)
-        s.submit_requests([_event(ts.RequestSpec, request_id="m", tokens=list(range(1, 6)))])
+        s.submit_requests([new_event(ts.RequestSpec, request_id="m", tokens=list(range(1, 6)))])
         rows = [int(w) for fwd in s.next_execution_plan().forward
                 for w in getattr(fwd, "mamba_pool_indices", [])]
         _MAMBA[key] = bool(rows) and all(w >= 0 for w in rows)
@@ -119,110 +105,11 @@ def checkpoint_depth(start: int, end: int, page: int) -> int:
     return 0
 
 
-_FNV_OFFSET, _FNV_PRIME, _MASK = 14695981039346656037, 1099511628211, (1 << 64) - 1
-
-
-def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
-    """TokenSpeed's KV event block hash (HashKvBlock, csrc/scheduler/kv_cache_events.cpp): 64-bit
-    FNV-1a over a has-parent byte, the parent (8 bytes), the token count (8 bytes) and each token
-    (4 bytes), little-endian. It has no namespace input: an adapter namespace (the radix era's
-    lora_id) chains off its own root block."""
-    data = bytearray(b"\x01" if parent is not None else b"\x00")
-    if parent is not None:
-        data += parent.to_bytes(8, "little")
-    data += len(tokens).to_bytes(8, "little")
-    for t in tokens:
-        data += (t & 0xFFFFFFFF).to_bytes(4, "little")
-    h = _FNV_OFFSET
-    for b in data:
-        h = ((h ^ b) * _FNV_PRIME) & _MASK
-    return h
-
-
-def engine_call(fn, *args):
-    """A binding call; the engine's refusal ("FSM transition invalid: ...") is EngineRejected."""
-    try:
-        return fn(*args)
-    except RuntimeError as e:
-        raise EngineRejected("invalid_transition", str(e)) from None
-
-
-def chunk_reused(chunk_end: dict[str, int], rid: str, start: int, n: int,
-                 samples: bool) -> int:
-    """What a prefill row reuses: the binding's prefix length counts a request's earlier chunks
-    too, so only an admission reuses (a chunk starts where the request's last one ended; a
-    re-admission from its prefix match after a retraction is an admission again). Keeps
-    ``chunk_end``, where each request's unfinished prefill stopped."""
-    reused = 0 if chunk_end.get(rid) == start else start
-    if samples:
-        chunk_end.pop(rid, None)
-    else:
-        chunk_end[rid] = start + n
-    return reused
-
-
-def read_kv_events(raw: Sequence[Any], roots: dict[int, int],
-                   chain_ns: dict[int, int]) -> list[KVEvent]:
-    """The binding's KV events as the kit's. A block whose parent is a namespace's root (in
-    ``roots``: the radix era's adapter virtual roots, which no event announces) starts that
-    namespace's chain; descendants inherit their parent's namespace (``chain_ns``)."""
-    out: list[KVEvent] = []
-    for e in raw:
-        hashes = tuple(int(h) for h in e.block_hashes)
-        if e.kind == "BlockStored":
-            parent = None if e.parent_block_hash is None else int(e.parent_block_hash)
-            if parent in roots:
-                ns, parent = roots[parent], None
-            else:
-                ns = 0 if parent is None else chain_ns.get(parent, 0)
-            if roots:
-                chain_ns.update(dict.fromkeys(hashes, ns))
-            out.append(KVEvent(EventKind.STORED, hashes, ns, parent,
-                               tuple(int(t) for t in e.token_ids), int(e.block_size)))
-        elif e.kind == "BlockRemoved":
-            for h in hashes:
-                chain_ns.pop(h, None)
-            out.append(KVEvent(EventKind.REMOVED, hashes))
-        else:
-            chain_ns.clear()
-            out.append(KVEvent(EventKind.CLEARED, ()))
-    return out
-
-
-def forward_event(ts: Any, ev: Any, e: RuntimeEvent, decoding: set[str],
-                  finished: set[str]) -> bool:
-    """Add a request's own event (ExtendResult, Finish, Abort) to the binding's batch, as both
-    eras take it; False for the rest (the cache's acknowledgements, which differ by era)."""
-    if isinstance(e, ExtendResult):
-        ev.add_event(_event(ts.ForwardEvent.ExtendResult, request_id=e.rid, tokens=[e.token]))
-        if e.rid in decoding and e.rid not in finished:
-            # As TokenSpeed's runtime: after a decode step, the tokens the next one needs room
-            # for (decode_input_tokens, 1). With 0 the engine stops growing the request's page
-            # table (forward_events.cpp, the reserve at schedule).
-            ev.add_event(_event(ts.ForwardEvent.UpdateReserveNumTokens, request_id=e.rid,
-                                reserve_num_tokens_in_next_schedule_event=1))
-    elif isinstance(e, Finish):
-        ev.add_event(_event(ts.ForwardEvent.Finish, request_id=e.rid))
-    elif isinstance(e, Abort):
-        ev.add_event(_event(ts.ForwardEvent.Abort, request_id=e.rid))
-    else:
-        return False
-    return True
-
-
-def _event(cls: type, **fields: Any) -> Any:
-    """A binding event: constructed empty, its fields set afterwards."""
-    ev = cls()
-    for name, value in fields.items():
-        setattr(ev, name, value)
-    return ev
-
-
 class TokenSpeedAdapter:
     name = "tokenspeed"
 
     def __init__(self, config: SchedConfig) -> None:
-        ts = _module()
+        ts = extension()
         self.ts = ts
         self.version = engine_version(ts)
         self.page_size = config.page_size
@@ -510,16 +397,16 @@ class TokenSpeedAdapter:
             if forward_event(ts, ev, e, self.decoding, finished):
                 continue
             if isinstance(e, WritebackDone):
-                ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id,
+                ev.add_event(new_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id,
                                     success=e.success))
                 if e.op_id in self.written:  # its backup comes in the next plan (PR 293)
                     self.acked.append(e.op_id)
             elif isinstance(e, PrefetchDone):
-                ev.add_event(_event(ts.Cache.PrefetchDoneEvent, op_id=e.op_id,
+                ev.add_event(new_event(ts.Cache.PrefetchDoneEvent, op_id=e.op_id,
                                     request_id=self.prefetching.pop(e.op_id, ""),
                                     success=True, completed_pages=e.completed))
             elif isinstance(e, BackupDone):
-                ev.add_event(_event(ts.Cache.BackUpDoneEvent, op_id=e.op_id,
+                ev.add_event(new_event(ts.Cache.BackUpDoneEvent, op_id=e.op_id,
                                     success=e.success))
         self._call(self.sched.advance, ev)
         for e in events:  # taken: only now are the sampled tokens part of each sequence
@@ -557,9 +444,7 @@ def tokenspeed_adapter(config: SchedConfig) -> Any:
     """The adapter for the installed revision, whichever era it is: the block-pool binding
     (cache groups, today's main) or the radix-tree one (``page_size``). A user who installs
     either gets the right one under the one engine name."""
-    from conformance.adapters.tokenspeed_blockpool import TokenSpeedBlockPoolAdapter, is_block_pool
-
-    if is_block_pool(_module()):
+    if is_block_pool(extension()):
         return TokenSpeedBlockPoolAdapter(config)
     return TokenSpeedAdapter(config)
 

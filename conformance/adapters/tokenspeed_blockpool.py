@@ -27,21 +27,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.adapters.tokenspeed import (
-    _event,
-    _module,
+from kvconf.conformance.adapters.tokenspeed_binding import (
     block_hash,
     chunk_reused,
     engine_call,
     engine_version,
+    extension,
     forward_event,
+    new_event,
     read_kv_events,
 )
-from conformance.errors import EngineRejected
-from conformance.features import Feature
-from conformance.sched_trace import SchedConfig
-from reference.kv_events import KVEvent
-from reference.plan import (
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.plan import (
     Abort,
     CopyOp,
     ExtendResult,
@@ -127,7 +127,7 @@ class TokenSpeedBlockPoolAdapter:
     name = "tokenspeed"
 
     def __init__(self, config: SchedConfig) -> None:
-        ts = _module()
+        ts = extension()
         self.ts = ts
         self.version = engine_version(ts)
         self.page_size = config.page_size
@@ -282,9 +282,9 @@ class TokenSpeedBlockPoolAdapter:
             if isinstance(e, WritebackDone):
                 if not e.success:  # HOST-9: a failed copy is never acknowledged
                     continue
-                ev.add_event(_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id))
+                ev.add_event(new_event(ts.Cache.WriteBackDoneEvent, op_id=e.op_id))
             elif isinstance(e, LoadbackDone):
-                ev.add_event(_event(ts.Cache.LoadBackDoneEvent, op_id=e.op_id))
+                ev.add_event(new_event(ts.Cache.LoadBackDoneEvent, op_id=e.op_id))
         self._call(self.sched.advance, ev)
         for e in events:  # taken: only now are the sampled tokens part of each sequence
             if isinstance(e, ExtendResult):

@@ -10,24 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from conformance.features import Feature
-from conformance.ledger import Ledger
-from conformance.protocol import CacheEngine, CopyOp, Inserted, Match
-from reference.kv_events import KVEvent
-from reference.snapshot import CacheSnapshot
-from reference.tiers import Tier
-
-
-class Violation(Exception):
-    """A broken rule: the oracle, the behaviour IDs, and what was seen."""
-
-    def __init__(self, oracle: str, behaviours: Sequence[str], message: str) -> None:
-        super().__init__(f"[{oracle}] {', '.join(behaviours)}: {message}")
-        self.oracle = oracle
-        self.behaviours = tuple(behaviours)
-        self.message = message
-        self.step: int | None = None
-        self.probe = False  # found by the driver's probes (REQ-2, REQ-6): never masks others
+from kvconf.conformance.cache.ledger import Ledger
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match
+from kvconf.conformance.violation import Violation  # re-exported: the oracles raise it
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.snapshot import CacheSnapshot
+from kvconf.reference.tiers import Tier
 
 
 @dataclass

@@ -1,0 +1,66 @@
+"""The closed vocabulary of features an adapter declares.
+
+A case that needs a feature the engine lacks is reported NOT_SUPPORTED, never PASS.
+"""
+
+from enum import Enum
+
+
+class Feature(str, Enum):
+    """What an engine declares it offers (a capability) or chooses (an allowance,
+    ``ALLOWANCES``)."""
+
+    SNAPSHOT = "snapshot"  # white-box introspection (owners, counts, tree)
+    HOST_TIER = "host_tier"  # a host tier with writeback / loadback transfers
+    L3_STORE = "l3_store"
+    MAMBA = "mamba"
+    SLIDING_WINDOW = "sliding_window"
+    NAMESPACES = "namespaces"  # adapter / salt namespaces as a key part
+    KV_EVENTS = "kv_events"
+    LOCK_HANDLES = "lock_handles"  # unlock names the lock it releases, so imbalance is detectable
+    # Retired: PLAN-7 holds every scheduler engine to mid-flight publish (D381-1), declared or
+    # not; kept so that reports which list it still load.
+    MID_FLIGHT_PUBLISH = "mid_flight_publish"
+    SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
+    CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
+    UNLOAD = "unload"  # a namespace (adapter) can be unloaded
+    ADAPTER_CAP = "adapter_cap"  # a cap on distinct adapters per forward (max_adapters, PLAN-9)
+    MATCH_LEAVES_LAST = "match_leaves_last"  # matches never cover the query's last token (TREE-7)
+    PAGE_EVICTION = "page_eviction"  # evicts page by page, freeing exactly what is asked (EVICT-6)
+    MODEL_CONFIG = "model_config"  # reads a model's window from its config: model_window (WIN-1)
+    IGNORES_UNKNOWN_EVENTS = "ignores_unknown_events"  # unknown request / op ids ignored (REQ-6)
+    KEEPS_WINDOW_PREFIX = "keeps_window_prefix"  # the first W positions' KV is kept (WIN-2)
+    # The window's layers have a page table of their own beside the full-attention table; the
+    # runtime drops nothing itself (WIN-3).
+    WINDOW_TABLE = "window_table"
+    # KV events announce only the reusable block boundaries of a cache whose reusable prefixes
+    # are not closed under shortening: a parent may be unstored (EVENT-8).
+    SPARSE_PREFIX_EVENTS = "sparse_prefix_events"
+    LOADBACK_ACK = "loadback_ack"  # the runtime acknowledges each loadback (HOST-8)
+    # A writeback's acknowledgement carries no success flag: a failed copy ends the runtime and
+    # is never acknowledged (HOST-9).
+    FATAL_TRANSFER_FAILURE = "fatal_transfer_failure"
+    MAMBA_CHECKPOINT_SLOT = "mamba_checkpoint_slot"  # two state slots per request (MAMBA-9)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The choices the spec leaves to an engine: each is a rule that holds an engine declaring the
+# feature to another, equally legal behaviour (the rule's statement says so). An engine that
+# makes the choice declares it; one that does not is held to the stricter default.
+ALLOWANCES: dict[Feature, str] = {
+    Feature.MATCH_LEAVES_LAST: "TREE-7",
+    Feature.PAGE_EVICTION: "EVICT-6",
+    Feature.IGNORES_UNKNOWN_EVENTS: "REQ-6",
+    Feature.KEEPS_WINDOW_PREFIX: "WIN-2",
+    Feature.WINDOW_TABLE: "WIN-3",
+    Feature.SPARSE_PREFIX_EVENTS: "EVENT-8",
+    Feature.LOADBACK_ACK: "HOST-8",
+    Feature.FATAL_TRANSFER_FAILURE: "HOST-9",
+    Feature.MAMBA_CHECKPOINT_SLOT: "MAMBA-9",
+}
+
+
+def parse_features(names: list[str]) -> frozenset[Feature]:
+    return frozenset(Feature(n) for n in names)

@@ -1,0 +1,62 @@
+"""Hypothesis, seeded: the same run seed gives the same traces in every process, worker and
+unit, and the example database still replays earlier failures first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hypothesis import HealthCheck, Phase, seed, settings
+
+
+def fuzz_settings(examples: int, steps: int, database=None) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=database,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        report_multiple_bugs=False,
+        # Shrinking is ours (conformance.shrink): bounded, and judged on the trace itself.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    )
+
+
+def stream_seed(base_seed: int, stream: int, batch: int) -> int:
+    """The Hypothesis seed of one batch of one unit: a function of the run's seed alone."""
+    return base_seed * 1_000_003 + batch + (stream << 32)
+
+
+def seeded(test, seed_value: int, database=None):
+    """``test`` with a fixed seed, keeping its example ``database``: Hypothesis's ``@seed``
+    turns the database off, and the kit wants both (failures found earlier replay first, then
+    the seed decides the rest)."""
+    test = seed(seed_value)(test)
+    if database is not None and hasattr(test, "_hypothesis_internal_use_settings"):
+        test._hypothesis_internal_use_settings = settings(
+            test._hypothesis_internal_use_settings, database=database)
+    return test
+
+
+@contextmanager
+def import_independent_draws() -> Iterator[None]:
+    """Hypothesis sometimes draws "local constants" harvested from whatever modules happen to be
+    imported, so one seed would give different traces under ``kvconf run``, ``pytest`` or an
+    engine adapter that imports more. The kit promises same seed, same traces: for the span of a
+    fuzz run the harvest is empty. Where Hypothesis has no such hook this does nothing."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - a Hypothesis without the feature
+        yield
+        return
+    real = getattr(providers, "_get_local_constants", None)
+    if real is None or not hasattr(providers, "Constants"):
+        yield
+        return
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = real

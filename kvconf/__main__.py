@@ -1,0 +1,5 @@
+"""``python -m kvconf``: the ``kvconf`` command."""
+
+from kvconf.conformance.cli import main
+
+main()
