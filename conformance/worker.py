@@ -9,6 +9,9 @@ answers on file descriptor FD, one typed line each (``H``, a heartbeat, and):
 - ``C<json>``: the engine raised SystemExit: the code and traceback (the worker then exits).
 - ``X<json>``: a fault of the kit or of the input (the run stops with it).
 - ``I``: interrupted (SIGTERM from the parent); the worker exits.
+- ``G<json>``: a progress note of the running fuzz unit (``conformance.progress``), for the
+  parent's display; like every line, a sign of life, and sent from the loop that plays the
+  engine, so a hung engine sends none.
 
 Its standard output and error are the engine's (a file the parent reads after a crash), with
 ``faulthandler`` on, so a native crash or a SIGUSR1 from the parent writes every thread's Python
@@ -27,7 +30,7 @@ import traceback
 from dataclasses import dataclass
 from importlib import import_module
 
-from conformance import flight, shrink
+from conformance import flight, progress, shrink
 from conformance.errors import EngineUnavailable, KitError
 
 
@@ -161,6 +164,7 @@ def _interrupt(signum, frame) -> None:
 
 def main(argv: list[str]) -> int:
     flight.attach(int(argv[1]), argv[2])
+    progress.set_sink(lambda doc: answer(b"G", doc))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGTERM, _interrupt)

@@ -21,6 +21,7 @@ from conformance.features import Feature
 from conformance.memory import MemoryFactory, shadow_memory
 from conformance.oracles import STEP_ORACLES, Oracle
 from conformance.oracles.determinism import DeterminismOracle
+from conformance.progress import Meter
 from conformance.protocol import CacheEngine
 from conformance.trace import (
     AckStep,
@@ -50,6 +51,7 @@ class TraceHolder:
     examples: int = 0
     steps: int = 0
     seen_ops: dict[str, int] = field(default_factory=dict)
+    meter: Meter | None = None  # progress notes for the display (conformance.progress)
 
 
 def _pages(page_size: int, alphabet: int, max_pages: int) -> st.SearchStrategy[list[int]]:
@@ -102,6 +104,8 @@ def cache_machine(
             self.trace.steps.append(step)
             holder.steps += 1
             holder.seen_ops[step.op] = holder.seen_ops.get(step.op, 0) + 1
+            if holder.meter is not None:
+                holder.meter.tick(holder.examples, holder.steps)
             try:
                 out = self.driver.step(len(self.trace.steps) - 1, step)
             except BaseException:
