@@ -419,7 +419,7 @@ class _Display:
         pass
 
     def end(self, name: str, status: str, detail: str = "", bad: bool = False) -> None:
-        pass
+        """``name`` ended with ``status``; ``bad`` ends are shown even where others are not."""
 
     def note(self, name: str, text: str) -> None:
         pass
@@ -492,7 +492,7 @@ class _Lines(_Display):
 
         took = time.monotonic() - self.began.pop(name, time.monotonic())
         line = f"{status:<5} {name}  {took:.1f}s"
-        if bad and detail:
+        if detail:
             line += "  " + detail.splitlines()[0]
         self._say(name, line)
 
@@ -527,7 +527,8 @@ def _case_callbacks(d: _Display) -> dict:
 
     def on_result(r) -> None:
         bad = r.status.value not in ("PASS", "NOT_SUPPORTED", "NOT_APPLICABLE")
-        d.end(r.case, r.status.value, r.message, bad)
+        rule = f"[{r.oracle}] {', '.join(r.behaviours)}: " if r.oracle else ""
+        d.end(r.case, r.status.value, rule + r.message if bad else "", bad)
 
     return {"on_plan": d.plan, "on_start": lambda case: d.start(case.name),
             "on_result": on_result,
@@ -621,6 +622,11 @@ def mutants(
         names = [m.name for m in all_mutants() if not mutant or m.name in mutant]
         with _sigterm_as_interrupt(), _shown(quiet, len(names)) as display:
             display.plan(names)
+            current = [""]  # the mutant being run: its fuzz cases' notes carry its name
+
+            def on_start(m) -> None:
+                current[0] = m.name
+                display.start(m.name)
 
             def on_result(m) -> None:  # a survivor shows as a failure line
                 status, detail = (("killed", f"by {m.case} [{m.oracle}]") if m.killed
@@ -630,12 +636,6 @@ def mutants(
 
             def on_progress(doc: dict) -> None:
                 display.note(current[0], f"{current[0]} {describe(doc)}")
-
-            current = [""]
-
-            def on_start(m) -> None:
-                current[0] = m.name
-                display.start(m.name)
 
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                                  names=mutant, fuzz_only=fuzz_only, on_result=on_result,
@@ -651,11 +651,12 @@ def mutants(
     for col in ("mutant", "catalog", "killed", "s", "by"):
         table.add_column(col, justify="right" if col == "s" else "left", no_wrap=col == "mutant")
     for m in matrix.mutants:
-        by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
-              else f"[yellow]skipped: {m.skipped}[/]" if m.skipped else f"[red]{m.message}[/]")
+        by = (escape(f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}") if m.killed
+              else f"[yellow]skipped: {escape(m.skipped)}[/]" if m.skipped
+              else f"[red]{escape(m.message)}[/]")
         killed = ("[green]yes[/]" if m.killed else "[yellow]skipped[/]" if m.skipped
                   else "[red]NO[/]")
-        table.add_row(m.id, ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
+        table.add_row(escape(m.id), ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
     _print_table(table)
     s = matrix.summary
     out.print(f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s, "
