@@ -200,7 +200,7 @@ class Pool:
         # The worker imports what this process can import (an engine next to the user's code,
         # a test's folder), and the engine's Python output reaches the log before a crash.
         path = [p for p in sys.path if p and Path(p).exists()]
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
+        env = dict(os.environ, PYTHONUNBUFFERED="1", KVCONF_WORKER_PARENT=str(os.getpid()),
                    PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
         with log.open("ab") as out:
             proc = subprocess.Popen(

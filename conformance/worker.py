@@ -162,7 +162,31 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+PARENT_ENV = "KVCONF_WORKER_PARENT"  # the pid of the kvconf process that started this worker
+
+
+def die_with_parent() -> None:
+    """No worker outlives its run: on Linux the kernel kills this process when the kvconf
+    process that started it ends, however it ends (SIGKILL from a CI runner included), where
+    otherwise a worker busy with a long fuzz unit would run on until the unit ended. A parent
+    already gone before this call ends the worker too. Elsewhere it does nothing."""
+    import ctypes
+    import os
+
+    parent = os.environ.get(PARENT_ENV)
+    if not sys.platform.startswith("linux") or not parent:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
+    die_with_parent()
     flight.attach(int(argv[1]), argv[2])
     progress.set_sink(lambda doc: answer(b"G", doc))
     faulthandler.enable(file=sys.stderr, all_threads=True)
