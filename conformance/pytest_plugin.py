@@ -235,23 +235,25 @@ class _Run:
         from conformance.expectations import compare
         from conformance.runner import hold_signals, now
 
-        with hold_signals():  # another Ctrl-C must not cut the report or leave workers
-            try:
-                report = self.campaign.report
-                if stopped is not None:
-                    self.campaign.settle_found()
-                    report.run_info.interrupted = True
-                    report.run_info.not_run = [n for n in stopped
-                                               if n not in self.campaign.settled]
-                report.run_info.finished = now()
-                if suite.expectations is not None:
-                    compare(report, suite.expectations, suite.expect_path, partial=True)
-                self.campaign.write()
-            finally:
-                if self.pool is not None:
-                    self.pool.close()
-                if self.sigterm is not None:
-                    signal.signal(signal.SIGTERM, self.sigterm)
+        try:
+            with hold_signals():  # another Ctrl-C must not cut the report or leave workers
+                try:
+                    report = self.campaign.report
+                    if stopped is not None:
+                        self.campaign.settle_found()
+                        report.run_info.interrupted = True
+                        report.run_info.not_run = [n for n in stopped
+                                                   if n not in self.campaign.settled]
+                    report.run_info.finished = now()
+                    if suite.expectations is not None:
+                        compare(report, suite.expectations, suite.expect_path, partial=True)
+                    self.campaign.write()
+                finally:
+                    if self.pool is not None:
+                        self.pool.close()
+        finally:
+            if self.sigterm is not None:  # SIGTERM as it was before the engine opened
+                signal.signal(signal.SIGTERM, self.sigterm)
 
 
 def _on_sigterm(signum, frame) -> None:
