@@ -2,7 +2,7 @@
 
 For an engine's own test suite: one item per case, in suite order, judged exactly as
 ``kvconf run`` judges it (same seed, same traces, same report at ``--kvconf-report``). The cases
-run in the kit's worker processes (``conformance.pool``), so an engine that crashes or hangs
+run in the kit's worker processes (``kvconf.conformance.running.pool``), so an engine that crashes or hangs
 fails its item as CRASH or TIMEOUT and pytest goes on. A case the engine cannot run is skipped
 (NOT_SUPPORTED); with ``--kvconf-expect`` a known failure is an xfail with its reason, and a known
 failure that now passes fails its item as an improvement, as the kit counts it. Without
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import KitError
+from kvconf.conformance.errors import KitError
 
 DEFAULT_REPORT = "kvconf-report/report.json"
 DEFAULT_EXAMPLES_DB = ".kvconf/examples"
@@ -84,11 +84,11 @@ class KvconfSuite:
     every case's result settled into one report, written at the end."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from conformance.adapters import check_engine
-        from conformance.engine_config import EngineConfig, parse_overrides
-        from conformance.expectations import load_expectations
-        from conformance.profiles import get_profile, parse_budget
-        from conformance.runner import all_cases, select_cases
+        from kvconf.conformance.adapters import check_engine
+        from kvconf.conformance.engine.config import EngineConfig, parse_overrides
+        from kvconf.conformance.reporting.expectations import load_expectations
+        from kvconf.conformance.running.profiles import get_profile, parse_budget
+        from kvconf.conformance.running.runner import all_cases, select_cases
 
         opt = config.getoption
         self.engine: str = opt("kvconf_engine")
@@ -166,13 +166,13 @@ class KvconfSuite:
 
 
 class _Run:
-    """The kit's side of one run, as ``conformance.runner.run_suite`` holds it, case by case."""
+    """The kit's side of one run, as ``kvconf.conformance.running.runner.run_suite`` holds it, case by case."""
 
     def __init__(self, suite: KvconfSuite) -> None:
-        from conformance.examples_db import open_database
-        from conformance.runner import Campaign, not_supported, open_engine, start_report
-        from conformance.shrink import reset_interrupted
-        from conformance.units import plan
+        from kvconf.conformance.running.examples_db import open_database
+        from kvconf.conformance.running.runner import Campaign, not_supported, open_engine, start_report
+        from kvconf.conformance.running.shrink import reset_interrupted
+        from kvconf.conformance.running.units import plan
 
         reset_interrupted()
         out_dir = suite.report_path.parent
@@ -187,7 +187,7 @@ class _Run:
             features, version, unavailable = opened.ctx.features, opened.version, (
                 opened.unavailable)
         else:
-            from conformance.pool import Pool, WorkerSpec
+            from kvconf.conformance.running.pool import Pool, WorkerSpec
 
             spec = WorkerSpec(engine=suite.engine, config=suite.config, seed=suite.seed,
                               profile=suite.profile, budget=suite.budget,
@@ -210,7 +210,7 @@ class _Run:
         self.sigterm = _sigterm_interrupts()
 
     def case(self, case):
-        from conformance.runner import run_unit
+        from kvconf.conformance.running.runner import run_unit
 
         units = [u for u in self.units if u.case == case.name]
         if case.name in self.skipped:
@@ -232,8 +232,8 @@ class _Run:
         run; those not settled are the report's ``not_run``, and it is marked interrupted."""
         import signal
 
-        from conformance.expectations import compare
-        from conformance.runner import hold_signals, now
+        from kvconf.conformance.reporting.expectations import compare
+        from kvconf.conformance.running.runner import hold_signals, now
 
         try:
             with hold_signals():  # another Ctrl-C must not cut the report or leave workers
@@ -293,8 +293,8 @@ class CaseItem(pytest.Item):
         self.add_marker(pytest.mark.kvconf)
 
     def runtest(self) -> None:
-        from conformance.expectations import Verdict, judge
-        from conformance.report import Status
+        from kvconf.conformance.reporting.expectations import Verdict, judge
+        from kvconf.conformance.reporting.report import Status
 
         result = self.suite.result(self.case)
         exp = self.suite.expectations

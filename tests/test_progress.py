@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from conformance import progress
-from conformance.cli import _print_table
-from conformance.profiles import Budget
-from conformance.report import load_report
+from kvconf.conformance.running import progress
+from kvconf.conformance.cli import _print_table
+from kvconf.conformance.running.profiles import Budget
+from kvconf.conformance.reporting.report import load_report
 
 HERE = Path(__file__).parent
 CASES = ["sched-window-from-model-config", "duplicate-insert-frees-caller-pages",
@@ -33,7 +33,7 @@ END = re.compile(r"^\[(\d+)/(\d+)\] (PASS|FAIL|ERROR|CRASH|TIMEOUT|NOT_SUPPORTED
 
 def _kvconf(*args: str, env: dict | None = None, cwd: Path = HERE) -> subprocess.CompletedProcess:
     """``kvconf`` with its output piped, as a CI job runs it (no terminal)."""
-    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "kvconf.conformance.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
 
@@ -233,7 +233,7 @@ def test_an_interrupted_run_keeps_a_partial_report_and_no_worker(tmp_path: Path,
                                                                  code: int):
     report = tmp_path / "r.json"
     rc, _, err, workers = _interrupt_when_started(
-        [sys.executable, "-m", "conformance.cli", "run", "--jobs", "2", "--budget", "100000",
+        [sys.executable, "-m", "kvconf.conformance.cli", "run", "--jobs", "2", "--budget", "100000",
          "--examples-db", "none", "--report", str(report)], report, sig, HERE)
     name = signal.Signals(sig).name
     assert rc == code, err
@@ -265,7 +265,7 @@ def test_an_interrupted_pytest_session_keeps_its_report_and_no_worker(tmp_path: 
 def test_the_plugin_refuses_xdist_in_one_line(tmp_path: Path):
     from types import SimpleNamespace
 
-    from conformance.pytest_plugin import distributed
+    from kvconf.conformance.pytest_plugin import distributed
 
     def config(**options):
         return SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance import __version__
-from conformance.engine_config import EngineConfig
-from conformance.features import Feature
-from conformance.mutants import Mutant, all_mutants
-from conformance.profiles import Budget, Profile
-from conformance.report import Status
-from conformance.sched_trace import SchedConfig
-from conformance.trace import write_atomic
+from kvconf.conformance import __version__
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.mutants import Mutant, all_mutants
+from kvconf.conformance.running.profiles import Budget, Profile
+from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.conformance.trace import write_atomic
 
 FORMAT = "kvconf-kill-matrix/1"
 
@@ -84,7 +84,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
              budget: Budget, out_dir: Path | None, fuzz_only: bool = False) -> MutantResult:
     """Run the suite's cases of the mutant's level against it until one fails (only the fuzz
     cases with ``fuzz_only``: what the generators find without the hand-written scenarios)."""
-    from conformance.runner import RunContext, all_cases, run_case
+    from kvconf.conformance.running.runner import RunContext, all_cases, run_case
 
     if mutant.level == "memory":
         return _kill_memory(mutant, catalog)
@@ -124,8 +124,8 @@ def _kill_memory(mutant: Mutant, catalog: set[str]) -> MutantResult:
     checked by the harness's own oracles. Without a GPU it is skipped, not counted alive."""
     import torch
 
-    from conformance.oracles import Violation
-    from gpu_harness.memory import check_pinned
+    from kvconf.conformance.oracles import Violation
+    from kvconf.gpu_harness.memory import check_pinned
 
     cat = list(mutant.cites(catalog))
     if not torch.cuda.is_available():
@@ -157,11 +157,11 @@ def run_mutants(
 ) -> KillMatrix:
     """Every mutant (or those named), one after another; the report is rewritten after each.
     ``on_start`` and ``on_result`` see each mutant begin and end, ``on_progress`` the progress
-    notes of its fuzz cases (``conformance.progress``): for a display, never for the matrix."""
-    from conformance import progress
-    from conformance.errors import KitError
-    from conformance.runner import now
-    from spec.registry import load_registry
+    notes of its fuzz cases (``kvconf.conformance.running.progress``): for a display, never for the matrix."""
+    from kvconf.conformance.running import progress
+    from kvconf.conformance.errors import KitError
+    from kvconf.conformance.running.runner import now
+    from kvconf.spec.registry import load_registry
 
     catalog = set(load_registry().catalog)
     mutants = all_mutants()
