@@ -184,8 +184,8 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
 
     from kvconf.conformance.engine.config import EngineConfig, parse_overrides
     from kvconf.conformance.reporting.expectations import check_cases, compare, load_expectations
-    from kvconf.conformance.running.profiles import get_profile, parse_budget
     from kvconf.conformance.reporting.report import report_lock, write_report
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
     from kvconf.conformance.running.runner import select_cases
     from kvconf.conformance.running.units import parse_shard
 

@@ -170,7 +170,12 @@ class _Run:
 
     def __init__(self, suite: KvconfSuite) -> None:
         from kvconf.conformance.running.examples_db import open_database
-        from kvconf.conformance.running.runner import Campaign, not_supported, open_engine, start_report
+        from kvconf.conformance.running.runner import (
+            Campaign,
+            not_supported,
+            open_engine,
+            start_report,
+        )
         from kvconf.conformance.running.shrink import reset_interrupted
         from kvconf.conformance.running.units import plan
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
-from kvconf.conformance.runtime.memory import MemoryFactory
 from kvconf.conformance.oracles.pinned import PinnedHostOracle
+from kvconf.conformance.runtime.memory import MemoryFactory
 from kvconf.gpu_harness.copies import Copier, TierPools
 from kvconf.gpu_harness.layout import KVLayout
 from kvconf.gpu_harness.mamba import MambaMemory

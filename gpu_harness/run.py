@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.reporting.report import CaseResult, Report
+from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.gpu_harness.device import describe, resolve_device
 from kvconf.gpu_harness.layout import KVLayout
 from kvconf.gpu_harness.memory import tensor_memory

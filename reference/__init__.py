@@ -7,7 +7,13 @@ The normative rules it implements live in ``spec/``; code cites their IDs.
 
 from kvconf.reference.errors import CacheError
 from kvconf.reference.kv_events import KVEvent, block_hash
-from kvconf.reference.prefix_cache import CacheConfig, InsertResult, MatchResult, PrefixCache, Transfer
+from kvconf.reference.prefix_cache import (
+    CacheConfig,
+    InsertResult,
+    MatchResult,
+    PrefixCache,
+    Transfer,
+)
 from kvconf.reference.tiers import Tier
 
 __all__ = [

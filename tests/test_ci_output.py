@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.cli import app
+from kvconf.conformance.mutants.kill import KillInfo, KillMatrix, MutantResult
 from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.reporting.junit import junit_xml, mutants_junit_xml
-from kvconf.conformance.mutants.kill import KillInfo, KillMatrix, MutantResult
 from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Status
 
 runner = CliRunner()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvconf.conformance.reporting import docsite
 from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting import docsite
 from kvconf.spec.registry import load_registry
 
 

@@ -20,16 +20,16 @@ from typer.testing import CliRunner
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.cache.generator import TraceHolder
+from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.cli import app
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.errors import KitError
-from kvconf.conformance.cache.generator import TraceHolder
-from kvconf.conformance.scheduler.generator import play_sched
-from kvconf.conformance.runtime.memory import POISON, TORN, ShadowMemory
 from kvconf.conformance.oracles import MEMORY_ORACLES, Violation
 from kvconf.conformance.running.profiles import Budget
 from kvconf.conformance.running.runner import play, run_fuzz
-from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.runtime.memory import POISON, TORN, ShadowMemory
+from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.gpu_harness.copies import GATHER_ABOVE, SMALL_PAGE, runs
 from kvconf.gpu_harness.device import resolve_device
@@ -368,8 +368,8 @@ def test_mamba_defects_are_caught_on_the_tensors(name):
     from test_mamba_kit import CATCHES
 
     from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-    from kvconf.conformance.scheduler.generator import play_sched
     from kvconf.conformance.oracles import Violation
+    from kvconf.conformance.scheduler.generator import play_sched
     from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
     from kvconf.gpu_harness.mamba import MambaMemory
     from kvconf.gpu_harness.memory import tensor_memory

@@ -20,12 +20,12 @@ from hypothesis import settings
 from planted import PLANTED
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
-from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.cache.generator import TraceHolder
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.running.profiles import Budget
 from kvconf.conformance.running.runner import play, run_fuzz
-from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.running.shrink import shrink, signature
 from kvconf.conformance.trace import Trace, dump_trace, load_trace
 from kvconf.reference import PrefixCache

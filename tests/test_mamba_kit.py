@@ -9,9 +9,9 @@ import pytest
 from planted_mamba import PLANTED_MAMBA
 
 from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched
-from kvconf.conformance.runtime.memory import POISON, ShadowStates
 from kvconf.conformance.oracles import Violation
+from kvconf.conformance.runtime.memory import POISON, ShadowStates
+from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
 from kvconf.reference.plan import CopyOp

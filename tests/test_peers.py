@@ -13,17 +13,17 @@ import pytest
 
 from kvconf.conformance.adapters import stand_ins
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.oracles.base import Ctx
 from kvconf.conformance.oracles.events import EventOracle
 from kvconf.conformance.oracles.eviction import PageEvictionOracle
-from kvconf.conformance.running.profiles import PROFILES, Budget
+from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import PROFILES, Budget
 from kvconf.conformance.running.runner import play, run_suite, select_cases
-from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.trace import MatchStep, Trace, UnlockStep
 from kvconf.reference import CacheError
 from kvconf.reference.kv_events import EventKind, KVEvent, block_hash
@@ -277,8 +277,8 @@ def test_a_match_serving_a_block_announced_removed_is_caught_without_a_snapshot(
     """Black-box EVENT-6: what a match serves from the device tier must be stored by the events
     so far, as vLLM's duplicate shows when one copy's removal is announced."""
     from kvconf.conformance.cache.ledger import Ledger
-    from kvconf.conformance.runtime.memory import shadow_memory
     from kvconf.conformance.engine.protocol import Match
+    from kvconf.conformance.runtime.memory import shadow_memory
 
     class Hashes:
         page_size = 2

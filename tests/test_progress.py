@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from kvconf.conformance.running import progress
 from kvconf.conformance.cli import _print_table
-from kvconf.conformance.running.profiles import Budget
 from kvconf.conformance.reporting.report import load_report
+from kvconf.conformance.running import progress
+from kvconf.conformance.running.profiles import Budget
 
 HERE = Path(__file__).parent
 CASES = ["sched-window-from-model-config", "duplicate-insert-frees-caller-pages",

@@ -17,13 +17,19 @@ from planted_sched import ADAPTER_PLANTED, L3_PLANTED, PLANTED_SCHED
 
 from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
+from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.running.profiles import get_profile, parse_budget
-from kvconf.conformance.running.runner import ADAPTER_FUZZ, L3_FUZZ, fuzz_namespaces, run_suite, select_cases
+from kvconf.conformance.running.runner import (
+    ADAPTER_FUZZ,
+    L3_FUZZ,
+    fuzz_namespaces,
+    run_suite,
+    select_cases,
+)
 from kvconf.conformance.scheduler.driver import SchedulerDriver
+from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
 from kvconf.reference.plan import Abort, Plan

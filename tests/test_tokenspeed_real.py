@@ -17,8 +17,8 @@ from kvconf.conformance.adapters.tokenspeed_blockpool import (
 )
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.running.profiles import get_profile, parse_budget
 from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import get_profile, parse_budget
 from kvconf.conformance.running.runner import run_suite, select_cases
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tokenspeed_scheduler") is None,

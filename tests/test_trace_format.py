@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.running.runner import play
-from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.trace import (
     AckStep,
     EvictStep,

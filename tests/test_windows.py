@@ -12,14 +12,14 @@ from planted_window import WindowFromTopLevelOnly
 
 from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import KitError
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.engine.model_config import model_window, with_model_window
+from kvconf.conformance.errors import KitError
 from kvconf.conformance.mutants.scheduler import PLANTED_SCHED
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.running.profiles import get_profile, parse_budget
 from kvconf.conformance.running.runner import run_suite, select_cases
+from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.conformance.scheduler.window_cases import MODEL_CONFIGS, check_model_windows

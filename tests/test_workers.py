@@ -17,8 +17,8 @@ import pytest
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting.merge import merge_reports
-from kvconf.conformance.running.profiles import PROFILES, Budget
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult, load_report
+from kvconf.conformance.running.profiles import PROFILES, Budget
 from kvconf.conformance.running.runner import all_cases, run_suite, select_cases
 from kvconf.conformance.running.units import Shard, combine, parse_shard, plan, split
 
@@ -246,8 +246,8 @@ def test_bad_worker_options_are_one_line_errors(tmp_path):
 
 
 def test_an_interrupted_shrink_keeps_the_best_trace_so_far():
-    from kvconf.conformance.running import shrink as shrinking
     from kvconf.conformance.oracles import Violation
+    from kvconf.conformance.running import shrink as shrinking
     from kvconf.conformance.trace import InsertStep, Trace
 
     trace = Trace(config=EngineConfig(page_size=1),

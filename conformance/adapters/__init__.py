@@ -19,8 +19,8 @@ from functools import cache
 from importlib import import_module, metadata
 
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import KitError
 from kvconf.conformance.engine.protocol import CacheEngine
+from kvconf.conformance.errors import KitError
 
 GROUP = "kvconf.engines"
 DIST = "kvconf"  # the distribution whose entry points are BUILTIN

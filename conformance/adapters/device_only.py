@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.protocol import CopyOp
+from kvconf.conformance.errors import EngineRejected
 
 
 class DeviceOnly:

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from kvconf.conformance import __version__
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CopyOp, Inserted, Match
+from kvconf.conformance.errors import EngineRejected
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
 from kvconf.reference.kv_events import KVEvent
 from kvconf.reference.snapshot import CacheSnapshot

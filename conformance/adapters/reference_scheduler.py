@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvconf.conformance import __version__
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.reference.errors import CacheError
 from kvconf.reference.plan import Plan, RequestSpec, RuntimeEvent

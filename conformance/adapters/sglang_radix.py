@@ -38,9 +38,9 @@ from kvconf.conformance.adapters import stand_ins
 from kvconf.conformance.adapters.device_only import DeviceOnly
 from kvconf.conformance.adapters.peer_events import MASK64, to_kit_events
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineUnavailable
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import Inserted, Match
+from kvconf.conformance.errors import EngineUnavailable
 from kvconf.reference.kv_events import KVEvent
 from kvconf.reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView
 from kvconf.reference.tiers import Tier

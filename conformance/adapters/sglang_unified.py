@@ -60,9 +60,9 @@ from typing import Any
 
 from kvconf.conformance.adapters.sglang_radix import SGLangRadixAdapter, sglang_modules
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineUnavailable
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import Inserted, Match
+from kvconf.conformance.errors import EngineUnavailable
 from kvconf.reference.tiers import Tier
 
 TREE_CORE = "rust"  # SGLang's default; its own fallback policy may answer "python"

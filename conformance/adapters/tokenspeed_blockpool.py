@@ -37,8 +37,8 @@ from kvconf.conformance.adapters.tokenspeed import (
     forward_event,
     read_kv_events,
 )
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.reference.kv_events import KVEvent
 from kvconf.reference.plan import (

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvconf.conformance.cache.ledger import Ledger, LockRecord
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
+from kvconf.conformance.errors import EngineRejected, KitError
+from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.content import page_tags
-from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineRejected, KitError
-from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.cache.ledger import Ledger, LockRecord
 from kvconf.conformance.runtime.memory import MemoryFactory, page_id_space, shadow_memory
-from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
-from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from kvconf.conformance.trace import (
     AckStep,
     EvictStep,

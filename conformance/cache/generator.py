@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvconf.conformance.running import flight
 from kvconf.conformance.cache.driver import CacheDriver
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
+from kvconf.conformance.engine.protocol import CacheEngine
 from kvconf.conformance.oracles import STEP_ORACLES, Oracle
 from kvconf.conformance.oracles.determinism import DeterminismOracle
+from kvconf.conformance.running import flight
 from kvconf.conformance.running.progress import Meter
-from kvconf.conformance.engine.protocol import CacheEngine
+from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.trace import (
     AckStep,
     EvictStep,

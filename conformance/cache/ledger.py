@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvconf.conformance.runtime.memory import KVMemory
 from kvconf.conformance.engine.protocol import CopyOp
+from kvconf.conformance.runtime.memory import KVMemory
 from kvconf.reference.tiers import Tier
 
 

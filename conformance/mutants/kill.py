@@ -18,8 +18,8 @@ from kvconf.conformance import __version__
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.mutants import Mutant, all_mutants
-from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.conformance.trace import write_atomic
 
@@ -158,8 +158,8 @@ def run_mutants(
     """Every mutant (or those named), one after another; the report is rewritten after each.
     ``on_start`` and ``on_result`` see each mutant begin and end, ``on_progress`` the progress
     notes of its fuzz cases (``kvconf.conformance.running.progress``): for a display, never for the matrix."""
-    from kvconf.conformance.running import progress
     from kvconf.conformance.errors import KitError
+    from kvconf.conformance.running import progress
     from kvconf.conformance.running.runner import now
     from kvconf.spec.registry import load_registry
 

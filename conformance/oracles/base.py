@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.cache.ledger import Ledger
+from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match
 from kvconf.reference.kv_events import KVEvent
 from kvconf.reference.snapshot import CacheSnapshot

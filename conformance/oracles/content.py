@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvconf.conformance.engine.protocol import Match
+from kvconf.conformance.oracles.base import Ctx, Oracle
 from kvconf.conformance.runtime.content import page_tags
 from kvconf.conformance.runtime.memory import POISON, TORN
-from kvconf.conformance.oracles.base import Ctx, Oracle
-from kvconf.conformance.engine.protocol import Match
 from kvconf.reference.tiers import Tier
 
 

@@ -9,8 +9,8 @@ the request's state.
 from __future__ import annotations
 
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.runtime.memory import POISON
 from kvconf.conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.runtime.memory import POISON
 from kvconf.reference.requests import HOLDS, State
 from kvconf.reference.tiers import Tier
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvconf.conformance.oracles.base import Ctx, Oracle
 from kvconf.conformance.engine.protocol import Inserted, Match, match_scope
+from kvconf.conformance.oracles.base import Ctx, Oracle
 from kvconf.conformance.oracles.tree_view import TreeView
 from kvconf.reference.tiers import Tier
 

@@ -6,10 +6,10 @@ torch pools, so they judge what the copies and the forward really left in the te
 
 from __future__ import annotations
 
-from kvconf.conformance.runtime.content import page_tags
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.runtime.memory import RESERVED
 from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.runtime.content import page_tags
+from kvconf.conformance.runtime.memory import RESERVED
 from kvconf.reference.tiers import Tier
 
 

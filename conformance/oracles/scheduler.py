@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.runtime.memory import POISON, ZEROED
 from kvconf.conformance.oracles.base import Oracle, Violation
 from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.runtime.memory import POISON, ZEROED
 from kvconf.reference.plan import Plan
 from kvconf.reference.requests import HOLDS, TRANSITIONS, Event, State
 from kvconf.reference.tiers import Tier

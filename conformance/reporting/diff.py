@@ -14,7 +14,14 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from kvconf.conformance.errors import KitError, read_input
-from kvconf.conformance.reporting.report import BAD, FORMATS, CaseResult, Report, Status, load_report
+from kvconf.conformance.reporting.report import (
+    BAD,
+    FORMATS,
+    CaseResult,
+    Report,
+    Status,
+    load_report,
+)
 from kvconf.conformance.trace import parse_json
 
 FORMAT = "kvconf-diff/1"

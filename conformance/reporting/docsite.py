@@ -200,8 +200,8 @@ def page_lifecycle() -> list[tuple[str, str, str]]:
     ``node``)."""
     from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
     from kvconf.conformance.cache.driver import CacheDriver
-    from kvconf.conformance.engine.config import EngineConfig
     from kvconf.conformance.cache.scenarios import SCENARIOS
+    from kvconf.conformance.engine.config import EngineConfig
 
     seen: set[tuple[str, str, str]] = set()
     for sc in SCENARIOS:

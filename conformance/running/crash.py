@@ -122,9 +122,9 @@ def shrink_crash(trace, want: Ending, replay: Callable[[object], None], *, max_r
                  timeout: float, beat: Callable[[], None] = lambda: None):
     """The smallest trace whose replay (in a forked child) still ends as ``want``; returns
     (trace, replays tried)."""
+    from kvconf.conformance.running.shrink import shrink
     from kvconf.conformance.scheduler.generator import shrink_sched
     from kvconf.conformance.scheduler.trace import SchedTrace
-    from kvconf.conformance.running.shrink import shrink
 
     tried = 0
 

@@ -26,16 +26,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvconf.conformance.running.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import KitError
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
+from kvconf.conformance.running.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
 from kvconf.conformance.running.flight import read_play
 from kvconf.conformance.running.profiles import Budget, Profile
-from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
-from kvconf.conformance.trace import write_atomic
 from kvconf.conformance.running.units import Unit, failed
 from kvconf.conformance.running.worker import frame
+from kvconf.conformance.trace import write_atomic
 
 GRACE_S = 10.0  # after an interrupt, how long workers may take to hand in what they found
 STACK_WAIT_S = 2.0  # after SIGUSR1, how long a silent worker gets to write its stacks

@@ -23,18 +23,21 @@ from hypothesis.errors import HypothesisException
 from hypothesis.stateful import get_state_machine_test
 
 from kvconf.conformance import __version__
-from kvconf.conformance.running import flight, progress
 from kvconf.conformance.adapters import cache_engine_factory, check_engine, sched_engine_factory
 from kvconf.conformance.cache.driver import CacheDriver
-from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineUnavailable, KitError
-from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.cache.generator import TraceHolder, cache_machine
-from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
-from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
-from kvconf.conformance.oracles import MEMORY_ORACLES, SCHED_ORACLES, STEP_ORACLES, Oracle, Violation
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.oracles import (
+    MEMORY_ORACLES,
+    SCHED_ORACLES,
+    STEP_ORACLES,
+    Oracle,
+    Violation,
+)
 from kvconf.conformance.oracles.determinism import DeterminismOracle
-from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.reporting.report import (
     CaseResult,
     Coverage,
@@ -44,14 +47,17 @@ from kvconf.conformance.reporting.report import (
     UnitResult,
     write_report,
 )
-from kvconf.conformance.cache.scenarios import SCENARIOS
-from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
-from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+from kvconf.conformance.running import flight, progress
+from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
 from kvconf.conformance.running.shrink import reset_interrupted, shrink
-from kvconf.conformance.trace import Trace, dump_trace, write_atomic
 from kvconf.conformance.running.units import Shard, Unit, combine, failed, plan, split, union
+from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
+from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
 from kvconf.conformance.scheduler.window_cases import window_config_case
+from kvconf.conformance.trace import Trace, dump_trace, write_atomic
 from kvconf.reference.requests import BY_OP, EXTERNAL, TRANSITIONS, State
 
 FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))

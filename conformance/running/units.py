@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvconf.conformance.errors import KitError
-from kvconf.conformance.running.profiles import Budget
 from kvconf.conformance.reporting.report import BAD, CaseResult, Coverage, Status, UnitResult
+from kvconf.conformance.running.profiles import Budget
 
 UNIT_EXAMPLES = 25  # examples per unit of a fuzz case with a budget of examples
 

@@ -30,8 +30,8 @@ import traceback
 from dataclasses import dataclass
 from importlib import import_module
 
-from kvconf.conformance.running import flight, progress, shrink
 from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.running import flight, progress, shrink
 
 
 def read_command(stream) -> object | None:
@@ -100,9 +100,9 @@ def _unit(state: State, case: str, unit) -> None:
 def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
     """How to play ``trace`` on ``engine`` with every oracle: (trace, determinism) -> log."""
     from kvconf.conformance.adapters import engine_factory, sched_engine_factory
-    from kvconf.conformance.scheduler.generator import play_sched
     from kvconf.conformance.oracles import MEMORY_ORACLES, STEP_ORACLES
     from kvconf.conformance.running.runner import play
+    from kvconf.conformance.scheduler.generator import play_sched
     from kvconf.conformance.trace import Trace
 
     memory = build_memory(memory_spec)

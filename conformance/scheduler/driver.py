@@ -15,19 +15,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from kvconf.conformance.running import flight
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.scheduler.l3_runtime import L3Runtime
-from kvconf.conformance.runtime.memory import (
-    DROPPED,
-    ZEROED,
-    MemoryFactory,
-    page_id_space,
-    shadow_memory,
-    state_id_space,
-    state_memory,
-)
+from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
 from kvconf.conformance.oracles.scheduler import (
@@ -40,6 +29,17 @@ from kvconf.conformance.oracles.scheduler import (
     SchedContentOracle,
     SchedEventOracle,
 )
+from kvconf.conformance.running import flight
+from kvconf.conformance.runtime.memory import (
+    DROPPED,
+    ZEROED,
+    MemoryFactory,
+    page_id_space,
+    shadow_memory,
+    state_id_space,
+    state_memory,
+)
+from kvconf.conformance.scheduler.l3_runtime import L3Runtime
 from kvconf.conformance.scheduler.trace import SchedTrace
 from kvconf.reference.plan import (
     Abort,

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
-from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.scheduler.driver import SchedulerDriver
 from kvconf.conformance.scheduler.trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvconf.conformance.scheduler.l3_store import L3Store, PageContent, l3_keys
-from kvconf.conformance.runtime.memory import POISON, KVMemory
 from kvconf.conformance.oracles.l3 import L3Oracle
 from kvconf.conformance.oracles.scheduler import Live
-from kvconf.conformance.scheduler.trace import SchedTrace
 from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.runtime.memory import POISON, KVMemory
+from kvconf.conformance.scheduler.l3_store import L3Store, PageContent, l3_keys
+from kvconf.conformance.scheduler.trace import SchedTrace
 from kvconf.reference.plan import BackupDone, L3Op, PrefetchDone
 from kvconf.reference.tiers import Tier
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.window import WindowConfigOracle
 from kvconf.conformance.scheduler.trace import SchedConfig

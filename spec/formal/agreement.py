@@ -47,7 +47,15 @@ from kvconf.reference.requests import State as ReqState
 from kvconf.reference.snapshot import CacheSnapshot, NodeView
 from kvconf.spec.formal.actions import Action, Model
 from kvconf.spec.formal.scope import Scope
-from kvconf.spec.formal.state import FIELDS, FREE, NONE, REQ_STATES, StateVars, caller, transfer_code
+from kvconf.spec.formal.state import (
+    FIELDS,
+    FREE,
+    NONE,
+    REQ_STATES,
+    StateVars,
+    caller,
+    transfer_code,
+)
 
 STEPS_PER_TRACE = 24
 

@@ -17,7 +17,15 @@ from pathlib import Path
 from kvconf.spec.formal.actions import Model
 from kvconf.spec.formal.agreement import agree
 from kvconf.spec.formal.invariants import INVARIANTS
-from kvconf.spec.formal.prove import COUNTEREXAMPLE, PROVED, UNKNOWN, Result, bmc, induction, reachable
+from kvconf.spec.formal.prove import (
+    COUNTEREXAMPLE,
+    PROVED,
+    UNKNOWN,
+    Result,
+    bmc,
+    induction,
+    reachable,
+)
 from kvconf.spec.formal.scope import Scope
 from kvconf.spec.formal.to_trace import NotATrace, to_trace
 

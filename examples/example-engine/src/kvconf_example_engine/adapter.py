@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CopyOp, Inserted, Match
+from kvconf.conformance.errors import EngineRejected
+from kvconf.reference import Tier, block_hash
 from kvconf_example_engine import __version__
 from kvconf_example_engine.cache import HouseCache, HouseCacheError
-from kvconf.reference import Tier, block_hash
 
 
 class ExampleAdapter:
