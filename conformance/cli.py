@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Annotated
 
 import typer
@@ -162,6 +161,21 @@ def _on_sigterm(signum, frame) -> None:
     raise _Stopped
 
 
+class _sigterm_as_interrupt:
+    """For the span of a run, SIGTERM interrupts as Ctrl-C does (``_Stopped``), so the run
+    writes what it found, stops its workers and exits 143."""
+
+    def __enter__(self) -> None:
+        import signal
+
+        self.previous = signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, self.previous)
+
+
 def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, expect,
            shard=None, junit=None, traces=None, **extra) -> None:
     """Parse the common options, run the suite with ``runner``, print the table, exit."""
@@ -199,11 +213,10 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
         # an in-process engine (--jobs 0) that prints must not corrupt the JSON on stdout
         quiet_stdout = (contextlib.redirect_stdout(sys.stderr) if to_stdout
                         else contextlib.nullcontext())
-        with report_lock(work), quiet_stdout, _progress(quiet, len(cases)) as (on_start,
-                                                                               on_result):
+        with report_lock(work), quiet_stdout, _shown(quiet, len(cases)) as display:
             result = runner(
                 engine, cfg, seed_value=seed, profile=prof, budget=bud, report_path=work,
-                cases=cases, on_start=on_start, on_result=on_result, shard=part, **extra,
+                cases=cases, shard=part, **_case_callbacks(display), **extra,
             )
             if expectations is not None:
                 compare(result, expectations, expect,
@@ -212,10 +225,12 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt as e:
+        from kvconf.conformance.running.runner import hold_signals
+
         by = "SIGTERM" if isinstance(e, _Stopped) else "SIGINT"
-        err.print(f"interrupted ({by}): the report says so, and the results so far are in "
-                  f"{work}")
-        _emit_partial(work, to_stdout, junit)
+        with hold_signals():
+            _say_interrupted(by, work)
+            _emit_partial(work, to_stdout, junit)
         raise typer.Exit(143 if by == "SIGTERM" else 130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -226,6 +241,24 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     if junit is not None:
         show.print(f"junit: {junit}", highlight=False)
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
+
+
+def _say_interrupted(by: str, work: Path) -> None:
+    """One line on stderr: how far the interrupted run got and where its report is."""
+    from kvconf.conformance.reporting.report import load_report
+
+    try:
+        partial = load_report(work)
+    except KitError:
+        partial = None
+    if partial is None or not partial.run_info.interrupted:
+        line = f"interrupted ({by}) before the run began; no report written"
+    else:
+        done, left = len(partial.results), len(partial.run_info.not_run)
+        line = (f"interrupted ({by}): {done} case{'s' * (done != 1)} finished, {left} did not "
+                f"run; the report so far (marked interrupted) is in {work}")
+    sys.stderr.write(line + "\n")  # one line, never wrapped: a log is read for it
+    sys.stderr.flush()
 
 
 def _stdout_work_report(traces: Path | None) -> Path:
@@ -355,46 +388,178 @@ def _check_folder(folder: Path, option: str = "--out") -> None:
         raise KitError(f"{option} {folder}: cannot write into {probe} (permission denied)")
 
 
-class _progress:
-    """A rich progress bar over the cases, or nothing when quiet or not on a terminal."""
+def _interactive(console: Console) -> bool:
+    """Whether ``console`` can show a live display: a real terminal. ``TTY_INTERACTIVE=1`` or
+    ``0`` decides when set; otherwise rich's judgement, and only on a tty (``FORCE_COLOR``, set
+    in many CI jobs for colour, would otherwise draw a bar into a log)."""
+    import os
 
-    def __init__(self, quiet: bool, total: int) -> None:
-        self.bar = None if quiet else Progress(
+    forced = os.environ.get("TTY_INTERACTIVE")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return console.is_interactive and _isatty(console.file)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a stream closed under us
+        return False
+
+
+class _Display:
+    """What a run shows while it goes: here nothing (``--quiet``). The names are cases or
+    mutants; ``plan`` numbers them, ``start`` and ``end`` bracket each, ``note`` is a running
+    fuzz unit's progress (``kvconf.conformance.running.progress``)."""
+
+    def plan(self, names: list[str]) -> None:
+        pass
+
+    def start(self, name: str) -> None:
+        pass
+
+    def end(self, name: str, status: str, detail: str = "", bad: bool = False) -> None:
+        """``name`` ended with ``status``; ``bad`` ends are shown even where others are not."""
+
+    def note(self, name: str, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Bar(_Display):
+    """A rich progress bar on a terminal; a bad end is printed above it."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
             TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
             console=err, transient=True,
         )
-        self.total = total
-        self.task = None
-
-    def __enter__(self):
-        if self.bar is None:
-            return None, None
         self.bar.start()
-        self.task = self.bar.add_task("starting", total=self.total)
+        self.task = self.bar.add_task("starting", total=total)
 
-        def on_start(case) -> None:
-            self.bar.update(self.task, description=case.name)
+    def plan(self, names: list[str]) -> None:
+        self.bar.update(self.task, total=len(names))
 
-        def on_result(result) -> None:
-            self.bar.advance(self.task)
-            if result.status.value not in ("PASS", "NOT_SUPPORTED"):
-                self.bar.console.print(f"[red]{result.status.value}[/] {escape(result.case)}: "
-                                       f"{escape(result.message)}", markup=True,
-                                       highlight=False)
+    def start(self, name: str) -> None:
+        self.bar.update(self.task, description=escape(name))
 
-        return on_start, on_result
+    def end(self, name: str, status: str, detail: str = "", bad: bool = False) -> None:
+        self.bar.advance(self.task)
+        if bad:
+            self.bar.console.print(f"[red]{escape(status)}[/] {escape(name)}: {escape(detail)}",
+                                   markup=True, highlight=False)
+
+    def note(self, name: str, text: str) -> None:
+        self.bar.update(self.task, description=escape(text))
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+class _Lines(_Display):
+    """Plain lines on stderr for a log (CI): one as each case starts, one as it ends with its
+    status and wall time, and the notes of running fuzz units, each with the case's place in
+    the run (``[12/45]``), so a long or stuck run shows where it is. Display only: the times
+    are the log's, never the report's."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.place: dict[str, int] = {}
+        self.began: dict[str, float] = {}
+
+    def plan(self, names: list[str]) -> None:
+        self.total = len(names)
+        self.place = {n: i for i, n in enumerate(names, 1)}
+
+    def _say(self, name: str, text: str) -> None:
+        k = self.place.get(name)
+        if k is None:  # a name the plan did not give: number it as it comes
+            k = self.place[name] = len(self.place) + 1
+        sys.stderr.write(f"[{k}/{self.total}] {text}\n")
+        sys.stderr.flush()
+
+    def start(self, name: str) -> None:
+        import time
+
+        self.began[name] = time.monotonic()
+        self._say(name, f"start {name}")
+
+    def end(self, name: str, status: str, detail: str = "", bad: bool = False) -> None:
+        import time
+
+        took = time.monotonic() - self.began.pop(name, time.monotonic())
+        line = f"{status:<5} {name}  {took:.1f}s"
+        if detail:
+            line += "  " + detail.splitlines()[0]
+        self._say(name, line)
+
+    def note(self, name: str, text: str) -> None:
+        self._say(name, text)
+
+
+def _display(quiet: bool, total: int) -> _Display:
+    """The display of a run: nothing when quiet, a bar on a terminal, plain lines elsewhere."""
+    if quiet:
+        return _Display()
+    return _Bar(total) if _interactive(err) else _Lines(total)
+
+
+class _shown:
+    """A display for the span of a run: the runner's callbacks, closed at the end."""
+
+    def __init__(self, quiet: bool, total: int) -> None:
+        self.quiet, self.total = quiet, total
+
+    def __enter__(self) -> _Display:
+        self.display = _display(self.quiet, self.total)
+        return self.display
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        self.display.close()
+
+
+def _case_callbacks(d: _Display) -> dict:
+    """The runner's callbacks (``run_suite``) feeding display ``d``."""
+    from kvconf.conformance.running.progress import describe
+
+    def on_result(r) -> None:
+        bad = r.status.value not in ("PASS", "NOT_SUPPORTED", "NOT_APPLICABLE")
+        rule = f"[{r.oracle}] {', '.join(r.behaviours)}: " if r.oracle else ""
+        d.end(r.case, r.status.value, rule + r.message if bad else "", bad)
+
+    return {"on_plan": d.plan, "on_start": lambda case: d.start(case.name),
+            "on_result": on_result,
+            "on_progress": lambda doc: d.note(doc["case"], describe(doc))}
+
+
+def _print_table(table: Table, console: Console | None = None) -> None:
+    """Print ``table`` with every name whole. On a terminal it fits the terminal: the name
+    columns do not wrap, the others (behaviours, messages) wrap instead. Elsewhere (a CI log, a
+    file) it is printed at least as wide as its longest words need, past the 80 columns a
+    piped console assumes, so no name is cut with "…" or split across lines."""
+    from rich.measure import Measurement
+
+    console = console or out
+    if _isatty(console.file):
+        console.print(table)
+        return
+    need = Measurement.get(console, console.options.update_width(1 << 16), table).minimum
+    if need <= console.width:
+        console.print(table)
+        return
+    wide = Console(file=console.file, width=need, color_system=console.color_system,
+                   force_terminal=console.is_terminal, soft_wrap=console.soft_wrap)
+    wide.print(table)
 
 
 def _print_results(report, console: Console | None = None) -> None:
     console = console or out  # stderr when stdout holds the JSON report
     table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
                   f"{report.run_info.profile}, {report.run_info.budget})")
-    table.add_column("case")
+    table.add_column("case", no_wrap=True)
     table.add_column("status")
     table.add_column("s", justify="right")
     table.add_column("behaviours / message", overflow="fold")
@@ -411,8 +576,8 @@ def _print_results(report, console: Console | None = None) -> None:
             status += f" [bold]({r.expectation})[/]"
         elif r.known is not None:
             status += " (known)"
-        table.add_row(r.case, status, f"{r.duration_s:.2f}", detail)
-    console.print(table)
+        table.add_row(escape(r.case), status, f"{r.duration_s:.2f}", detail)
+    _print_table(table, console)
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
     console.print(summary)
@@ -446,6 +611,7 @@ def mutants(
     from kvconf.conformance.mutants import all_mutants
     from kvconf.conformance.mutants.kill import run_mutants
     from kvconf.conformance.running.profiles import get_profile, parse_budget
+    from kvconf.conformance.running.progress import describe
 
     try:
         prof = get_profile(profile)
@@ -453,33 +619,45 @@ def mutants(
         _check_writable(report)
         if junit is not None:
             _check_writable(junit, "--junit")
-        total = len(mutant) if mutant else len(all_mutants())
-        with _progress(quiet, total) as (_on_start, on_case):
+        names = [m.name for m in all_mutants() if not mutant or m.name in mutant]
+        with _sigterm_as_interrupt(), _shown(quiet, len(names)) as display:
+            display.plan(names)
+            current = [""]  # the mutant being run: its fuzz cases' notes carry its name
 
-            def on_result(m) -> None:
-                if on_case is not None:  # a survivor shows as a failure line
-                    on_case(SimpleNamespace(status=SimpleNamespace(
-                        value="PASS" if m.killed or m.skipped else "ALIVE"), case=m.id,
-                        message=m.message))
+            def on_start(m) -> None:
+                current[0] = m.name
+                display.start(m.name)
+
+            def on_result(m) -> None:  # a survivor shows as a failure line
+                status, detail = (("killed", f"by {m.case} [{m.oracle}]") if m.killed
+                                  else ("skipped", m.skipped or "") if m.skipped
+                                  else ("ALIVE", m.message))
+                display.end(m.id, status, detail, bad=status == "ALIVE")
+
+            def on_progress(doc: dict) -> None:
+                display.note(current[0], f"{current[0]} {describe(doc)}")
 
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
-                                 names=mutant, fuzz_only=fuzz_only, on_result=on_result)
+                                 names=mutant, fuzz_only=fuzz_only, on_result=on_result,
+                                 on_start=on_start, on_progress=on_progress)
     except KitError as e:
         _die(str(e))
-    except KeyboardInterrupt:
-        err.print(f"interrupted: the results so far are in {report}")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        by = "SIGTERM" if isinstance(e, _Stopped) else "SIGINT"
+        err.print(f"interrupted ({by}): the results so far are in {report}", highlight=False)
+        raise typer.Exit(143 if by == "SIGTERM" else 130) from None
     table = Table(title=f"kvconf mutants (seed {seed}, {prof.name}, {bud}"
                   f"{', fuzz only' if fuzz_only else ''})")
     for col in ("mutant", "catalog", "killed", "s", "by"):
-        table.add_column(col, justify="right" if col == "s" else "left")
+        table.add_column(col, justify="right" if col == "s" else "left", no_wrap=col == "mutant")
     for m in matrix.mutants:
-        by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
-              else f"[yellow]skipped: {m.skipped}[/]" if m.skipped else f"[red]{m.message}[/]")
+        by = (escape(f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}") if m.killed
+              else f"[yellow]skipped: {escape(m.skipped)}[/]" if m.skipped
+              else f"[red]{escape(m.message)}[/]")
         killed = ("[green]yes[/]" if m.killed else "[yellow]skipped[/]" if m.skipped
                   else "[red]NO[/]")
-        table.add_row(m.id, ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
-    out.print(table)
+        table.add_row(escape(m.id), ", ".join(m.catalog), killed, f"{m.seconds:.2f}", by)
+    _print_table(table)
     s = matrix.summary
     out.print(f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s, "
               f"max {s['max_seconds_to_kill']} s to kill"
@@ -557,7 +735,7 @@ def diff_cmd(
         sys.stdout.write(d.model_dump_json(indent=2) + "\n")
     else:
         if d.changed:
-            out.print(diff_table(d))
+            _print_table(diff_table(d))
         out.print(diff_summary(d), highlight=False)
     raise typer.Exit(EXIT_FAIL if d.regression else EXIT_OK)
 
@@ -767,13 +945,14 @@ def prove(
     write_atomic(report, json.dumps(doc, indent=2) + "\n")
     table = Table(title=f"kvconf prove ({doc['scope']['text']})")
     for col in ("obligation", "behaviours", "status", "s", "detail"):
-        table.add_column(col, justify="right" if col == "s" else "left", overflow="fold")
+        table.add_column(col, justify="right" if col == "s" else "left",
+                         no_wrap=col == "obligation", overflow="fold")
     style = {"proved": "green", "counterexample": "bold red", "unknown": "yellow"}
     for r in doc["obligations"]:
         detail = r["detail"] + (f" (trace {r['trace']})" if r.get("trace") else "")
         table.add_row(r["obligation"], ", ".join(r["behaviours"]),
                       f"[{style[r['status']]}]{r['status']}[/]", f"{r['seconds']:.2f}", detail)
-    out.print(table)
+    _print_table(table)
     for r in doc["obligations"]:
         if r.get("cti"):
             out.print(f"[bold]{r['obligation']}[/]: counterexample to induction", highlight=False)

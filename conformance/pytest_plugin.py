@@ -51,12 +51,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("kvconf_engine", None) is None:
         return
+    if distributed(config):
+        raise pytest.UsageError(
+            "kvconf: the plugin does not support pytest-xdist (-n/--dist): its cases share one "
+            "run and one report; run them without -n and give --kvconf-jobs N for parallel "
+            "workers")
     try:
         suite = KvconfSuite(config)
     except KitError as e:
         raise pytest.UsageError(f"kvconf: {e}") from None
     config.addinivalue_line("markers", "kvconf: a kvconf conformance case (pytest_plugin)")
     config.pluginmanager.register(suite, "kvconf-suite")
+
+
+def distributed(config: pytest.Config) -> bool:
+    """Whether pytest-xdist spreads this session over processes: each would open the engine,
+    run a share of the cases and write the report alone, each over the others' (a report of
+    half the cases), so the plugin refuses it."""
+    if hasattr(config, "workerinput"):  # an xdist worker
+        return True
+    dist = config.getoption("dist", "no")
+    return dist not in (None, "no") and bool(config.getoption("tx", None))
 
 
 class CaseFailed(Exception):
@@ -119,8 +134,13 @@ class KvconfSuite:
                 f"budget {self.budget}, {len(self.cases)} cases, report {self.report_path}")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.run is not None:
-            self.run.close(self)
+        if self.run is None:
+            return
+        stopped = None
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, or SIGTERM (_Run)
+            stopped = [i.case.name for i in getattr(session, "items", [])
+                       if isinstance(i, CaseItem)]
+        self.run.close(self, stopped)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.run is not None:
@@ -192,6 +212,7 @@ class _Run:
         self.units = plan(((c.name, c.fuzz and c.name not in self.skipped) for c in suite.cases),
                           suite.budget, max(1, suite.jobs))
         self.campaign = Campaign(suite.cases, self.units, report, suite.report_path)
+        self.sigterm = _sigterm_interrupts()
 
     def case(self, case):
         from kvconf.conformance.running.runner import run_unit
@@ -210,20 +231,54 @@ class _Run:
                     self.campaign.add(u, run_unit(self.ctx, case, u))
         return self.campaign.settled[case.name]
 
-    def close(self, suite: KvconfSuite) -> None:
-        """The report as ``kvconf run`` writes it, with the cases pytest ran."""
+    def close(self, suite: KvconfSuite, stopped: list[str] | None = None) -> None:
+        """The report as ``kvconf run`` writes it, with the cases pytest ran, and the workers
+        stopped. ``stopped``: the session was interrupted, and these are the cases it was to
+        run; those not settled are the report's ``not_run``, and it is marked interrupted."""
+        import signal
+
         from kvconf.conformance.reporting.expectations import compare
-        from kvconf.conformance.running.runner import now
+        from kvconf.conformance.running.runner import hold_signals, now
 
         try:
-            report = self.campaign.report
-            report.run_info.finished = now()
-            if suite.expectations is not None:
-                compare(report, suite.expectations, suite.expect_path, partial=True)
-            self.campaign.write()
+            with hold_signals():  # another Ctrl-C must not cut the report or leave workers
+                try:
+                    report = self.campaign.report
+                    if stopped is not None:
+                        self.campaign.settle_found()
+                        report.run_info.interrupted = True
+                        report.run_info.not_run = [n for n in stopped
+                                                   if n not in self.campaign.settled]
+                    report.run_info.finished = now()
+                    if suite.expectations is not None:
+                        compare(report, suite.expectations, suite.expect_path, partial=True)
+                    self.campaign.write()
+                finally:
+                    if self.pool is not None:
+                        self.pool.close()
         finally:
-            if self.pool is not None:
-                self.pool.close()
+            if self.sigterm is not None:  # SIGTERM as it was before the engine opened
+                signal.signal(signal.SIGTERM, self.sigterm)
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_interrupts():
+    """While the engine's workers run, SIGTERM (what a CI runner sends at a time-out)
+    interrupts the session as Ctrl-C does, so the report keeps the cases run so far, marked
+    interrupted, and the workers are stopped. Only where SIGTERM still has its default action
+    (a handler of the user's is left alone) and in the main thread; returns the handler to
+    restore, or None."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 class CaseCollector(pytest.Collector):

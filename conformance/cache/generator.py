@@ -21,6 +21,7 @@ from kvconf.conformance.engine.protocol import CacheEngine
 from kvconf.conformance.oracles import STEP_ORACLES, Oracle
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
+from kvconf.conformance.running.progress import Meter
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.trace import (
     AckStep,
@@ -50,6 +51,7 @@ class TraceHolder:
     examples: int = 0
     steps: int = 0
     seen_ops: dict[str, int] = field(default_factory=dict)
+    meter: Meter | None = None  # progress notes for the display (conformance.progress)
 
 
 def _pages(page_size: int, alphabet: int, max_pages: int) -> st.SearchStrategy[list[int]]:
@@ -102,6 +104,8 @@ def cache_machine(
             self.trace.steps.append(step)
             holder.steps += 1
             holder.seen_ops[step.op] = holder.seen_ops.get(step.op, 0) + 1
+            if holder.meter is not None:
+                holder.meter.tick(holder.examples, holder.steps)
             try:
                 out = self.driver.step(len(self.trace.steps) - 1, step)
             except BaseException:

@@ -152,9 +152,15 @@ def run_mutants(
     names: list[str] | None = None,
     fuzz_only: bool = False,
     on_result: Callable[[MutantResult], None] | None = None,
+    on_start: Callable[[Mutant], None] | None = None,
+    on_progress: Callable[[dict], None] | None = None,
 ) -> KillMatrix:
-    """Every mutant (or those named), one after another; the report is rewritten after each."""
+    """Every mutant (or those named), one after another; the report is rewritten after each.
+    ``on_start`` and ``on_result`` see each mutant begin and end, ``on_progress`` the progress
+    notes of its fuzz cases (``kvconf.conformance.running.progress``): for a display, never for
+    the matrix."""
     from kvconf.conformance.errors import KitError
+    from kvconf.conformance.running import progress
     from kvconf.conformance.running.runner import now
     from kvconf.spec.registry import load_registry
 
@@ -177,8 +183,11 @@ def run_mutants(
 
     try:
         for m in mutants:
-            res = kill_one(m, catalog, seed_value=seed_value, profile=profile, budget=budget,
-                           out_dir=out_dir, fuzz_only=fuzz_only)
+            if on_start:
+                on_start(m)
+            with progress.sink(on_progress):
+                res = kill_one(m, catalog, seed_value=seed_value, profile=profile, budget=budget,
+                               out_dir=out_dir, fuzz_only=fuzz_only)
             matrix.mutants.append(res)
             save()
             if on_result:

@@ -176,8 +176,8 @@ def diff_table(d: Diff):
 
     table = Table(title=f"kvconf diff {d.base.engine} {d.base.version} -> {d.head.engine} "
                   f"{d.head.version}")
-    for col in ("change", "case", "base", "head", "finding"):
-        table.add_column(col, overflow="fold")
+    for col in ("change", "case", "base", "head", "finding"):  # a case name never wraps
+        table.add_column(col, overflow="fold", no_wrap=col == "case")
     passed = {c.case for c in d.gone_that_passed()}
     rows = ([("[bold red]new failure[/]", c) for c in d.new_failures]
             + [("[bold red]gone[/]" if c.case in passed else "gone", c) for c in d.gone]

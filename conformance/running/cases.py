@@ -13,6 +13,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles import MEMORY_ORACLES, STEP_ORACLES, Oracle
 from kvconf.conformance.reporting.report import CaseResult, Status
+from kvconf.conformance.running import progress
 from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.units import Unit
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
@@ -76,6 +77,7 @@ class RunContext:
     unit: Unit | None = None  # the slice of a fuzz case being run (None: the whole budget)
     database: object | None = None  # Hypothesis example database (conformance.examples_db)
     deferred: dict[str, str] | None = None  # a worker's saved traces, for the parent to write
+    meter: progress.Meter | None = None  # the running fuzz unit's progress notes (display only)
 
     def stream(self) -> tuple[Budget, int]:
         """The budget and seed stream of the running unit."""

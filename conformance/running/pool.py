@@ -77,6 +77,7 @@ class Worker:
     log_from: int = 0
     said: list[tuple[bytes, bytes]] = field(default_factory=list)  # (kind, payload) answers
     exit_info: dict | None = None  # a C line: the engine raised SystemExit
+    notes: list[dict] = field(default_factory=list)  # G lines: progress, for the display
     eof: bool = False
     started: float = 0.0
 
@@ -107,6 +108,8 @@ class Worker:
             kind, payload = line[:1], line[1:]
             if kind == b"H":
                 pass
+            elif kind == b"G":
+                self.notes.append(json.loads(payload))
             elif kind == b"C":
                 self.exit_info = json.loads(payload)
             else:
@@ -197,7 +200,7 @@ class Pool:
         # The worker imports what this process can import (an engine next to the user's code,
         # a test's folder), and the engine's Python output reaches the log before a crash.
         path = [p for p in sys.path if p and Path(p).exists()]
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
+        env = dict(os.environ, PYTHONUNBUFFERED="1", KVCONF_WORKER_PARENT=str(os.getpid()),
                    PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -334,6 +337,9 @@ class Pool:
         for w in busy:
             if w.fd in ready:
                 w.pump()
+            notes, w.notes = w.notes, []
+            for doc in notes:
+                self.campaign.note(doc)
             self._settle(w, shrinks)
 
     def _limit(self, w: Worker) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +45,7 @@ from kvconf.conformance.reporting.report import (
     UnitResult,
     write_report,
 )
-from kvconf.conformance.running import flight
+from kvconf.conformance.running import flight, progress
 from kvconf.conformance.running.cases import (
     Case,
     RunContext,
@@ -147,6 +148,11 @@ def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget
             return
 
 
+def _counted(ctx: RunContext, replay: Callable) -> Callable:
+    """A shrinker's ``replay`` that also tells the display how far the shrink has got."""
+    return replay if ctx.meter is None else ctx.meter.counting(replay)
+
+
 def _unit(ctx: RunContext, status: Status, examples: int | None, steps: int | None,
           ops: dict[str, int] | None = None) -> list[UnitResult]:
     index, of = (ctx.unit.index, ctx.unit.of) if ctx.unit is not None else (0, 1)
@@ -158,7 +164,7 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
         config = tweak(ctx.config)
-        holder = TraceHolder()
+        holder = TraceHolder(meter=ctx.meter)
         budget, stream = ctx.stream()
         try:
             run_fuzz(ctx.factory, config, holder, budget, ctx.profile.steps, ctx.seed,
@@ -166,9 +172,9 @@ def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str
         except Violation as v:
             trace = holder.last or Trace(config=config)
             found = len(trace.steps)
-            trace, v = shrink(trace, v, lambda t: play(ctx.factory, t, memory=ctx.memory,
-                                                       oracles=ctx.oracles),
-                              max_replays=ctx.profile.shrink_replays)
+            replay = _counted(ctx, lambda t: play(ctx.factory, t, memory=ctx.memory,
+                                                  oracles=ctx.oracles))
+            trace, v = shrink(trace, v, replay, max_replays=ctx.profile.shrink_replays)
             return fail_result(name, FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
                          examples=holder.examples, steps=len(trace.steps),
                          found_steps=found,
@@ -259,7 +265,8 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
         except Violation as v:
             trace = holder["trace"]
             found = len(trace.arrivals)
-            trace, v = shrink_sched(trace, v, replay, ctx.profile.shrink_replays // 2)
+            trace, v = shrink_sched(trace, v, _counted(ctx, replay),
+                                    ctx.profile.shrink_replays // 2)
             return fail_result(name, behaviours, v, t0, ctx.save_trace(name, trace),
                          examples=holder.get("examples"), steps=len(trace.arrivals),
                          found_steps=found,
@@ -407,6 +414,9 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     call (its factory, say) is ERROR with its traceback; a kit error propagates."""
     ctx.unit = unit
     ctx.exercised, ctx.illegal = set(), set()
+    if case.fuzz:
+        ctx.meter = progress.Meter(case.name, unit.label if unit else case.name,
+                                   unit.budget if unit else ctx.budget)
     t0 = time.perf_counter()
     try:
         result = case.run(ctx)
@@ -420,6 +430,7 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
             if case.fuzz else None)
     finally:
         ctx.unit = None
+        ctx.meter = None
     if ctx.exercised or ctx.illegal:
         result.coverage = Coverage(exercised=sorted(ctx.exercised), illegal=sorted(ctx.illegal))
         if result.units:
@@ -459,7 +470,8 @@ class Campaign:
     lists them in suite order."""
 
     def __init__(self, cases: Sequence[Case], units: Sequence[Unit], report: Report,
-                 report_path: Path | None, on_start=None, on_result=None) -> None:
+                 report_path: Path | None, on_start=None, on_result=None, on_plan=None,
+                 on_progress=None) -> None:
         self.cases = {c.name: c for c in cases}
         self.order = {c.name: i for i, c in enumerate(cases)}
         self.units = list(units)
@@ -472,6 +484,14 @@ class Campaign:
         self.report = report
         self.report_path = report_path
         self.on_start, self.on_result = on_start, on_result
+        self.on_progress = on_progress
+        if on_plan:  # the display numbers the cases this run (or shard) plays
+            on_plan([c.name for c in cases if c.name in self.expected])
+
+    def note(self, doc: progress.Note) -> None:
+        """A running unit's progress note, for the display (never for the report)."""
+        if self.on_progress:
+            self.on_progress(doc)
 
     def wanted(self, unit: Unit) -> bool:
         """False once the case is settled (a lower unit failed): the unit need not run."""
@@ -525,6 +545,34 @@ class Campaign:
         return sorted({u.case for u in self.units} - set(self.settled), key=self.order.get)
 
 
+@contextmanager
+def hold_signals() -> Iterator[None]:
+    """Let SIGINT and SIGTERM wait while the kit saves what a run found and stops its workers,
+    so a second Ctrl-C cannot leave that half done (a report not marked interrupted, workers
+    left running). A signal held is delivered after the block, unless an exception already
+    leaves it. In a thread other than the main one (no signal handlers there) it holds
+    nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame) -> None:
+        held.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if held:
+        signal.raise_signal(held[0])
+
+
 def clear_traces(out_dir: Path, cases: Sequence[Case]) -> None:
     """Remove the saved traces an earlier run left for the cases this run plays, so a stale
     trace beside the report never passes for one of this run's findings."""
@@ -562,6 +610,8 @@ def run_suite(
     cases: list[Case] | None = None,
     on_start: Callable[[Case], None] | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    on_plan: Callable[[list[str]], None] | None = None,
+    on_progress: Callable[[progress.Note], None] | None = None,
     memory: MemoryFactory = shadow_memory,
     memory_only: bool = False,
     memory_info: dict | None = None,
@@ -578,7 +628,12 @@ def run_suite(
     the work. ``memory`` is the runtime's KV memory (``kvconf gpu`` passes torch pools, and
     ``memory_spec``, how a worker builds the same); with ``memory_only`` the cases are judged
     by the oracles that read that memory alone. ``database`` is Hypothesis's example database
-    (a folder, ``module:attr``, or None for none), shared by the workers."""
+    (a folder, ``module:attr``, or None for none), shared by the workers.
+
+    For a display: ``on_plan`` gets the names of the cases this run plays, in order, before
+    any starts; ``on_start`` and ``on_result`` each case as it starts and settles;
+    ``on_progress`` the progress notes of running fuzz units
+    (``kvconf.conformance.running.progress``)."""
     from kvconf.conformance.running.examples_db import open_database
 
     cases = cases if cases is not None else all_cases()
@@ -590,38 +645,36 @@ def run_suite(
     if jobs < 0:
         raise KitError(f"--jobs {jobs}: must be 0 (this process) or more workers")
     pool = None
-    if jobs == 0:
-        opened = open_engine(engine, config, seed_value=seed_value, profile=profile,
-                             budget=budget, memory=memory, memory_only=memory_only,
-                             database=open_database(database), out_dir=out_dir)
-        features, version, unavailable = (opened.ctx.features, opened.version,
-                                          opened.unavailable)
-    else:
-        from kvconf.conformance.running.pool import Pool, WorkerSpec
-
-        if memory is not shadow_memory and memory_spec is None:
-            raise KitError("this memory cannot be rebuilt in a worker; run with --jobs 0")
-        spec = WorkerSpec(engine=engine, config=config, seed=seed_value, profile=profile,
-                          budget=budget, memory_spec=memory_spec, memory_only=memory_only,
-                          database=database)
-        pool = Pool(spec, jobs, call_timeout)
-        try:
-            features, version, unavailable = pool.open()
-        except BaseException:
-            pool.close()
-            raise
-    report = start_report(engine, config, version, features, seed_value=seed_value,
-                          profile=profile, budget=budget, memory_info=memory_info,
-                          memory_only=memory_only, jobs=jobs, shard=shard,
-                          call_timeout=call_timeout, database=database)
-    skipped = {c.name: r for c in cases
-               if (r := not_supported(c, features, unavailable)) is not None}
-    streams = max(1, jobs) * (shard.count if shard else 1)
-    units = plan(((c.name, c.fuzz and c.name not in skipped) for c in cases), budget, streams,
-                 shard)
-    campaign = Campaign(cases, units, report, report_path, on_start, on_result)
-    by_name = {c.name: c for c in cases}
+    campaign = None
     try:
+        if jobs == 0:
+            opened = open_engine(engine, config, seed_value=seed_value, profile=profile,
+                                 budget=budget, memory=memory, memory_only=memory_only,
+                                 database=open_database(database), out_dir=out_dir)
+            features, version, unavailable = (opened.ctx.features, opened.version,
+                                              opened.unavailable)
+        else:
+            from kvconf.conformance.running.pool import Pool, WorkerSpec
+
+            if memory is not shadow_memory and memory_spec is None:
+                raise KitError("this memory cannot be rebuilt in a worker; run with --jobs 0")
+            spec = WorkerSpec(engine=engine, config=config, seed=seed_value, profile=profile,
+                              budget=budget, memory_spec=memory_spec, memory_only=memory_only,
+                              database=database)
+            pool = Pool(spec, jobs, call_timeout)
+            features, version, unavailable = pool.open()
+        report = start_report(engine, config, version, features, seed_value=seed_value,
+                              profile=profile, budget=budget, memory_info=memory_info,
+                              memory_only=memory_only, jobs=jobs, shard=shard,
+                              call_timeout=call_timeout, database=database)
+        skipped = {c.name: r for c in cases
+                   if (r := not_supported(c, features, unavailable)) is not None}
+        streams = max(1, jobs) * (shard.count if shard else 1)
+        units = plan(((c.name, c.fuzz and c.name not in skipped) for c in cases), budget,
+                     streams, shard)
+        campaign = Campaign(cases, units, report, report_path, on_start, on_result, on_plan,
+                            on_progress)
+        by_name = {c.name: c for c in cases}
         todo = []
         for u in units:
             if u.case in skipped:
@@ -630,24 +683,36 @@ def run_suite(
             else:
                 todo.append(u)
         if pool is None:
-            for u in todo:
-                if campaign.wanted(u):
-                    campaign.start(u)
-                    campaign.add(u, run_unit(opened.ctx, by_name[u.case], u))
-                    if shrink_interrupted():  # the finding was kept; now stop
-                        raise KeyboardInterrupt
+            with progress.sink(on_progress):
+                for u in todo:
+                    if campaign.wanted(u):
+                        campaign.start(u)
+                        campaign.add(u, run_unit(opened.ctx, by_name[u.case], u))
+                        if shrink_interrupted():  # the finding was kept; now stop
+                            raise KeyboardInterrupt
         else:
             pool.run(todo, campaign, out_dir)
     except KeyboardInterrupt:
-        campaign.settle_found()
-        report.run_info.interrupted = True
-        report.run_info.not_run = campaign.pending
-        report.run_info.finished = now()
-        campaign.write()
+        with hold_signals():  # a second Ctrl-C must not cut the report or leave workers
+            if campaign is None:  # stopped while the engine opened: nothing ran
+                report = start_report(engine, config, "", frozenset(), seed_value=seed_value,
+                                      profile=profile, budget=budget, memory_info=memory_info,
+                                      memory_only=memory_only, jobs=jobs, shard=shard,
+                                      call_timeout=call_timeout, database=database)
+                campaign = Campaign(cases, [], report, report_path)
+                pending = [c.name for c in cases]
+            else:
+                campaign.settle_found()
+                pending = campaign.pending
+            report.run_info.interrupted = True
+            report.run_info.not_run = pending
+            report.run_info.finished = now()
+            campaign.write()
         raise
     finally:
         if pool is not None:
-            pool.close()
+            with hold_signals():
+                pool.close()
     report.run_info.finished = now()
     campaign.write()
     return report.summarize()

@@ -10,6 +10,9 @@ on its standard input, records the play in progress in the file RECORDER
 - ``C<json>``: the engine raised SystemExit: the code and traceback (the worker then exits).
 - ``X<json>``: a fault of the kit or of the input (the run stops with it).
 - ``I``: interrupted (SIGTERM from the parent); the worker exits.
+- ``G<json>``: a progress note of the running fuzz unit (``kvconf.conformance.running.progress``),
+  for the parent's display; like every line, a sign of life, and sent from the loop that plays the
+  engine, so a hung engine sends none.
 
 Its standard output and error are the engine's (a file the parent reads after a crash), with
 ``faulthandler`` on, so a native crash or a SIGUSR1 from the parent writes every thread's Python
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from importlib import import_module
 
 from kvconf.conformance.errors import EngineUnavailable, KitError
-from kvconf.conformance.running import flight, shrink
+from kvconf.conformance.running import flight, progress, shrink
 from kvconf.conformance.running.wire import read_command
 
 
@@ -146,8 +149,33 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+PARENT_ENV = "KVCONF_WORKER_PARENT"  # the pid of the kvconf process that started this worker
+
+
+def die_with_parent() -> None:
+    """No worker outlives its run: on Linux the kernel kills this process when the kvconf
+    process that started it ends, however it ends (SIGKILL from a CI runner included), where
+    otherwise a worker busy with a long fuzz unit would run on until the unit ended. A parent
+    already gone before this call ends the worker too. Elsewhere it does nothing."""
+    import ctypes
+    import os
+
+    parent = os.environ.get(PARENT_ENV)
+    if not sys.platform.startswith("linux") or not parent:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
+    die_with_parent()
     flight.attach(int(argv[1]), argv[2])
+    progress.set_sink(lambda doc: answer(b"G", doc))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGTERM, _interrupt)

@@ -126,12 +126,17 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
     still searched for every other rule."""
     deadline = None if seconds is None else time.perf_counter() + seconds
     batches = [examples] if examples is not None else iter(lambda: 25, None)
+    meter = getattr(ctx, "meter", None)  # progress notes for the display only
+    played = 0  # scheduling steps of the workloads that ran to the end (for the notes)
     for k, n in enumerate(batches):
         @settings(max_examples=n, deadline=None, database=database, print_blob=False,
                   suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
         @given(trace=workloads(config, namespaces=namespaces))
         def test(trace: SchedTrace) -> None:
+            nonlocal played
+            if meter is not None:
+                meter.tick(holder.get("examples", 0), played)
             holder["trace"] = trace
             holder["examples"] = holder.get("examples", 0) + 1
             try:
@@ -151,6 +156,8 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
             if ctx is not None:  # transition coverage for the report
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal
+            if meter is not None:
+                played += sum(1 for entry in driver.log if entry[0] == "plan")
 
         from kvconf.conformance.running.seeding import seeded, stream_seed
 
