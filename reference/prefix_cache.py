@@ -557,7 +557,11 @@ class PrefixCache:
                     continue
                 for tier in (Tier.DEVICE, Tier.HOST):
                     if node.id in self._nodes and is_candidate(node, tier):
+                        parent = node.parent
                         freed += self._drop_tier(node, tier)
+                        # a parent left without children on a tier may be a candidate now,
+                        # and one a transfer still holds is not swept: eviction must see it
+                        self._victims.offer(parent)
             if not ghost.children and ghost.device_ref == 0 and ghost.host_ref == 0:
                 del self._nodes[ghost.id]
                 self._ghosts.remove(ghost)

@@ -950,3 +950,32 @@ def test_unload_frees_what_nobody_holds_now_and_the_rest_on_release():
     assert c.available() == free_before + 4  # the held path went when its lock did
     assert c.drain_events() == []  # and was not announced twice
     assert c.unload(7) == 0  # a namespace never used: nothing to do
+
+
+@pytest.mark.behaviours("EVICT-2", "EVICT-4", "NS-2")
+def test_an_unload_that_strips_a_held_node_of_its_children_leaves_it_evictable() -> None:
+    """Found by a time-budgeted fuzz run: unloading a namespace swept a child of a node a
+    loadback still held, and the node, a leaf now, never reached the eviction index, so a later
+    evict freed nothing while a full scan would have taken it (EVICT-4)."""
+    from kvconf.conformance.trace import parse_any_trace
+
+    steps = [
+        {"op": "extend", "ns": 0, "tokens": [2, 2]},
+        {"op": "match", "ns": 0, "tokens": [2, 2], "lock": "device"},
+        {"op": "writeback", "step": 1, "ack": "now", "success": True},
+        {"op": "unlock", "step": 1},
+        {"op": "evict", "tier": "device", "pages": 24},
+        {"op": "match", "ns": 0, "tokens": [2, 2], "lock": "host"},
+        {"op": "loadback", "step": 5, "ack": "later", "success": True},
+        {"op": "extend", "ns": 0, "tokens": [2, 2, 2, 0, 2, 1, 2, 2]},
+        {"op": "match", "ns": 0, "tokens": [2, 2, 2, 0], "lock": "device"},
+        {"op": "unlock", "step": 8},
+        {"op": "evict", "tier": "device", "pages": 2},
+        {"op": "unload", "ns": 0},
+        {"op": "evict", "tier": "device", "pages": 24},
+    ]
+    import json
+
+    trace = parse_any_trace(json.dumps({"config": {"page_size": 2, "device_pages": 24,
+                                                   "host_pages": 24}, "steps": steps}))
+    play(ReferenceCacheAdapter, trace)  # raises the Violation if any oracle breaks

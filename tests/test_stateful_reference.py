@@ -500,6 +500,18 @@ class ReferenceMachine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------------- invariants
     @invariant()
+    def eviction_index_holds_every_candidate(self) -> None:
+        """The reference keeps its eviction candidates incrementally; every node a full scan
+        finds evictable must have a live entry, or an evict frees less than EVICT-4 asks."""
+        from kvconf.reference.eviction import is_candidate
+
+        nodes = self.c._nodes
+        for tier, heap in self.c._victims._heaps.items():
+            live = {n.id for _access, _seq, n in heap if nodes.get(n.id) is n}
+            scan = {n.id for n in nodes.values() if is_candidate(n, tier)}
+            assert scan <= live, f"{tier} candidates {sorted(scan - live)} are not indexed"
+
+    @invariant()
     def ownership(self) -> None:
         snap = self.snap()
         nodes = snap.node_map()
