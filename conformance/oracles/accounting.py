@@ -144,18 +144,18 @@ class TransferOracle(Oracle):
     needs = frozenset({Feature.SNAPSHOT})
 
     def __init__(self) -> None:
-        self.acked: dict[Any, int] = {}  # op id -> the step its acknowledgement was sent at
+        self.acked: dict[Any, str] = {}  # op id -> when its acknowledgement was sent
 
     def _gone(self, what: str, op_id: Any, where: str) -> str:
-        step = self.acked.get(op_id)
-        how = (f"which was acknowledged at step {step}" if step is not None
+        when = self.acked.get(op_id)
+        how = (f"which was acknowledged {when}" if when is not None
                else "which was never handed out")
         return f"{where}: the engine still lists {what} {op_id} in flight, {how}"
 
     def after_step(self, ctx: Ctx) -> None:
         """Cache level: the snapshot's transfers against the caller's ledger."""
         for op, _ok in ctx.acks:
-            self.acked[op.op_id] = ctx.index
+            self.acked[op.op_id] = f"at step {ctx.index}"
         snap = ctx.after
         if snap is None:
             return
@@ -230,9 +230,10 @@ class TransferOracle(Oracle):
                         raise self.fail("HOST-10", f"{where}: {tier} state slot {slot} is owned "
                                         f"by {owner}, a copy the runtime does not hold: a leak")
 
-    def acknowledged(self, op_ids: Iterable[Any], step: int) -> None:
+    def acknowledged(self, op_ids: Iterable[Any], when: str) -> None:
+        """The runtime acknowledged these copies ``when`` (for the messages)."""
         for op_id in op_ids:
-            self.acked[op_id] = step
+            self.acked[op_id] = when
 
 
 class RestOracle(Oracle):

@@ -222,20 +222,19 @@ class SchedulerDriver:
         self.snap = after
         self._account(phase)
 
-    def _account(self, phase: str) -> dict[str, int] | None:
+    def _account(self, phase: str) -> None:
         """The engine's copies in flight against the runtime's (HOST-10) and its counters
-        against its state (POOL-6), after every call; returns the counts read."""
+        against its state (POOL-6), after every call."""
         where = f"after the {phase} of plan {self._at}" if phase != "submit" else \
             "after a submit"
         if self.transfers is not None and self.snap is not None:
             plan = phase == "plan"
             self.transfers.check_sched(self.snap, self.held_ops, self.landing if plan else (),
                                        where, between=not plan)
-        if self.counter is None:
-            return None
-        counts = self._call("counters", self.engine.counters)
-        return self.counter.check_sched(counts, self.snap, self.sizes,
-                                        self.config.max_slots, where)
+        if self.counter is not None:
+            counts = self._call("counters", self.engine.counters)
+            self.counter.check_sched(counts, self.snap, self.sizes, self.config.max_slots,
+                                     where)
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> list[Any]:
@@ -336,9 +335,12 @@ class SchedulerDriver:
             # (Draining, then WritingBack), so the run is at rest only after a plan with nothing.
             return plan.empty
         # self.snap is the state after this plan's advance: a rejected probe changes nothing.
-        # A copy the engine started for its next plan (a backup) is not handed out yet.
+        # A copy the engine started for its next plan (a backup) is not handed out yet; one
+        # that failed and was never acknowledged (HOST-9) stays listed for good.
+        listed = {op for op, _rid in (*getattr(self.snap, "ops", ()),
+                                      *getattr(self.snap, "l3_ops", ()))}
         return all(v.state is State.FINISHED for v in self.snap.requests) and not (
-            getattr(self.snap, "ops", ()) or getattr(self.snap, "l3_ops", ()))
+            listed - set(self.abandoned))
 
     def _submit(self, arrivals) -> None:
         specs = []
@@ -433,7 +435,7 @@ class SchedulerDriver:
                                 f"{type(e).__name__} on a legal Abort of "
                                 f"{', '.join(a.rid for a in cancels)}: {e}") from e
         self._call("advance", self.engine.advance, [e for e in events if not isinstance(e, Abort)])
-        self._acknowledged(events, step)
+        self._acknowledged(events)
         if self.kv is not None:
             self.kv.take(self.engine.drain_events())
         self._states("advance", external)
@@ -460,7 +462,7 @@ class SchedulerDriver:
         else:  # landed before the forward: the engine may list them until the advance
             self.landing = [op.op_id for op in plan.loadbacks]
 
-    def _acknowledged(self, events: Sequence[Any], step: int) -> None:
+    def _acknowledged(self, events: Sequence[Any]) -> None:
         """The copies the advance acknowledged leave the runtime's record (HOST-10)."""
         done: list[Any] = []
         for e in events:
@@ -473,7 +475,7 @@ class SchedulerDriver:
         self.landing = []
         self.acked_now = len(done)
         if self.transfers is not None:
-            self.transfers.acknowledged(done, step)
+            self.transfers.acknowledged(done, f"in the advance of plan {self._at}")
 
     def _aborts(self, step: int) -> list[str]:
         """Requests the workload aborts after this plan. Also after Finish while the request
