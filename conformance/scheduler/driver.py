@@ -281,7 +281,7 @@ class SchedulerDriver:
         was never acknowledged (HOST-9: the runtime would have ended there)."""
         if self.abandoned or self.memory_only:
             return
-        where = f"at rest after plan {step}"
+        where = f"at rest after plan {self._at}"
         if self.white and self.snap is not None:
             self.rest.scheduler(self.snap, self.config.max_slots, where)
         if self.counter is not None:
@@ -299,6 +299,7 @@ class SchedulerDriver:
         if tokens < 1 or (c.mamba and c.mamba_slots < 2
                           and Feature.MAMBA_CHECKPOINT_SLOT in self.engine.features):
             return
+        rest_at = self._at
         self._submit([Arrival(at=step + 1, rid=REST_RID, ns=0, tokens=[REST_TOKEN] * tokens,
                               new_tokens=1)])
         for k in range(step + 1, step + 1 + self.trace.max_plans):
@@ -307,7 +308,7 @@ class SchedulerDriver:
             self._plan(k, plan)
             if self._quiet(plan):
                 return
-        raise self.rest.fail("POOL-5", f"at rest after plan {step}, a request of {tokens} "
+        raise self.rest.fail("POOL-5", f"at rest after plan {rest_at}, a request of {tokens} "
                              f"tokens (it needs {c.device_pages - 1} of the {c.device_pages} "
                              f"device pages) was not served within {self.trace.max_plans} "
                              "plans: the workload left pages, pins or slots held")
