@@ -16,6 +16,7 @@ from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.requests import State
 from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
 
@@ -311,7 +312,7 @@ class RestOracle(Oracle):
     def scheduler(self, snap: Any, slots: int, where: str) -> None:
         """A scheduler snapshot at rest: every request finished, no copy in flight, every
         request slot free, its cache at rest, every Mamba state slot free or an entry's."""
-        left = [v.rid for v in getattr(snap, "requests", ()) if v.state.value != "Finished"]
+        left = [v.rid for v in getattr(snap, "requests", ()) if v.state is not State.FINISHED]
         if left:
             raise self.fail("POOL-5", f"{where}: requests {left[:5]} are not Finished")
         for attr, what in (("ops", "writebacks"), ("l3_ops", "L3 transfers")):
