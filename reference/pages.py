@@ -24,6 +24,10 @@ def transfer_owner(op_id: int) -> str:
     return f"transfer:{op_id}"
 
 
+def _cached(owner: str) -> bool:
+    return owner.startswith("node:")
+
+
 class PagePool:
     """A fixed set of page ids ``0..size-1`` on one tier.
 
@@ -32,7 +36,7 @@ class PagePool:
     deterministic choice.
     """
 
-    __slots__ = ("_free", "_owner", "size", "tier")
+    __slots__ = ("_cached", "_free", "_owner", "size", "tier")
 
     def __init__(self, tier: Tier, size: int) -> None:
         if size < 0:
@@ -41,10 +45,16 @@ class PagePool:
         self.size = size
         self._free: list[int] = list(range(size - 1, -1, -1))
         self._owner: list[str] = [FREE] * size
+        self._cached = 0  # pages tree nodes own, kept with every move (POOL-6)
 
     @property
     def free_count(self) -> int:
         return len(self._free)
+
+    @property
+    def cached_count(self) -> int:
+        """Pages owned by tree nodes: counted as they move, never by a scan (POOL-6)."""
+        return self._cached
 
     def alloc(self, n: int, owner: str) -> list[int] | None:
         """All ``n`` pages or none (POOL-2): a partial allocation would leak on failure."""
@@ -55,6 +65,8 @@ class PagePool:
         pages = [self._free.pop() for _ in range(n)]
         for p in pages:
             self._owner[p] = owner
+        if _cached(owner):
+            self._cached += n
         return pages
 
     def check_owned(self, pages: Iterable[int], owner: str) -> None:
@@ -75,6 +87,7 @@ class PagePool:
             raise CacheError("bad_pages", f"{self.tier} pages repeated in {pages}")
         for p in pages:
             self._owner[p] = dst
+        self._cached += len(pages) * (_cached(dst) - _cached(src))
 
     def release(self, pages: list[int], src: str) -> None:
         """Return ``pages`` from ``src`` to the free list."""

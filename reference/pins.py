@@ -6,6 +6,7 @@ not held is rejected (PIN-3) instead of driving a count below what others hold.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvconf.reference.errors import CacheError
@@ -20,12 +21,17 @@ class Lock:
     internal: bool  # held by the cache itself for an in-flight transfer
 
 
-class LockTable:
-    __slots__ = ("_locks", "_next")
+# Told when a node becomes pinned (+1) or unpinned (-1) on a tier: the cache's evictable count.
+PinWatch = Callable[[Node, Tier, int], None]
 
-    def __init__(self) -> None:
+
+class LockTable:
+    __slots__ = ("_locks", "_next", "_watch")
+
+    def __init__(self, watch: PinWatch | None = None) -> None:
         self._locks: dict[int, Lock] = {}
         self._next = 0
+        self._watch = watch
 
     def acquire(self, node: Node, tier: Tier, internal: bool = False) -> int:
         for n in node.path():
@@ -33,6 +39,8 @@ class LockTable:
                 n.device_ref += 1
             else:
                 n.host_ref += 1
+            if self._watch is not None and n.ref(tier) == 1:
+                self._watch(n, tier, 1)
         self._next += 1
         self._locks[self._next] = Lock(node, tier, internal)
         return self._next
@@ -48,6 +56,8 @@ class LockTable:
                 n.device_ref -= 1
             else:
                 n.host_ref -= 1
+            if self._watch is not None and n.ref(lock.tier) == 0:
+                self._watch(n, lock.tier, -1)
         return lock.node
 
     def items(self) -> list[tuple[int, Lock]]:

@@ -86,7 +86,10 @@ class PrefixCache:
         self._next_op = 0
         self._nodes: dict[int, Node] = {}
         self._roots: dict[int, Node] = {}
-        self._locks = LockTable()
+        self._locks = LockTable(self._pin_changed)
+        # Pages of each tier held by nodes that a lock pins there, kept as pins and pages come
+        # and go: the evictable count is the cached count less these (POOL-6).
+        self._pinned = {Tier.DEVICE: 0, Tier.HOST: 0}
         self._transfers: dict[int, Transfer] = {}
         self._events: list[KVEvent] = []
         self._victims = VictimIndex()
@@ -111,6 +114,36 @@ class PrefixCache:
     def available(self, tier: Tier = Tier.DEVICE) -> int:
         tier = as_tier(tier)
         return self.pools[tier].free_count
+
+    def evictable(self, tier: Tier = Tier.DEVICE) -> int:
+        """Cached pages of ``tier`` that no lock pins: what evicting the tier could free."""
+        tier = as_tier(tier)
+        return self.pools[tier].cached_count - self._pinned[tier]
+
+    def counters(self) -> dict[str, int]:
+        """The cache's own counts, kept incrementally, never by a scan (POOL-6)."""
+        out: dict[str, int] = {}
+        for tier, pool in self.pools.items():
+            out[f"available_{tier.value}"] = pool.free_count
+            out[f"cached_{tier.value}"] = pool.cached_count
+            out[f"evictable_{tier.value}"] = self.evictable(tier)
+        return out
+
+    def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
+        """``node`` became pinned (+1) or unpinned (-1) on ``tier``."""
+        pages = node.pages(tier)
+        if pages:
+            self._pinned[tier] += sign * len(pages)
+
+    def _set_pages(self, node: Node, tier: Tier, pages: list[int] | None) -> None:
+        """Give ``node`` its pages on ``tier`` (None: it leaves the tier), keeping the pinned
+        count right when the node is pinned there."""
+        if node.ref(tier) > 0:
+            self._pinned[tier] += len(pages or ()) - len(node.pages(tier) or ())
+        if tier is Tier.DEVICE:
+            node.device = pages
+        else:
+            node.host = pages
 
     # ----------------------------------------------------------------- tree structure
     def _new_node(
@@ -165,10 +198,8 @@ class PrefixCache:
                 continue
             upper, lower = pages[:k], pages[k:]
             self.pools[tier].move(upper, node_owner(node.id), node_owner(mid.id))
-            if tier is Tier.DEVICE:
-                mid.device, node.device = upper, lower
-            else:
-                mid.host, node.host = upper, lower
+            self._set_pages(node, tier, lower)
+            self._set_pages(mid, tier, upper)
         mid.keys, node.keys = node.keys[:k], node.keys[k:]
         node.key = node.key[k * p :]
         node.hashes = node.hashes[k:]
@@ -301,7 +332,7 @@ class PrefixCache:
 
     def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
         self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))
-        node.device = pages
+        self._set_pages(node, Tier.DEVICE, pages)
         node.device_access = now
         self._victims.offer(node)
         if self._ghosts and self._detached(node):
@@ -413,7 +444,7 @@ class PrefixCache:
                                        chain_hashes(node.last_hash(), node.namespace, key, p))
                 child.keys = list(t.keys[pos // p : pos // p + len(key) // p])
                 pool.move(t.pages[pos // p : completed], owner, node_owner(child.id))
-                child.host = t.pages[pos // p : completed]
+                self._set_pages(child, Tier.HOST, t.pages[pos // p : completed])
                 child.host_access = child.device_access = now
                 self._victims.offer(child)
                 node, pos = child, len(toks)
@@ -425,7 +456,7 @@ class PrefixCache:
                 # Also when a writeback is filling it: that copy then lands as a duplicate.
                 span = t.pages[pos // p : pos // p + len(child.key) // p]
                 pool.move(span, owner, node_owner(child.id))
-                child.host = span
+                self._set_pages(child, Tier.HOST, span)
             self._backfill_keys(child)
             child.host_access = now
             self._victims.offer(child)
@@ -511,14 +542,9 @@ class PrefixCache:
         pages = node.pages(tier)
         assert pages is not None
         self.pools[tier].release(list(pages), node_owner(node.id))
-        if tier is Tier.DEVICE:
-            node.device = None
-            if not (self._ghosts and self._detached(node)):
-                self._emit(
-                    KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0)
-                )
-        else:
-            node.host = None
+        self._set_pages(node, tier, None)
+        if tier is Tier.DEVICE and not (self._ghosts and self._detached(node)):
+            self._emit(KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
             del node.parent.children[node.key[: self.page_size]]
@@ -632,7 +658,7 @@ class PrefixCache:
             mine = [dst_of.pop(pg) for pg in src_pages]
             if t.kind == "writeback" and n.host is None:
                 self.pools[Tier.HOST].move(mine, owner, node_owner(n.id))
-                n.host = mine
+                self._set_pages(n, Tier.HOST, mine)
                 n.host_access = now  # D243-2: a just-written node is not the first host victim
             elif t.kind == "writeback":
                 # A prefetch filled this part on host while the copy was in flight (L3-3).

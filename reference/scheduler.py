@@ -703,6 +703,10 @@ class Scheduler:
     def drain_events(self):
         return self.cache.drain_events()
 
+    def counters(self) -> dict[str, int]:
+        """Its cache's page counts and the free request-pool slots (POOL-6)."""
+        return {**self.cache.counters(), "free_slots": len(self._slots)}
+
     def snapshot(self) -> SchedulerSnapshot:
         views = tuple(
             RequestView(r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed,

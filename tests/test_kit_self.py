@@ -156,6 +156,10 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "NegativeDepthAtRoot": ("namespace-isolation", "match", "TREE-3"),
     # The driver sees a legal lock refused: FAULT-2, with the scenario that locks a root on host.
     "RootNotLockableOnHost": ("pinned-never-evicted", "faults", "FAULT-2"),
+    # The ack step itself: the engine still lists the copy the caller just acknowledged.
+    "WritebackNeverRetired": ("writeback-demote-loadback", "transfers", "HOST-10"),
+    # The counter drifts at the drain's eviction, where the snapshot shows the true count.
+    "EvictableOffByOne": ("match-longest-whole-pages", "counters", "POOL-6"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.
@@ -188,7 +192,7 @@ def test_every_planted_defect_names_real_behaviours():
 @pytest.mark.behaviours(
     "PIN-2", "EVICT-1", "EVICT-2", "EVICT-3", "TREE-5", "POOL-4", "PIN-1", "TREE-4", "HOST-4",
     "HOST-6", "TREE-1", "TREE-2", "EVENT-5", "EVENT-1", "PIN-3", "NS-1", "HOST-3", "HOST-2",
-    "NS-2", "EVENT-6",
+    "NS-2", "EVENT-6", "HOST-10", "POOL-6",
 )
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_scenarios_catch_planted_defect(name):

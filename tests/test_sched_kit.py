@@ -67,6 +67,10 @@ CATCHES = {
     "IgnoresAdapterCap": ("sched-adapter-cap", "plan", "PLAN-9"),
     # The publisher gives up the pin its Decoding state must hold (D381-2).
     "PublishDropsPin": ("sched-mid-flight-reuse", "requests", "REQ-3"),
+    # The cache keeps the copy in flight after the scheduler accepted its acknowledgement.
+    "AckAfterAbortDropped": ("sched-abort-everywhere", "transfers", "HOST-10"),
+    # Nothing is wrong until the workload is done: at rest a lock is still held.
+    "AbortKeepsPin": ("sched-abort-everywhere", "at-rest", "POOL-5"),
 }
 
 
@@ -101,7 +105,8 @@ def test_every_planted_defect_has_an_expected_catch() -> None:
 
 
 @pytest.mark.behaviours("REQ-3", "PLAN-5", "REQ-5", "PLAN-7", "REQ-4", "PLAN-2", "PLAN-8",
-                        "PLAN-6", "PLAN-9", "NS-3", "L3-1", "L3-2", "L3-3", "L3-4", "L3-5")
+                        "PLAN-6", "PLAN-9", "NS-3", "L3-1", "L3-2", "L3-3", "L3-4", "L3-5",
+                        "HOST-10", "POOL-5")
 @pytest.mark.parametrize("name", sorted(PLANTED_SCHED))
 def test_a_workload_catches_planted_defect(name: str) -> None:
     workload, oracle, behaviour = CATCHES[name]

@@ -25,6 +25,7 @@ class ReferenceCacheAdapter:
             Feature.KV_EVENTS,
             Feature.LOCK_HANDLES,
             Feature.UNLOAD,
+            Feature.COUNTERS,
         }
     )
 
@@ -95,6 +96,10 @@ class ReferenceCacheAdapter:
 
     def snapshot(self) -> CacheSnapshot:
         return self.cache.snapshot()
+
+    def counters(self) -> dict[str, int]:
+        """The reference's own counts (POOL-6): free, cached and evictable pages per tier."""
+        return self.cache.counters()
 
 
 def reference(config: EngineConfig) -> ReferenceCacheAdapter:

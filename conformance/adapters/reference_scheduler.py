@@ -20,7 +20,7 @@ class ReferenceSchedulerAdapter:
     features = frozenset({
         Feature.SNAPSHOT, Feature.HOST_TIER, Feature.NAMESPACES, Feature.KV_EVENTS,
         Feature.SLIDING_WINDOW, Feature.L3_STORE,
-        Feature.ADAPTER_CAP, Feature.MODEL_CONFIG, Feature.MAMBA,
+        Feature.ADAPTER_CAP, Feature.MODEL_CONFIG, Feature.MAMBA, Feature.COUNTERS,
     })
 
     def __init__(self, config: SchedConfig, scheduler_cls: type[Scheduler] = Scheduler) -> None:
@@ -58,3 +58,7 @@ class ReferenceSchedulerAdapter:
 
     def snapshot(self) -> SchedulerSnapshot:
         return self.sched.snapshot()
+
+    def counters(self) -> dict[str, int]:
+        """The reference's own counts (POOL-6): its cache's pages and free request slots."""
+        return self.sched.counters()

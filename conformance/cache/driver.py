@@ -16,6 +16,7 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from kvconf.conformance.errors import EngineRejected, KitError
 from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
+from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.content import page_tags
 from kvconf.conformance.runtime.memory import MemoryFactory, page_id_space, shadow_memory
@@ -99,6 +100,11 @@ class CacheDriver:
             memory(engine.page_size,
                    *page_id_space(engine, config.device_pages, config.host_pages)),
         )
+        self.ledger.sizes = {Tier.DEVICE: config.device_pages, Tier.HOST: config.host_pages}
+        # The engine's own counts, read after every step where an oracle judges them (POOL-6).
+        self.counting = Feature.COUNTERS in engine.features and any(
+            isinstance(o, CounterOracle) for o in self.oracles)
+        self.rest = next((o for o in self.oracles if isinstance(o, RestOracle)), None)
         self.log: list[dict[str, Any]] = []
         self._snap = self._snapshot()
         self.ctx = Ctx(-1, "init", engine, self.ledger)
@@ -111,6 +117,12 @@ class CacheDriver:
             return self.engine.snapshot()
         except Exception as e:
             raise _crash("snapshot", e) from e
+
+    def _counters(self) -> dict[str, int] | None:
+        """The engine's counts now, where an oracle judges them (POOL-6)."""
+        if not self.counting:
+            return None
+        return self._call("counters", self.engine.counters)
 
     def _call(self, call: str, fn, *args, legal: bool = True):
         """Call the engine; a rejection of a legal call or any crash is a FAULT-2 violation."""
@@ -212,6 +224,7 @@ class CacheDriver:
             self.ctx.events = events
             self._snap = self._snapshot()
             self.ctx.after = self._snap
+            self.ctx.counters = self._counters()
             self._notify("after_step")
             out["events"] = [_event_row(e) for e in events]
             if step.expect is not None and self.expect:
@@ -344,32 +357,53 @@ class CacheDriver:
         )
 
     # ----------------------------------------------------------------- quiescence
-    def drain(self) -> None:
-        """Bring the engine to rest and check every page comes home (POOL-4).
+    def _settle(self) -> None:
+        """End a phase of the drain as a step ends: events, snapshot, counters, oracles."""
+        self.ctx.events = self.engine.drain_events() if self.events_on else []
+        self._snap = self._snapshot()
+        self.ctx.after = self._snap
+        self.ctx.counters = self._counters()
+        self._notify("after_step")
 
-        Acknowledges every transfer in flight, releases every lock, evicts everything, then
-        allocates every device page at once: an engine that leaked a page cannot.
+    def drain(self) -> None:
+        """Bring the engine to rest and check that everything comes home (POOL-5).
+
+        Acknowledges every transfer in flight and releases every lock: the engine is at rest,
+        and its snapshot and counters must show nothing held by anyone. Then it evicts
+        everything and allocates every device page at once: an engine that leaked a page
+        cannot, whatever it shows.
         """
         index = len(self.log)
         self.ctx = Ctx(index, "drain", self.engine, self.ledger, before=self._snap)
+        rest = self.rest or RestOracle()
+        sizes = self.ledger.sizes
         try:
             for ref, op in sorted(self.ledger.transfers.items()):
                 self._ack(op, self.ledger.copies.pop(ref), True)
             self.ledger.transfers.clear()
             for rec in self.ledger.live_locks():
                 self._unlock(rec)
+            self._settle()
+            where = "at rest after the trace"
+            if self.rest is not None and self._snap is not None:
+                self.rest.cache(self._snap, where)
+            if self.rest is not None and self.ctx.counters is not None:
+                self.rest.counts(self.ctx.counters, sizes, where)
+            self.ctx = Ctx(index, "drain", self.engine, self.ledger, before=self._snap)
             size = 1 << 30
             self._evict(Tier.HOST, size) if Feature.HOST_TIER in self.engine.features else None
             self._evict(Tier.DEVICE, size)
-            self.ctx.events = self.engine.drain_events() if self.events_on else []
-            self._snap = self._snapshot()
-            self.ctx.after = self._snap
-            self._notify("after_step")
+            self._settle()
+            where = "at rest with everything evicted"
+            if self.rest is not None and self._snap is not None:
+                self.rest.emptied(self._snap, where)
+            if self.rest is not None and self.ctx.counters is not None:
+                self.rest.counts(self.ctx.counters, sizes, where, empty=True)
             total = self.config.device_pages
             pages = self._call("alloc", self.engine.alloc, total)
             if pages is None:
-                raise Violation(
-                    "ownership", ("POOL-4",),
+                raise rest.fail(
+                    "POOL-5",
                     f"at rest, with nothing locked or cached, the {total} device pages cannot "
                     "all be allocated: pages leaked",
                 )

@@ -43,6 +43,7 @@ class Ledger:
     locks: dict[int, LockRecord] = field(default_factory=dict)  # by step index
     transfers: dict[int, CopyOp] = field(default_factory=dict)  # started, not yet acknowledged
     copies: dict[int, Any] = field(default_factory=dict)  # by step index: the memory's copy
+    sizes: dict[Tier, int] = field(default_factory=dict)  # each pool's configured size
 
     def remember(self, namespace: int, tokens: Sequence[int], tags: Sequence[int]) -> None:
         p = self.page_size

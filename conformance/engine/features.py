@@ -18,6 +18,9 @@ class Feature(str, Enum):
     NAMESPACES = "namespaces"  # adapter / salt namespaces as a key part
     KV_EVENTS = "kv_events"
     LOCK_HANDLES = "lock_handles"  # unlock names the lock it releases, so imbalance is detectable
+    # counters() reads the engine's own counts (free, cached, evictable pages per tier; free
+    # request slots), checked against its state after every call (POOL-6).
+    COUNTERS = "counters"
     # Retired: PLAN-7 holds every scheduler engine to mid-flight publish (D381-1), declared or
     # not; kept so that reports which list it still load.
     MID_FLIGHT_PUBLISH = "mid_flight_publish"

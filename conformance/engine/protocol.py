@@ -75,6 +75,9 @@ class CacheEngine(Protocol):
     def snapshot(self) -> CacheSnapshot | None: ...
     def unload(self, namespace: int) -> int:
         """Unload a namespace's adapter (only engines declaring ``unload``); pages freed now."""
+    def counters(self) -> Mapping[str, int]:
+        """The engine's own counts by name (only engines declaring ``counters``, POOL-6):
+        ``available_<tier>``, ``cached_<tier>``, ``evictable_<tier>``."""
 
 
 @runtime_checkable
@@ -82,7 +85,7 @@ class SchedulerEngine(Protocol):
     """The scheduler level: requests in, plans out, the runtime's events back (spec chapters
     requests and plans). A factory of one has ``level = "scheduler"`` and takes a
     ``SchedConfig``. ``drain_events`` is needed with ``kv_events``, ``snapshot`` with
-    ``snapshot``, ``model_window`` with ``model_config``."""
+    ``snapshot``, ``model_window`` with ``model_config``, ``counters`` with ``counters``."""
 
     name: str
     version: str
@@ -95,6 +98,8 @@ class SchedulerEngine(Protocol):
     def drain_events(self) -> list[KVEvent]: ...
     def snapshot(self) -> Any: ...
     def model_window(self, model_config: Mapping[str, Any]) -> int: ...
+    def counters(self) -> Mapping[str, int]:
+        """As the cache level's, with ``free_slots`` (only engines declaring ``counters``)."""
 
 
 def match_scope(engine: CacheEngine, tokens: Sequence[int]) -> Sequence[int]:

@@ -264,6 +264,28 @@ class EvictionDropsHostCopy(PrefixCache):
         return super()._drop_tier(node, tier)
 
 
+class WritebackNeverRetired(PrefixCache):
+    """HOST-10 / E-15: an acknowledged writeback is never retired: the cache keeps listing it in
+    flight and its host pages stay the transfer's, so every count still adds up."""
+
+    def finish_transfer(self, op_id, success):
+        t = self._transfers.get(op_id)
+        if t is not None and t.kind == "writeback":
+            return t
+        return super().finish_transfer(op_id, success)
+
+
+class EvictableOffByOne(PrefixCache):
+    """POOL-6 / E-18: after an eviction that frees pages the evictable-page counter is one too
+    high, as if the victim's last page were counted back."""
+
+    def evict(self, tier, num_pages):
+        freed = super().evict(tier, num_pages)
+        if freed:
+            self._pinned[Tier(tier)] -= 1
+        return freed
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
@@ -272,5 +294,6 @@ PLANTED = {
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
         NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages, EvictionDropsHostCopy,
+        WritebackNeverRetired, EvictableOffByOne,
     )
 }

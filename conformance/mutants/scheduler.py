@@ -348,3 +348,28 @@ class PublishDropsPin(Scheduler):
 
 
 PLANTED_SCHED[PublishDropsPin.__name__] = PublishDropsPin
+
+
+class AckAfterAbortDropped(Scheduler):
+    """HOST-10 / E-16: the acknowledgement of a writeback whose request was aborted is accepted,
+    but the scheduler, finding no request to move on, never passes it to the cache: the copy
+    stays in flight there for ever, holding its host pages."""
+
+    def _apply(self, ev):
+        if isinstance(ev, WritebackDone) and self._ops.get(ev.op_id) not in self.requests:
+            del self._ops[ev.op_id]
+            return
+        super()._apply(ev)
+
+
+class AbortKeepsPin(Scheduler):
+    """POOL-5 / E-17: Abort forgets the request's pin instead of releasing it: the pages of its
+    cached prefix stay pinned, never evictable again."""
+
+    def _abort(self, r):
+        r.lock = r.node = None  # forgotten, not released in the cache
+        super()._abort(r)
+
+
+PLANTED_SCHED[AckAfterAbortDropped.__name__] = AckAfterAbortDropped
+PLANTED_SCHED[AbortKeepsPin.__name__] = AbortKeepsPin

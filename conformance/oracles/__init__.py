@@ -1,5 +1,6 @@
 """All oracles, each citing the behaviours it checks (see ``kvconf spec audit``)."""
 
+from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, TransferOracle
 from kvconf.conformance.oracles.base import Ctx, Oracle, Violation
 from kvconf.conformance.oracles.content import ContentOracle
 from kvconf.conformance.oracles.determinism import DeterminismOracle
@@ -39,6 +40,9 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     UnloadOracle,
     PinnedContentOracle,
     PageHashOracle,
+    TransferOracle,
+    CounterOracle,
+    RestOracle,
 )
 # The oracles that judge the KV memory alone: what ``kvconf gpu --memory-only`` runs, to show a
 # defect is seen on the tensors themselves.
@@ -47,8 +51,10 @@ MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, 
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
     SchedContentOracle, SchedEventOracle, L3Oracle, MambaContentOracle, MambaOwnershipOracle,
+    TransferOracle, CounterOracle, RestOracle,
 )
-ALL_ORACLES: tuple[type[Oracle], ...] = (*STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle,
-                                         WindowConfigOracle, PinnedHostOracle, ProcessOracle)
+ALL_ORACLES: tuple[type[Oracle], ...] = tuple(dict.fromkeys((
+    *STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle, WindowConfigOracle, PinnedHostOracle,
+    ProcessOracle)))
 
 __all__ = ["ALL_ORACLES", "MEMORY_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

@@ -32,6 +32,7 @@ class Ctx:
     mid: CacheSnapshot | None = None  # after a locking match's match, before its lock
     events: list[KVEvent] = field(default_factory=list)
     acks: list[tuple[CopyOp, bool]] = field(default_factory=list)
+    counters: dict[str, int] | None = None  # the engine's counts after the step (POOL-6)
 
 
 class Oracle:

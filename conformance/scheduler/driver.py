@@ -16,6 +16,7 @@ from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, TransferOracle
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
 from kvconf.conformance.oracles.scheduler import (
@@ -40,7 +41,7 @@ from kvconf.conformance.runtime.memory import (
     state_memory,
 )
 from kvconf.conformance.scheduler.l3_runtime import L3Runtime
-from kvconf.conformance.scheduler.trace import SchedTrace
+from kvconf.conformance.scheduler.trace import Arrival, SchedTrace
 from kvconf.reference.plan import (
     Abort,
     BackupDone,
@@ -60,6 +61,8 @@ ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes c
 
 
 UNKNOWN = "unknown:"  # marks a probe whose event names nothing the scheduler holds (REQ-6)
+REST_RID = "kvconf-at-rest"  # the request the runtime submits once the workload is at rest
+REST_TOKEN = 7919  # its prompt's token: one no workload's prompt or sampled token shares
 
 
 def sample(seed: int, rid: str, position: int) -> int:
@@ -149,6 +152,16 @@ class SchedulerDriver:
         self.mamba_content = MambaContentOracle()
         self.mamba_owners = (MambaOwnershipOracle() if c.mamba and self.white
                              and not memory_only else None)
+        # The copies the runtime was handed and has not acknowledged, by kind (op id -> request),
+        # and this plan's loadbacks where none is acknowledged (HOST-10).
+        self.held_ops: dict[str, dict[Any, str]] = {"writeback": {}, "loadback": {}, "l3": {}}
+        self.landing: list[Any] = []
+        self.acked_now = 0  # copies the last advance acknowledged
+        self.transfers = TransferOracle() if self.white and not memory_only else None
+        self.counter = (CounterOracle() if Feature.COUNTERS in feats and not memory_only
+                        else None)
+        self.rest = RestOracle()
+        self.sizes = {Tier.DEVICE: c.device_pages, Tier.HOST: c.host_pages}
         self.snap = self._snapshot()
 
     # ----------------------------------------------------------------- plumbing
@@ -207,6 +220,21 @@ class SchedulerDriver:
         if taken is not None:
             self.exercised.update(taken())
         self.snap = after
+        self._account(phase)
+
+    def _account(self, phase: str) -> None:
+        """The engine's copies in flight against the runtime's (HOST-10) and its counters
+        against its state (POOL-6), after every call."""
+        where = f"after the {phase} of plan {self._at}" if phase != "submit" else \
+            "after a submit"
+        if self.transfers is not None and self.snap is not None:
+            plan = phase == "plan"
+            self.transfers.check_sched(self.snap, self.held_ops, self.landing if plan else (),
+                                       where, between=not plan)
+        if self.counter is not None:
+            counts = self._call("counters", self.engine.counters)
+            self.counter.check_sched(counts, self.snap, self.sizes, self.config.max_slots,
+                                     where)
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> list[Any]:
@@ -229,6 +257,7 @@ class SchedulerDriver:
             plan = self._call("next_plan", self.engine.next_plan)
             self._plan(step, plan)
             if step >= last_arrival and self._quiet(plan):
+                self._at_rest(step)
                 return self.log
         left = sorted(rid for rid, r in self.live.items() if not r.finished)
         if self.abandoned:  # HOST-9: the runtime ends at a failed copy; nothing is owed after it
@@ -243,6 +272,46 @@ class SchedulerDriver:
         self.log.append(("unjudged", "a request needs more device pages or state slots than "
                          "the pools have"))
         return self.log
+
+    # ----------------------------------------------------------------- at rest (POOL-5)
+    def _at_rest(self, step: int) -> None:
+        """The workload is done: every request finished or aborted, every copy acknowledged.
+        What the engine shows must hold nothing for anyone, and it must still serve a request
+        as large as LIVE-1 promises on a fresh engine. Not judged after a copy that failed and
+        was never acknowledged (HOST-9: the runtime would have ended there)."""
+        if self.abandoned or self.memory_only:
+            return
+        where = f"at rest after plan {self._at}"
+        if self.white and self.snap is not None:
+            self.rest.scheduler(self.snap, self.config.max_slots, where)
+        if self.counter is not None:
+            counts = self._call("counters", self.engine.counters)
+            counts = self.counter.check_sched(counts, self.snap, self.sizes,
+                                              self.config.max_slots, where)
+            self.rest.counts(counts, self.sizes, where, slots=self.config.max_slots)
+        self._serve_at_rest(step)
+
+    def _serve_at_rest(self, step: int) -> None:
+        """Submit one request that needs all but one device page (the most LIVE-1 promises) and
+        play plans until it finishes: pages, pins or slots the workload leaked keep it out."""
+        c, p = self.config, self.p
+        tokens = (c.device_pages - 1) * p - 1
+        if tokens < 1 or (c.mamba and c.mamba_slots < 2
+                          and Feature.MAMBA_CHECKPOINT_SLOT in self.engine.features):
+            return
+        rest_at = self._at
+        self._submit([Arrival(at=step + 1, rid=REST_RID, ns=0, tokens=[REST_TOKEN] * tokens,
+                              new_tokens=1)])
+        for k in range(step + 1, step + 1 + self.trace.max_plans):
+            flight.beat()
+            plan = self._call("next_plan", self.engine.next_plan)
+            self._plan(k, plan)
+            if self._quiet(plan):
+                return
+        raise self.rest.fail("POOL-5", f"at rest after plan {rest_at}, a request of {tokens} "
+                             f"tokens (it needs {c.device_pages - 1} of the {c.device_pages} "
+                             f"device pages) was not served within {self.trace.max_plans} "
+                             "plans: the workload left pages, pins or slots held")
 
     def _fits(self) -> bool:
         """LIVE-1 applies when every request alone fits on the device: its whole sequence
@@ -260,14 +329,19 @@ class SchedulerDriver:
         if self.later or self.loads_later or any(not r.finished or r.copying
                                                  for r in self.live.values()):
             return False
-        if self.l3 is not None and (self.l3.busy() or not plan.empty):
+        if self.l3 is not None and (self.l3.busy() or not plan.empty or self.acked_now):
             return False  # backups of the last writebacks come in the plans after them
         if self.snap is None:
             # Black-box: a finished request's writeback can come in the plan after its Finish
             # (Draining, then WritingBack), so the run is at rest only after a plan with nothing.
             return plan.empty
         # self.snap is the state after this plan's advance: a rejected probe changes nothing.
-        return all(v.state is State.FINISHED for v in self.snap.requests)
+        # A copy the engine started for its next plan (a backup) is not handed out yet; one
+        # that failed and was never acknowledged (HOST-9) stays listed for good.
+        listed = {op for op, _rid in (*getattr(self.snap, "ops", ()),
+                                      *getattr(self.snap, "l3_ops", ()))}
+        return all(v.state is State.FINISHED for v in self.snap.requests) and not (
+            listed - set(self.abandoned))
 
     def _submit(self, arrivals) -> None:
         specs = []
@@ -282,6 +356,7 @@ class SchedulerDriver:
 
     def _plan(self, step: int, plan: Plan) -> None:
         self._at = plan.step
+        self._handed(plan)
         if self.plans is not None:
             self.plans.check(plan, self.live, self.config, self.p)
         if not self.memory_only:
@@ -361,6 +436,7 @@ class SchedulerDriver:
                                 f"{type(e).__name__} on a legal Abort of "
                                 f"{', '.join(a.rid for a in cancels)}: {e}") from e
         self._call("advance", self.engine.advance, [e for e in events if not isinstance(e, Abort)])
+        self._acknowledged(events)
         if self.kv is not None:
             self.kv.take(self.engine.drain_events())
         self._states("advance", external)
@@ -372,6 +448,35 @@ class SchedulerDriver:
             for op, _handle in failed:
                 self.events.failed_copy(op, after)
         self._probe(step)
+
+    def _handed(self, plan: Plan) -> None:
+        """The plan's copies are the runtime's now, until it acknowledges them (HOST-10)."""
+        held = self.held_ops
+        for op in plan.writebacks:
+            held["writeback"][op.op_id] = op.rid
+        for o in plan.l3:
+            held["l3"][o.op_id] = o.rid
+        if Feature.LOADBACK_ACK in self.engine.features:
+            for op in plan.loadbacks:
+                held["loadback"][op.op_id] = op.rid
+            self.landing = []
+        else:  # landed before the forward: the engine may list them until the advance
+            self.landing = [op.op_id for op in plan.loadbacks]
+
+    def _acknowledged(self, events: Sequence[Any]) -> None:
+        """The copies the advance acknowledged leave the runtime's record (HOST-10)."""
+        done: list[Any] = []
+        for e in events:
+            kind = ("writeback" if isinstance(e, WritebackDone) else "loadback"
+                    if isinstance(e, LoadbackDone) else "l3"
+                    if isinstance(e, (PrefetchDone, BackupDone)) else None)
+            if kind is not None:
+                self.held_ops[kind].pop(e.op_id, None)
+                done.append(e.op_id)
+        self.landing = []
+        self.acked_now = len(done)
+        if self.transfers is not None:
+            self.transfers.acknowledged(done, f"in the advance of plan {self._at}")
 
     def _aborts(self, step: int) -> list[str]:
         """Requests the workload aborts after this plan. Also after Finish while the request

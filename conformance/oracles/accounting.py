@@ -1,0 +1,355 @@
+"""Accounting oracles: the copies in flight (HOST-10), the rest state (POOL-5) and the engine's
+own counters (POOL-6).
+
+Conservation (POOL-4) counts a page held by the caller, by a pin or by an in-flight transfer as
+owned. These oracles check that such owners are real: every copy the engine lists is one the
+caller (or the runtime) holds and has not acknowledged, at rest nothing is held by anyone, and
+the counts the engine decides with are those of its state. Each check reads what the level
+offers: a snapshot where there is one, ``counters()`` where the engine declares them, and
+otherwise only what the kit itself observed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.requests import State
+from kvconf.reference.snapshot import CacheSnapshot
+from kvconf.reference.tiers import Tier
+
+# The counters an engine may report (POOL-6), by level; an engine reports those it keeps.
+CACHE_COUNTERS = frozenset(f"{kind}_{tier.value}" for kind in ("available", "cached", "evictable")
+                           for tier in Tier)
+SCHED_COUNTERS = CACHE_COUNTERS | {"free_slots"}
+
+
+def _cached(owner: str) -> bool:
+    return owner.startswith("node:")
+
+
+def snapshot_counts(snap: CacheSnapshot) -> dict[str, int]:
+    """What a cache snapshot shows, by counter name: the pools' free lists and owner records,
+    and the pages of the nodes no lock pins (a node's count covers locks at or below it)."""
+    out: dict[str, int] = {}
+    for tier, pool in snap.pools.items():
+        out[f"available_{tier.value}"] = len(pool.free)
+        out[f"cached_{tier.value}"] = sum(1 for o in pool.owners if _cached(o))
+        out[f"evictable_{tier.value}"] = sum(len(n.pages(tier) or ()) for n in snap.nodes
+                                             if n.parent is not None and n.ref(tier) == 0)
+    return out
+
+
+def _ids(items: Iterable[Any]) -> str:
+    return ", ".join(str(i) for i in sorted(items, key=str))
+
+
+class CounterOracle(Oracle):
+    """POOL-6: the counts ``counters()`` reports equal the engine's state after every call."""
+
+    name = "counters"
+    behaviours = ("POOL-6",)
+    needs = frozenset({Feature.COUNTERS})
+
+    def names(self, counts: Any, known: frozenset[str], where: str) -> dict[str, int]:
+        """The reported mapping, checked for shape: known names, non-negative ints."""
+        if not isinstance(counts, Mapping):
+            raise self.fail("POOL-6", f"{where}: counters() returned "
+                            f"{type(counts).__name__}, not a mapping of names to counts")
+        out: dict[str, int] = {}
+        for k, v in counts.items():
+            if k not in known:
+                raise self.fail("POOL-6", f"{where}: counters() reports {k!r}, which is none of "
+                                f"the counters of this level ({_ids(known)})")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise self.fail("POOL-6", f"{where}: counter {k} is {v!r}, not a count")
+            out[k] = v
+        return out
+
+    def agree(self, counts: Mapping[str, int], want: Mapping[str, int], where: str,
+              seen: str = "its snapshot shows") -> None:
+        for k in sorted(counts):
+            if k in want and counts[k] != want[k]:
+                raise self.fail("POOL-6", f"{where}: the engine counts {k} = {counts[k]}, "
+                                f"{seen} {want[k]}")
+
+    def bounded(self, counts: Mapping[str, int], sizes: Mapping[Tier, int], where: str) -> None:
+        """What holds whatever else holds pages: nothing over the pool, evictable within
+        cached."""
+        for tier, size in sizes.items():
+            t = tier.value
+            a, c, e = (counts.get(f"{k}_{t}") for k in ("available", "cached", "evictable"))
+            if a is not None and c is not None and a + c > size:
+                raise self.fail("POOL-6", f"{where}: {a} available and {c} cached {t} pages "
+                                f"exceed the pool of {size}")
+            for n, what in ((a, "available"), (c, "cached")):
+                if n is not None and n > size:
+                    raise self.fail("POOL-6", f"{where}: {n} {what} {t} pages in a pool of "
+                                    f"{size}")
+            if e is not None and c is not None and e > c:
+                raise self.fail("POOL-6", f"{where}: {e} evictable {t} pages but only {c} "
+                                "cached")
+
+    def after_step(self, ctx: Ctx) -> None:
+        """Cache level: against the snapshot where there is one, and always against what the
+        caller knows: free, cached, held by the caller and by the copies in flight add up."""
+        if ctx.counters is None:
+            return
+        where = f"after step {ctx.index} ({ctx.op})"
+        counts = self.names(ctx.counters, CACHE_COUNTERS, where)
+        if ctx.after is not None:
+            self.agree(counts, snapshot_counts(ctx.after), where)
+        led = ctx.ledger
+        self.bounded(counts, led.sizes, where)
+        landing = {Tier.DEVICE: 0, Tier.HOST: 0}
+        for op in led.transfers.values():
+            landing[Tier.HOST if op.kind == "writeback" else Tier.DEVICE] += len(op.pairs)
+        for tier, size in led.sizes.items():
+            a, c = counts.get(f"available_{tier.value}"), counts.get(f"cached_{tier.value}")
+            if a is None or c is None:
+                continue
+            held = len(led.held) if tier is Tier.DEVICE else 0
+            if a + c + held + landing[tier] != size:
+                raise self.fail("POOL-6", f"{where}: {a} available and {c} cached {tier} pages, "
+                                f"{held} the caller holds and {landing[tier]} the copies in flight "
+                                f"fill add up to {a + c + held + landing[tier]}, not the pool's "
+                                f"{size}")
+
+    def check_sched(self, counts: Any, snap: Any, sizes: Mapping[Tier, int], slots: int,
+                    where: str) -> dict[str, int]:
+        """Scheduler level: against the snapshot where there is one; bounded otherwise (the
+        runtime cannot tell a request's pages from the tree's). Returns the counts."""
+        out = self.names(counts, SCHED_COUNTERS, where)
+        cache = getattr(snap, "cache", None)
+        if isinstance(cache, CacheSnapshot):
+            want = snapshot_counts(cache)
+            free = getattr(snap, "free_slots", None)
+            if free is not None:
+                want["free_slots"] = len(free)
+            self.agree(out, want, where)
+        self.bounded(out, sizes, where)
+        if out.get("free_slots", 0) > slots:
+            raise self.fail("POOL-6", f"{where}: {out['free_slots']} free request slots in a "
+                            f"pool of {slots}")
+        return out
+
+
+class TransferOracle(Oracle):
+    """HOST-10: the copies the engine lists in flight are those the caller holds unacknowledged.
+    White-box: it compares the snapshot's transfers with the caller's own record."""
+
+    name = "transfers"
+    behaviours = ("HOST-10",)
+    needs = frozenset({Feature.SNAPSHOT})
+
+    def __init__(self) -> None:
+        self.acked: dict[Any, str] = {}  # op id -> when its acknowledgement was sent
+
+    def _gone(self, what: str, op_id: Any, where: str) -> str:
+        when = self.acked.get(op_id)
+        how = (f"which was acknowledged {when}" if when is not None
+               else "which was never handed out")
+        return f"{where}: the engine still lists {what} {op_id} in flight, {how}"
+
+    def after_step(self, ctx: Ctx) -> None:
+        """Cache level: the snapshot's transfers against the caller's ledger."""
+        for op, _ok in ctx.acks:
+            self.acked[op.op_id] = f"at step {ctx.index}"
+        snap = ctx.after
+        if snap is None:
+            return
+        where = f"after step {ctx.index} ({ctx.op})"
+        mine = {op.op_id: ref for ref, op in ctx.ledger.transfers.items()}
+        shown = {t.op_id: t.kind for t in snap.transfers}
+        for op_id in sorted(shown.keys() - mine.keys(), key=str):
+            raise self.fail("HOST-10", self._gone(shown[op_id], op_id, where) + "; its pages "
+                            "belong to a copy nobody will acknowledge")
+        for op_id in sorted(mine.keys() - shown.keys(), key=str):
+            raise self.fail("HOST-10", f"{where}: the transfer {op_id} started at step "
+                            f"{mine[op_id]} is not acknowledged, but the engine no longer lists "
+                            "it in flight")
+        if snap.l3:
+            raise self.fail("HOST-10", f"{where}: the engine lists L3 transfers "
+                            f"{_ids(t.op_id for t in snap.l3)}, which nobody started")
+
+    def check_sched(self, snap: Any, held: Mapping[str, Mapping[Any, str]],
+                    landing: Iterable[Any], where: str, between: bool = False) -> None:
+        """Scheduler level. ``held``: by kind ("writeback", "loadback", "l3"), the copies the
+        runtime was handed and has not acknowledged; ``landing``: this plan's loadbacks, which
+        an engine whose loadbacks are not acknowledged may list until the advance.
+        ``between``: after an advance or a submit, where a copy the engine started for its next
+        plan (a backup of a writeback just acknowledged) is not handed out yet; one already
+        acknowledged must be gone all the same, and the next plan must hand out the rest."""
+        cache = getattr(snap, "cache", None)
+        if not isinstance(cache, CacheSnapshot):
+            return
+        writes, loads, l3 = held["writeback"], held["loadback"], held["l3"]
+        shown: list[tuple[str, str, set[Any], Mapping[Any, str]]] = []
+        ops = getattr(snap, "ops", None)
+        if ops is not None:
+            shown.append(("the scheduler", "writeback", {op for op, _rid in ops}, writes))
+        l3_ops = getattr(snap, "l3_ops", None)
+        if l3_ops is not None:
+            shown.append(("the scheduler", "L3 transfer", {op for op, _rid in l3_ops}, l3))
+        shown.append(("the cache", "writeback",
+                      {t.op_id for t in cache.transfers if t.kind == "writeback"}, writes))
+        shown.append(("the cache", "L3 transfer", {t.op_id for t in cache.l3}, l3))
+        for who, what, engine, runtime in shown:
+            for op_id in sorted(engine - runtime.keys(), key=str):
+                if between and op_id not in self.acked:
+                    continue  # started for the next plan, which must hand it out
+                raise self.fail("HOST-10", self._gone(what, op_id, where).replace(
+                    "the engine", who, 1))
+            for op_id in sorted(runtime.keys() - engine, key=str):
+                raise self.fail("HOST-10", f"{where}: {what} {op_id} ({runtime[op_id]}) is not "
+                                f"acknowledged, but {who} no longer lists it in flight")
+        allowed = loads.keys() | set(landing)
+        for t in cache.transfers:
+            if t.kind == "loadback" and t.op_id not in allowed:
+                raise self.fail("HOST-10", self._gone("loadback", t.op_id, where).replace(
+                    "the engine", "the cache", 1))
+        dst: set[tuple[Tier, int, str]] = set()  # (tier, page, owner) of every listed copy
+        for t in cache.transfers:
+            tier = Tier.HOST if t.kind == "writeback" else Tier.DEVICE
+            dst.update((tier, d, f"transfer:{t.op_id}") for _s, d in t.pairs)
+        for t3 in cache.l3:
+            dst.update((Tier.HOST, pg, f"transfer:{t3.op_id}") for pg in t3.pages)
+        for tier, pool in cache.pools.items():
+            for pg, owner in enumerate(pool.owners):
+                if owner.startswith("transfer:") and (tier, pg, owner) not in dst:
+                    raise self.fail("HOST-10", f"{where}: {tier} page {pg} is owned by {owner}, "
+                                    "which lists no such page in flight: a leak")
+        mamba = getattr(snap, "mamba", None)
+        if mamba is not None:
+            live = {f"transfer:{op}" for op in (*writes, *loads, *landing)}
+            live.update(f"transfer:{x.op_id}" for x in (*cache.transfers, *cache.l3))
+            for tier, owners in mamba.owners.items():
+                for slot, owner in enumerate(owners):
+                    if owner.startswith("transfer:") and owner not in live:
+                        raise self.fail("HOST-10", f"{where}: {tier} state slot {slot} is owned "
+                                        f"by {owner}, a copy the runtime does not hold: a leak")
+
+    def acknowledged(self, op_ids: Iterable[Any], when: str) -> None:
+        """The runtime acknowledged these copies ``when`` (for the messages)."""
+        for op_id in op_ids:
+            self.acked[op_id] = when
+
+
+class RestOracle(Oracle):
+    """POOL-5: at rest nothing is held by anyone. Read from the snapshot, from the counters,
+    and (by the drivers) from what an engine at rest must still be able to grant."""
+
+    name = "at-rest"
+    behaviours = ("POOL-5",)
+
+    def cache(self, snap: CacheSnapshot, where: str) -> None:
+        """A cache snapshot at rest: no lock, no transfer; every page free or held by the node
+        that lists it; each free list is the pool less its cached pages."""
+        if snap.locks:
+            lk = snap.locks[0]
+            who = "the engine's own" if lk.internal else "a caller's"
+            raise self.fail("POOL-5", f"{where}: {len(snap.locks)} locks are still held (first "
+                            f"{who} lock {lk.handle} on {lk.tier} node {lk.node}): their pages "
+                            "can never be evicted")
+        for t in snap.transfers:
+            raise self.fail("POOL-5", f"{where}: {t.kind} {t.op_id} is still in flight")
+        for t3 in snap.l3:
+            raise self.fail("POOL-5", f"{where}: L3 {t3.kind} {t3.op_id} is still in flight")
+        holder: dict[tuple[Tier, int], int] = {}
+        for n in snap.nodes:
+            for tier in Tier:
+                for pg in n.pages(tier) or ():
+                    holder[(tier, pg)] = n.id
+        for tier, pool in snap.pools.items():
+            cached = 0
+            for pg, owner in enumerate(pool.owners):
+                if owner == "free":
+                    continue
+                node = holder.get((tier, pg))
+                if not _cached(owner) or node is None or owner != f"node:{node}":
+                    raise self.fail("POOL-5", f"{where}: {tier} page {pg} is owned by {owner}"
+                                    + ("" if node is None else f" (the tree has it at node "
+                                       f"{node})") + ": neither free nor cached, a leak")
+                cached += 1
+            if len(pool.free) != pool.size - cached:
+                raise self.fail("POOL-5", f"{where}: the {tier} free list holds "
+                                f"{len(pool.free)} pages, the pool of {pool.size} less its "
+                                f"{cached} cached pages is {pool.size - cached}")
+
+    def counts(self, counts: Mapping[str, int], sizes: Mapping[Tier, int], where: str,
+               slots: int | None = None, empty: bool = False) -> None:
+        """The engine's counters at rest: free and cached pages make up each pool and nothing
+        is pinned; ``empty``: after evicting everything, every page is free."""
+        for tier, size in sizes.items():
+            t = tier.value
+            a, c, e = (counts.get(f"{k}_{t}") for k in ("available", "cached", "evictable"))
+            if empty and a is not None and a != size:
+                raise self.fail("POOL-5", f"{where}: with everything evicted the engine counts "
+                                f"{a} available {t} pages of {size}: pages leaked")
+            if a is not None and c is not None and a + c != size:
+                raise self.fail("POOL-5", f"{where}: the engine counts {a} available and {c} "
+                                f"cached {t} pages of {size}: {size - a - c} are held by "
+                                "something at rest, a leak")
+            if e is not None and c is not None and e != c:
+                raise self.fail("POOL-5", f"{where}: the engine counts {c} cached {t} pages, "
+                                f"only {e} of them evictable: {c - e} stay pinned at rest")
+        if slots is not None and counts.get("free_slots", slots) != slots:
+            raise self.fail("POOL-5", f"{where}: the engine counts {counts['free_slots']} free "
+                            f"request slots of {slots}")
+
+    def emptied(self, snap: CacheSnapshot, where: str) -> None:
+        """After everything was evicted at rest, every page of every pool is free."""
+        for tier, pool in snap.pools.items():
+            kept = [(pg, o) for pg, o in enumerate(pool.owners) if o != "free"]
+            if kept:
+                pg, owner = kept[0]
+                raise self.fail("POOL-5", f"{where}: with nothing locked and everything "
+                                f"evicted, {len(kept)} {tier} pages are not free (page {pg} "
+                                f"is owned by {owner}): pages leaked")
+
+    def scheduler(self, snap: Any, slots: int, where: str) -> None:
+        """A scheduler snapshot at rest: every request finished, no copy in flight, every
+        request slot free, its cache at rest, every Mamba state slot free or an entry's."""
+        left = [v.rid for v in getattr(snap, "requests", ()) if v.state is not State.FINISHED]
+        if left:
+            raise self.fail("POOL-5", f"{where}: requests {left[:5]} are not Finished")
+        for attr, what in (("ops", "writebacks"), ("l3_ops", "L3 transfers")):
+            ops = getattr(snap, attr, ())
+            if ops:
+                raise self.fail("POOL-5", f"{where}: the scheduler still lists {what} "
+                                f"{_ids(op for op, _rid in ops)} in flight")
+        free = getattr(snap, "free_slots", None)
+        if free is not None and len(free) != slots:
+            raise self.fail("POOL-5", f"{where}: {len(free)} of the {slots} request slots are "
+                            "free: a slot leaked")
+        cache = getattr(snap, "cache", None)
+        if isinstance(cache, CacheSnapshot):
+            self.cache(cache, where)
+        mamba = getattr(snap, "mamba", None)
+        if mamba is not None:
+            self._states(mamba, where)
+
+    def _states(self, view: Any, where: str) -> None:
+        holder: dict[tuple[Tier, int], int] = {}
+        for e in view.entries:
+            for tier, slot in ((Tier.DEVICE, e.device), (Tier.HOST, e.host)):
+                if slot is not None:
+                    holder[(tier, slot)] = e.id
+            if e.protect:
+                raise self.fail("POOL-5", f"{where}: state entry {e.id} is still protected "
+                                f"({e.protect}) for a retracted request")
+        for tier, owners in view.owners.items():
+            cached = 0
+            for slot, owner in enumerate(owners):
+                if owner == "free":
+                    continue
+                if owner != f"entry:{holder.get((tier, slot))}":
+                    raise self.fail("POOL-5", f"{where}: {tier} state slot {slot} is owned by "
+                                    f"{owner}: neither free nor cached, a leak")
+                cached += 1
+            if len(view.free[tier]) != len(owners) - cached:
+                raise self.fail("POOL-5", f"{where}: the {tier} state free list holds "
+                                f"{len(view.free[tier])} slots, the pool of {len(owners)} less "
+                                f"its {cached} cached states is {len(owners) - cached}")
