@@ -674,6 +674,44 @@ def mutants(
 
 
 @app.command()
+def variants(
+    report: Annotated[Path, typer.Option(help="Where to write the variant matrix (JSON).")] = Path(
+        "kvconf-report/variants.json"
+    ),
+    seed: SeedOpt = 0,
+    budget: BudgetOpt = None,
+    profile: ProfileOpt = None,
+    variant: Annotated[
+        list[str] | None, typer.Option("--variant", help="Only this variant (repeatable).")
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run the suite against every legal variant of the reference (the spec's MAY rules and
+    allowances) and write the matrix; exit 1 on any false alarm."""
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
+    from kvconf.conformance.variants.matrix import print_matrix, run_variants
+
+    def on_result(v) -> None:
+        if not quiet:
+            err.print(f"{v.id}: {v.passed} PASS, {len(v.false_alarms)} false alarms "
+                      f"({v.seconds:.1f} s)", highlight=False)
+
+    try:
+        prof = get_profile(profile)
+        bud = parse_budget(budget, prof)
+        _check_writable(report)
+        matrix = run_variants(seed_value=seed, profile=prof, budget=bud, report_path=report,
+                              names=variant, on_result=on_result)
+    except KitError as e:
+        _die(str(e))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the results so far are in {report}")
+        raise typer.Exit(130) from None
+    print_matrix(matrix, out, report)
+    raise typer.Exit(EXIT_OK if matrix.ok else EXIT_FAIL)
+
+
+@app.command()
 def merge(
     shards: Annotated[list[Path], typer.Argument(help="The shard reports (kvconf run --shard "
                                                  "i/N), all N of them.")],
@@ -984,6 +1022,8 @@ def spec_audit(
         out.print(f"{res.behaviours} behaviours; catalog covered {covered}/{len(res.catalog)}")
         planted = sum(1 for v in res.mutants.values() if v)
         out.print(f"catalog planted as mutants {planted}/{len(res.mutants)}")
+        taken = sum(1 for v in res.variants.values() if v)
+        out.print(f"open rules taken by a legal variant {taken}/{len(res.variants)}")
         for d, ids in sorted(res.catalog.items()):
             muts = res.mutants.get(d, [])
             out.print(f"  {d}: {', '.join(ids) if ids else '[yellow]not yet guarded[/]'}; "

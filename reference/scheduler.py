@@ -231,10 +231,15 @@ class Scheduler:
         r.pages = r.pages[r.shared :]
         r.shared = 0
 
-    def _drop_pages(self, r: Request) -> None:
-        """Give back everything the request holds on device: local pages, its pin, its slot."""
+    def _free_local(self, r: Request) -> None:
+        """Give back the request-local pages of its table (the table itself is the caller's to
+        reset)."""
         if r.local:
             self.cache.free(r.local)
+
+    def _drop_pages(self, r: Request) -> None:
+        """Give back everything the request holds on device: local pages, its pin, its slot."""
+        self._free_local(r)
         r.pages, r.shared, r.computed = [], 0, 0
         self._unlock(r)
         self._release_slot(r)
@@ -463,8 +468,7 @@ class Scheduler:
             return
         victim = max(cands, key=lambda r: (len(r.tokens), -r.arrival))
         node = self._publish(victim, victim.computed)
-        if victim.local:
-            self.cache.free(victim.local)  # the partial page: recomputed on recovery
+        self._free_local(victim)  # the partial page: recomputed on recovery
         self._release_slot(victim)
         t = self.cache.start_writeback(node) if node is not None else None
         units: tuple[tuple[int, int], ...] = ()
@@ -506,6 +510,12 @@ class Scheduler:
         r.shared = full
         return m.device_node
 
+    def _host_room(self, need: int) -> None:
+        """Evict host pages until a writeback of ``need`` pages fits, where unpinned ones allow
+        (an engine may decline the copy instead, HOST-5)."""
+        if need > self.cache.available(Tier.HOST):
+            self.cache.evict(Tier.HOST, need - self.cache.available(Tier.HOST))
+
     def _plan_writeback(self, r: Request) -> list[CopyOp]:
         """A draining request's KV goes to host; declined (host full even after eviction, or
         nothing to copy) means it simply finishes."""
@@ -513,9 +523,7 @@ class Scheduler:
         t = None
         if node is not None and r.shared:
             m = self.cache.match(r.spec.namespace, r.tokens[: r.shared * self.p])
-            need = (m.device_len - m.host_len) // self.p
-            if need > self.cache.available(Tier.HOST):
-                self.cache.evict(Tier.HOST, need - self.cache.available(Tier.HOST))
+            self._host_room((m.device_len - m.host_len) // self.p)
             t = self.cache.start_writeback(node)
         units: tuple[tuple[int, int], ...] = ()
         if t is not None and self.mamba is not None:
@@ -681,8 +689,7 @@ class Scheduler:
         node = self._publish(r, r.computed)
         if self.mamba is not None:
             self._mamba_publish(r, r.shared * self.p if node is not None else 0)
-        if r.local:
-            self.cache.free(r.local)  # the partial last page (FIN-1)
+        self._free_local(r)  # the partial last page (FIN-1)
         r.pages = r.pages[: r.shared]
         self._release_slot(r)
         to = self._finish_target(r, r.state)

@@ -3,7 +3,10 @@
 Gaps it reports: a behaviour with no oracle or no test citing it, an oracle or test citing an ID
 that does not exist, a behaviour missing from (or repeated in) its chapter, a chapter marker for an
 unknown ID, a catalog defect no mutant (``kvconf.conformance.mutants``) plants, a mutant that
-names no catalog defect or an unknown ID. Catalog IDs no behaviour guards yet are listed with an
+names no catalog defect or an unknown ID, a legal variant (``kvconf.conformance.variants``) that
+names an unknown ID or no rule the spec leaves open (a MAY rule or an allowance), or declares an
+allowance whose rule it does not name, and an open rule with neither a variant nor a recorded
+reason why none is built. Catalog IDs no behaviour guards yet are listed with an
 empty list, not as gaps, so the audit shows how much of the catalog is covered while later work
 fills it."""
 
@@ -27,10 +30,11 @@ class AuditResult:
     oracles: dict[str, list[str]] = field(default_factory=dict)  # behaviour -> oracle names
     tests: dict[str, list[str]] = field(default_factory=dict)  # behaviour -> test locations
     mutants: dict[str, list[str]] = field(default_factory=dict)  # catalog id -> mutant names
+    variants: dict[str, list[str]] = field(default_factory=dict)  # open rule -> variant names
 
     def as_json(self) -> dict:
         return {"behaviours": self.behaviours, "catalog": self.catalog, "gaps": self.gaps,
-                "mutants": self.mutants}
+                "mutants": self.mutants, "variants": self.variants}
 
 
 def test_citations(tests_dir: Path) -> dict[str, list[str]]:
@@ -85,11 +89,47 @@ def mutant_citations(registry: Registry) -> tuple[dict[str, list[str]], list[str
     return by, gaps
 
 
+def variant_citations(registry: Registry) -> tuple[dict[str, list[str]], list[str]]:
+    """Open rule (MAY, or an allowance's) -> the legal variants that take it; and the gaps: a
+    variant naming an unknown ID or no open rule, one declaring an allowance whose rule it
+    does not name, an open rule with no variant and no reason recorded, a reason recorded for a
+    rule that is not open or has a variant."""
+    from kvconf.conformance.engine.features import ALLOWANCES
+    from kvconf.conformance.variants import NOT_BUILT, all_variants, open_rules
+
+    rules = open_rules(registry)
+    by: dict[str, list[str]] = {r: [] for r in rules}
+    gaps: list[str] = []
+    for v in all_variants():
+        unknown = [i for i in v.rules if i not in registry.behaviours]
+        if unknown:
+            gaps.append(f"variant {v.name} names unknown IDs {', '.join(unknown)}")
+        if not any(i in rules for i in v.rules):
+            gaps.append(f"variant {v.name} names no rule the spec leaves open")
+        for f in sorted(v.features, key=str):
+            if f in ALLOWANCES and ALLOWANCES[f] not in v.rules:
+                gaps.append(f"variant {v.name} declares {f} but does not name "
+                            f"{ALLOWANCES[f]}")
+        for i in v.rules:
+            if i in by:
+                by[i].append(v.name)
+    for rule, names in by.items():
+        if not names and rule not in NOT_BUILT:
+            gaps.append(f"{rule}: no legal variant takes it, and no reason is recorded")
+    for rule in NOT_BUILT:
+        if rule not in by or by[rule]:
+            gaps.append(f"{rule}: a reason for no variant is recorded, but the rule is "
+                        + ("not open" if rule not in by else "taken by a variant"))
+    return by, gaps
+
+
 def audit(registry: Registry, tests_dir: Path | None) -> AuditResult:
     res = AuditResult(behaviours=len(registry.behaviours), catalog=registry.guarded_by())
     known = registry.behaviours
     res.mutants, mutant_gaps = mutant_citations(registry)
     res.gaps.extend(mutant_gaps)
+    res.variants, variant_gaps = variant_citations(registry)
+    res.gaps.extend(variant_gaps)
     res.oracles = oracle_citations()
     for bid, names in sorted(res.oracles.items()):
         if bid not in known:

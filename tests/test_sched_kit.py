@@ -43,7 +43,8 @@ L3_TIGHT = L3_FUZZ.model_copy(update={"host_pages": 4})
 
 # Defect -> (a workload that catches it, the oracle reporting it, a behaviour it cites).
 CATCHES = {
-    "ReusesPinnedPage": ("sched-mid-flight-reuse", "requests", "REQ-3"),
+    # Seen in the plan itself: the new page is one another row reads (REQ-3, black-box).
+    "ReusesPinnedPage": ("sched-mid-flight-reuse", "plan", "REQ-3"),
     "LoadbackAfterForward": ("sched-retract-and-recover", "content", "TREE-2"),
     "FailedWritebackIsDone": ("sched-failed-writebacks", "runtime-events", "REQ-5"),
     "PublishOnlyAtFinish": ("sched-mid-flight-reuse", "reuse", "PLAN-7"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.conformance.scheduler.window_cases import MODEL_CONFIGS, check_model_windows
-from kvconf.reference.scheduler import Scheduler
+from kvconf.conformance.variants.scheduler import KeepsWindowPrefix
 
 
 @pytest.mark.behaviours("WIN-1")
@@ -67,38 +66,10 @@ def test_the_kit_case_passes_the_reference_and_catches_a_top_level_reader(tmp_pa
     assert report.ok and report.results[0].status.value == "PASS"
 
 
-class _PublishesWindowPrefix(Scheduler):
-    """A scheduler for a runtime that keeps the first W positions (WIN-2): under a window it
-    publishes, mid-flight and at finish, the whole pages within them, and nothing past them."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.w = config.sliding_window
-
-    def _publish(self, r, upto):
-        if not self.w:
-            return super()._publish(r, upto)
-        cap = max(r.shared, self.w // self.p) * self.p  # whole pages in the first W positions
-        saved = self.config
-        self.config = replace(saved, sliding_window=0)
-        try:
-            return super()._publish(r, min(upto, cap))
-        finally:
-            self.config = saved
-
-    def _apply(self, ev):  # mid-flight publish under the window too (capped by _publish)
-        saved = self.config
-        self.config = replace(saved, sliding_window=0)
-        try:
-            return super()._apply(ev)
-        finally:
-            self.config = saved
-
-
 class _WindowPrefixAdapter(ReferenceSchedulerAdapter):
     features = ReferenceSchedulerAdapter.features | {Feature.KEEPS_WINDOW_PREFIX}
 
-    def __init__(self, config, scheduler_cls=_PublishesWindowPrefix):
+    def __init__(self, config, scheduler_cls=KeepsWindowPrefix):
         super().__init__(config, scheduler_cls)
 
 

@@ -54,10 +54,9 @@ def all_mutants() -> list[Mutant]:
     from kvconf.conformance.mutants.cache import PLANTED
     from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
     from kvconf.conformance.mutants.scheduler import PLANTED_SCHED
-    from kvconf.conformance.mutants.window import WindowFromTopLevelOnly
+    from kvconf.conformance.mutants.window import PLANTED_WINDOW
 
-    sched = {**PLANTED_SCHED, **PLANTED_MAMBA,
-             WindowFromTopLevelOnly.__name__: WindowFromTopLevelOnly}
+    sched = {**PLANTED_SCHED, **PLANTED_MAMBA, **PLANTED_WINDOW}
     out = ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
            + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())])
     try:  # the runtime side's mutants need torch (the GPU harness)

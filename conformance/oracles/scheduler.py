@@ -54,7 +54,8 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> b
 
 class PlanOracle(Oracle):
     name = "plan"
-    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10", "NS-3")
+    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10", "NS-3",
+                  "REQ-3")
 
     def table_covers(self, step: int, r, page_size: int) -> None:
         """PLAN-10: a row's page table has a page for every position it reads or computes."""
@@ -70,7 +71,8 @@ class PlanOracle(Oracle):
     def __init__(self) -> None:
         self.op_ids: set[Any] = set()  # every copy id handed out so far
 
-    def check(self, plan: Plan, live: dict[str, Live], config, page_size: int) -> None:
+    def check(self, plan: Plan, live: dict[str, Live], config, page_size: int,
+              window_table: bool = False) -> None:
         for op in (*plan.loadbacks, *plan.writebacks, *plan.l3):
             if op.op_id in self.op_ids:
                 raise self.fail("PLAN-5", f"plan {plan.step} reuses copy id {op.op_id}: its "
@@ -122,13 +124,40 @@ class PlanOracle(Oracle):
         if stray:
             raise self.fail("PLAN-5", f"plan {plan.step} loads back into device pages {stray} "
                             "that no row uses")
+        self.own_pages(plan, page_size, config.sliding_window, window_table)
+
+    def own_pages(self, plan: Plan, page_size: int, window: int, window_table: bool) -> None:
+        """REQ-3, black-box: a page a row computes into is no other row's in that forward (no
+        other row reads or computes through it), whatever a window let go of behind it (WIN-4):
+        a page handed to another request while the window still reads it shows here."""
+        p = page_size
+        used: dict[int, set[str]] = {}
+        written: dict[int, str] = {}
+        for r in plan.rows:
+            end = r.start + len(r.input_tokens)
+            first = max(0, r.start - window + 1) if window else 0
+            spans = [(r.page_table, 0 if window_table or not window else first)]
+            if window_table and r.window_table:
+                spans.append((r.window_table, first))
+            for table, lo in spans:
+                for k in range(lo // p, -(-end // p)):
+                    used.setdefault(table[k], set()).add(r.rid)
+                for k in range(r.start // p, -(-end // p)):
+                    written[table[k]] = r.rid
+        for page, rid in sorted(written.items()):
+            others = sorted(used.get(page, set()) - {rid})
+            if others:
+                raise self.fail("REQ-3", f"plan {plan.step}: the row of {rid} computes into "
+                                f"device page {page}, which the row of {others[0]} uses in the "
+                                "same forward")
 
 
 class RequestStateOracle(Oracle):
-    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6, NS-3 and the L3 states of L3-2 (white-box)."""
+    """REQ-1, REQ-3, FIN-1, FIN-2, PLAN-6, NS-3 and the L3 states of L3-2 (white-box); under a
+    sliding window a table slot behind the window may be a hole (WIN-4)."""
 
     name = "requests"
-    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6", "NS-3", "L3-2")
+    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6", "NS-3", "L3-2", "WIN-4")
     needs = frozenset({Feature.SNAPSHOT})
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
@@ -139,6 +168,7 @@ class RequestStateOracle(Oracle):
         locked = {lk.handle: lk.node for lk in after.cache.locks}
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
+        behind: list[tuple[str, list[int]]] = []  # table slots a window let go of (WIN-4)
         for v in after.requests:
             old = prev.get(v.rid)
             if old is not None and old.state is not v.state:
@@ -167,7 +197,14 @@ class RequestStateOracle(Oracle):
                 if v.slot in slots:
                     raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and {v.rid}")
                 slots[v.slot] = v.rid
-            for pg in local:
+            # WIN-4: a local page wholly before the first position the request's row reads
+            # (its row in flight, or the next one) may have been freed; its slot is a hole.
+            gone = 0
+            if window and local:
+                start = min(old.computed, v.computed) if old is not None else v.computed
+                gone = max(0, min(len(local), (start - window + 1) // page_size - v.shared))
+                behind.append((v.rid, list(local[:gone])))
+            for pg in local[gone:]:
                 if pg in claimed or owners[pg] != "caller":
                     raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
                                     f"{claimed.get(pg) or owners[pg]}")
@@ -197,6 +234,10 @@ class RequestStateOracle(Oracle):
                 v.op is None or v.op not in {op for op, _rid in after.ops}
             ):
                 raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in flight")
+        for rid, pages in behind:  # a slot behind the window is held where the page still is
+            for pg in pages:
+                if 0 <= pg < len(owners) and owners[pg] == "caller" and pg not in claimed:
+                    claimed[pg] = rid
         caller = sum(1 for o in owners if o == "caller")
         if caller != len(claimed):
             raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
@@ -348,13 +389,15 @@ class SchedContentOracle(Oracle):
     the tag of its own (namespace, prefix), and none holds KV a sliding window dropped (for an
     engine that declares keeps_window_prefix the runtime never drops the first W positions, so
     only a publish past them reads dropped KV: WIN-2; with a window table each table is read by
-    its own rule and nothing is dropped: WIN-3). KV of another namespace read there was
+    its own rule and nothing is dropped: WIN-3; the runtime drops only KV still where the
+    request computed it, so a page freed behind the window is its new owner's: WIN-4). KV of
+    another namespace read there was
     computed or published by a step that left its request's namespace (NS-3), or matched across
     namespaces (NS-1)."""
 
     name = "content"
-    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "WIN-3", "PLAN-11", "REQ-5",
-                  "HOST-4")
+    behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "WIN-3", "WIN-4", "PLAN-11",
+                  "REQ-5", "HOST-4")
 
     def zeroed(self, row, page: int) -> Violation:
         return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "

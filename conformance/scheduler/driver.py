@@ -116,7 +116,9 @@ class SchedulerDriver:
         # A page id the engine reserves as "no page" (holes in its tables): a row never computes
         # into it (PLAN-10).
         self.null: int | None = getattr(engine, "null_page", None)
-        self.base: dict[str, int] = {}  # positions a request reused at its last admission
+        # Under a sliding window (no window table), the KV each request computed and has not
+        # yet dropped: position -> (device page, tag), where its row wrote it (WIN-4).
+        self.own: dict[str, dict[int, tuple[int, int]]] = {}
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
         # HOST-9: an engine whose acknowledgement carries no success flag never hears of a
@@ -326,6 +328,9 @@ class SchedulerDriver:
                    for a in self.trace.arrivals)
 
     def _quiet(self, plan: Plan) -> bool:
+        if self.abandoned and plan.empty and not self.later and not self.loads_later \
+                and not (self.l3 is not None and self.l3.busy()):
+            return True  # HOST-9: the runtime ended at its failed copy; nothing moves without it
         if self.later or self.loads_later or any(not r.finished or r.copying
                                                  for r in self.live.values()):
             return False
@@ -337,11 +342,12 @@ class SchedulerDriver:
             return plan.empty
         # self.snap is the state after this plan's advance: a rejected probe changes nothing.
         # A copy the engine started for its next plan (a backup) is not handed out yet; one
-        # that failed and was never acknowledged (HOST-9) stays listed for good.
+        # that failed and was never acknowledged (HOST-9) stays listed for good, and its request
+        # waits for nothing more.
         listed = {op for op, _rid in (*getattr(self.snap, "ops", ()),
                                       *getattr(self.snap, "l3_ops", ()))}
-        return all(v.state is State.FINISHED for v in self.snap.requests) and not (
-            listed - set(self.abandoned))
+        return all(v.state is State.FINISHED or (v.op is not None and v.op in self.abandoned)
+                   for v in self.snap.requests) and not (listed - set(self.abandoned))
 
     def _submit(self, arrivals) -> None:
         specs = []
@@ -358,7 +364,7 @@ class SchedulerDriver:
         self._at = plan.step
         self._handed(plan)
         if self.plans is not None:
-            self.plans.check(plan, self.live, self.config, self.p)
+            self.plans.check(plan, self.live, self.config, self.p, self.window_table)
         if not self.memory_only:
             self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
                                   self.abandoned_pages)
@@ -381,6 +387,10 @@ class SchedulerDriver:
             self._finish_copy(handle, True)
         if plan.zero or plan.zero_states:  # fresh pages zeroed before the forward (PLAN-11)
             self._zero(plan)
+        w = self.config.sliding_window
+        if w and not self.window_table:  # no row of this plan reads these again (WIN-4)
+            for row in plan.rows:
+                self._drop_behind(row.rid, row.start - w + 1)
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
@@ -445,7 +455,9 @@ class SchedulerDriver:
             for e in events:
                 if isinstance(e, Abort):
                     self.events.aborted(e.rid, after)
-            for op, _handle in failed:
+            # REQ-5 judges a failure the engine heard of; under HOST-9 it never hears of one
+            # (the copy stays unacknowledged, its host pages the transfer's).
+            for op, _handle in [] if self.fatal_failures else failed:
                 self.events.failed_copy(op, after)
         self._probe(step)
 
@@ -505,9 +517,10 @@ class SchedulerDriver:
     def _forward(self, row, req: Live) -> None:
         """Check what the row reads, write what it computes; under a sliding window W the row
         reads only the W - 1 positions before it, and afterwards the runtime drops the
-        request's own KV more than W behind (positions it computed, not those it reused). With
-        a window table (WIN-3) the full table gives every earlier position, the window table
-        the W - 1 before, both receive what the row computes, and nothing is dropped."""
+        request's own KV more than W behind (positions it computed, not those it reused:
+        ``_drop_behind``). With a window table (WIN-3) the full table gives every earlier
+        position, the window table the W - 1 before, both receive what the row computes, and
+        nothing is dropped."""
         p, ns = self.p, req.ns
         n = len(row.input_tokens)
         w = self.config.sliding_window
@@ -535,13 +548,33 @@ class SchedulerDriver:
                                        f"{self.null} of its table {list(table)}")
             self.memory.write(Tier.DEVICE, pages, [i % p for i in writes], tags)
         if w and not self.window_table:
-            if row.kind == "prefill" and row.start == row.reused:  # an admission
-                self.base[row.rid] = row.reused
+            own = self.own.setdefault(row.rid, {})
+            if row.kind == "prefill" and row.start == row.reused:  # an admission: a new table
+                own.clear()
             # A runtime that keeps the window-equivalent prefix never drops the first w (WIN-2).
             keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
-            drops = range(max(self.base.get(row.rid, 0), keep), row.start + n - w)
-            self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
-                              [i % p for i in drops], [DROPPED] * len(drops))
+            own.update((i, (row.page_table[i // p], t))
+                       for i, t in zip(writes, tags, strict=True) if i >= keep)
+            self._drop_behind(row.rid, row.start + n - w)
+
+    def _drop_behind(self, rid: str, upto: int) -> None:
+        """The runtime drops the request's own KV before position ``upto``, each position once,
+        and only where it still lies: in the page the request's row computed it into, holding
+        that row's tag. The engine may have freed such a page behind the window and handed it
+        on (WIN-4): then it holds its new owner's KV, or will before anyone reads it, and the
+        marker would fall on KV that is not the request's."""
+        own = self.own.get(rid)
+        gone = sorted(i for i in own if i < upto) if own else ()
+        if not gone:
+            return
+        p = self.p
+        where = [own.pop(i) for i in gone]
+        got = self.memory.read(Tier.DEVICE, [pg for pg, _t in where], [i % p for i in gone])
+        still = [(pg, i % p) for i, (pg, t), now in zip(gone, where, got, strict=True)
+                 if now == t]
+        if still:
+            self.memory.write(Tier.DEVICE, [pg for pg, _s in still], [s for _pg, s in still],
+                              [DROPPED] * len(still))
 
     def _read(self, row, ns: int, table: Sequence[int], reads: range,
               window: bool = False) -> None:

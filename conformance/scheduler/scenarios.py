@@ -124,6 +124,19 @@ SCHED_SCENARIOS: tuple[SchedScenario, ...] = (
         "the same prefix recompute it instead of reading dropped KV (D381-4, D381-5).",
     ),
     SchedScenario(
+        "sched-window-frees-pages", ("WIN-4", "REQ-3", "PLAN-8", "TREE-2"),
+        frozenset({Feature.SLIDING_WINDOW}),
+        _t("sched-window-frees-pages", ("WIN-4", "REQ-3"),
+           config=SchedConfig(sliding_window=4, device_pages=8, host_pages=8, max_tokens=8,
+                              max_batch=3),
+           arrivals=[Arrival(at=0, rid="long", tokens=[1, 2, 0, 0, 0, 1, 1, 2], new_tokens=6),
+                     Arrival(at=1, rid="next", tokens=[0, 0, 0, 2], new_tokens=4)]),
+        "On a small device under a window, a scheduler may free the pages behind a decoding "
+        "request's window and serve another request with them at once (WIN-4): the runtime "
+        "drops only KV still where its request computed it; a page the window still reads "
+        "serves nobody else (E-19).",
+    ),
+    SchedScenario(
         "sched-no-mixed-batches", ("PLAN-2", "PLAN-3", "PLAN-1"),
         frozenset(),
         _t("sched-no-mixed-batches", ("PLAN-3",),

@@ -1,0 +1,293 @@
+"""The legal-variant matrix: the whole suite against every variant, the kit's false alarms counted.
+
+The dual of the kill matrix (``kvconf.conformance.mutants.kill``). Each variant runs every case
+of its level that its features allow, in the suite's order, to the end: a PASS is what a legal
+engine is owed, anything else (FAIL, ERROR, TIMEOUT, CRASH) is a false alarm. A case whose
+needs the variant's features do not meet is not run, exactly as ``kvconf run`` reports it
+NOT_SUPPORTED: only a declared feature decides that, never a list of cases. Each variant must
+also behave unlike the reference on some hand-written trace (its witness), or it proves nothing.
+The rules the spec leaves open (MAY rules, allowances) are listed with the variants that take
+them, or as "no variant yet" with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from kvconf.conformance import __version__
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import Budget, Profile
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.conformance.trace import write_atomic
+from kvconf.conformance.variants import NOT_BUILT, Variant, all_variants, open_rules
+
+FORMAT = "kvconf-variant-matrix/1"
+# Verdicts that say the case could not judge this engine; any other verdict but PASS is a false
+# alarm. NOT_APPLICABLE, where the runner has it, comes from declared features too.
+UNJUDGED = frozenset({"NOT_SUPPORTED", "NOT_APPLICABLE"})
+
+
+class FalseAlarm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    case: str
+    status: str
+    oracle: str | None = None
+    behaviours: list[str] = []
+    message: str = ""
+    trace: str | None = None  # relative to the report
+
+
+class VariantResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    level: str
+    rules: list[str]  # the rules it exercises
+    features: list[str]  # what it declares beyond the reference adapter
+    summary: str = ""
+    passed: int = 0
+    not_run: list[str] = []  # cases whose needs its features do not meet
+    false_alarms: list[FalseAlarm] = []
+    witness: str | None = None  # a trace on which it behaves unlike the reference
+    seconds: float = 0.0
+
+
+class RuleRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str
+    open_as: str  # "MAY", "allowance <feature>", or both
+    variants: list[str] = []
+    not_built: str | None = None  # why no variant takes it yet
+
+
+class VariantInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kvconf: str
+    seed: int
+    profile: str
+    budget: str
+    started: str
+    finished: str | None = None
+    interrupted: bool = False
+
+
+class VariantMatrix(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = FORMAT
+    run_info: VariantInfo
+    variants: list[VariantResult] = []
+    rules: list[RuleRow] = []
+    summary: dict = {}
+
+    def summarize(self) -> VariantMatrix:
+        alarms = [f"{v.id}: {a.case}" for v in self.variants for a in v.false_alarms]
+        run = sum(v.passed + len(v.false_alarms) for v in self.variants)
+        self.summary = {
+            "variants": len(self.variants),
+            "cases_run": run,
+            "passed": sum(v.passed for v in self.variants),
+            "false_alarms": alarms,
+            "false_alarm_rate": round(len(alarms) / run, 4) if run else None,
+            "without_witness": [v.id for v in self.variants if v.witness is None],
+            "rules_open": len(self.rules),
+            "rules_covered": sum(1 for r in self.rules if r.variants),
+            "no_variant_yet": [r.rule for r in self.rules if not r.variants],
+        }
+        return self
+
+    @property
+    def ok(self) -> bool:
+        """No false alarm, and every variant shown to differ from the reference."""
+        return all(not v.false_alarms and v.witness is not None for v in self.variants)
+
+
+def _probe_features(variant: Variant) -> frozenset[Feature]:
+    factory = variant.factory()
+    level = Feature.CACHE if variant.level == "cache" else Feature.SCHEDULER
+    probe = factory(EngineConfig() if variant.level == "cache" else SchedConfig())
+    return frozenset({level}) | probe.features
+
+
+def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Budget,
+              out_dir: Path | None) -> VariantResult:
+    """Every case of the variant's level its features allow, each to its verdict."""
+    from kvconf.conformance.running.runner import RunContext, all_cases, run_case
+
+    factory = variant.factory()
+    features = _probe_features(variant)
+    cache = variant.level == "cache"
+    ctx = RunContext(
+        f"variant:{variant.name}", factory if cache else None, EngineConfig(), seed_value,
+        profile, budget, out_dir / variant.name if out_dir else None,
+        sched_factory=None if cache else factory, features=features,
+    )
+    level = Feature.CACHE if cache else Feature.SCHEDULER
+    res = VariantResult(id=variant.name, level=variant.level, rules=list(variant.rules),
+                        features=sorted(f.value for f in variant.features),
+                        summary=variant.summary)
+    t0 = time.perf_counter()
+    for case in all_cases():
+        if level not in case.needs:
+            continue  # the other level's cases: the variant does not speak it
+        if not case.needs <= features:
+            res.not_run.append(case.name)
+            continue
+        result = run_case(ctx, case)
+        status = result.status.value
+        if result.status is Status.PASS:
+            res.passed += 1
+        elif status in UNJUDGED:
+            res.not_run.append(case.name)
+        else:
+            trace = f"{variant.name}/{result.trace}" if result.trace else None
+            res.false_alarms.append(FalseAlarm(
+                case=case.name, status=status, oracle=result.oracle,
+                behaviours=list(result.behaviours), message=result.message, trace=trace))
+    res.witness = witness(variant)
+    res.seconds = round(time.perf_counter() - t0, 3)
+    return res
+
+
+def _outcome(level: str, factory, trace) -> tuple:
+    """What an engine visibly does with a trace: the driver's log (every call's result, every
+    plan), or the rule the run broke."""
+    from kvconf.conformance.oracles.base import Violation
+
+    try:
+        if level == "cache":
+            from kvconf.conformance.running.runner import play
+
+            return ("log", repr(play(factory, trace, determinism=False)))
+        from kvconf.conformance.scheduler.generator import play_sched
+
+        driver = play_sched(factory, trace, determinism=False)
+        return ("log", repr(driver.log), tuple(driver.ignored))
+    except Violation as v:
+        return ("violation", v.oracle, tuple(v.behaviours))
+
+
+def witness(variant: Variant) -> str | None:
+    """The first hand-written trace of the variant's level on which the variant and the
+    reference behave differently, both declaring the variant's features (the driver plays them
+    alike), else both declaring the reference's alone; None when no trace tells them apart."""
+    from kvconf.conformance.cache.scenarios import SCENARIOS
+    from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+
+    for declared in (True, False):
+        mine = variant.factory(with_features=declared)
+        ref = variant.reference_factory(with_features=declared)
+        if variant.level == "cache":
+            config = EngineConfig()
+            traces = [(sc.name, sc.needs, sc.trace(config)) for sc in SCENARIOS]
+            features = mine(config).features
+        else:
+            traces = [(sc.name, sc.needs, sc.trace) for sc in SCHED_SCENARIOS]
+            features = mine(SchedConfig()).features
+        for name, needs, trace in traces:
+            if not needs <= features:
+                continue
+            if _outcome(variant.level, ref, trace) != _outcome(variant.level, mine, trace):
+                return name if declared else f"{name} (each declaring the reference's features)"
+    return None
+
+
+def rule_rows(variants: list[Variant]) -> list[RuleRow]:
+    from kvconf.spec.registry import load_registry
+
+    rows = []
+    for rule, why in open_rules(load_registry()).items():
+        takers = [v.name for v in variants if rule in v.rules]
+        rows.append(RuleRow(rule=rule, open_as=why, variants=takers,
+                            not_built=None if takers else NOT_BUILT.get(
+                                rule, "no variant yet, and no reason recorded")))
+    return rows
+
+
+def run_variants(*, seed_value: int, profile: Profile, budget: Budget, report_path: Path | None,
+                 names: list[str] | None = None,
+                 on_result: Callable[[VariantResult], None] | None = None) -> VariantMatrix:
+    """Every variant (or those named), one after another; the report is rewritten after each."""
+    from kvconf.conformance.errors import KitError
+    from kvconf.conformance.running.runner import now
+
+    variants = all_variants()
+    if names:
+        known = {v.name for v in variants}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise KitError(f"--variant {unknown[0]}: unknown (known: {', '.join(sorted(known))})")
+        variants = [v for v in variants if v.name in names]
+    out_dir = report_path.parent if report_path is not None else None
+    matrix = VariantMatrix(run_info=VariantInfo(kvconf=__version__, seed=seed_value,
+                                                profile=profile.name, budget=str(budget),
+                                                started=now()),
+                           rules=rule_rows(all_variants()))
+
+    def save() -> None:
+        if report_path is not None:
+            write_atomic(report_path, matrix.summarize().model_dump_json(indent=2) + "\n")
+
+    try:
+        for v in variants:
+            res = judge_one(v, seed_value=seed_value, profile=profile, budget=budget,
+                            out_dir=out_dir)
+            matrix.variants.append(res)
+            save()
+            if on_result:
+                on_result(res)
+    except KeyboardInterrupt:
+        matrix.run_info.interrupted = True
+        matrix.run_info.finished = now()
+        save()
+        raise
+    matrix.run_info.finished = now()
+    save()
+    return matrix.summarize()
+
+
+def print_matrix(matrix: VariantMatrix, console, report: Path | None) -> None:
+    """The legal-variant matrix as two tables: the variants, then the rules left open."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    info = matrix.run_info
+    table = Table(title=f"kvconf variants (seed {info.seed}, {info.profile}, {info.budget})")
+    for col in ("variant", "rules", "declares", "PASS", "not run", "false alarms",
+                "differs from the reference on"):
+        table.add_column(col, justify="right" if col in ("PASS", "not run") else "left",
+                         overflow="fold")
+    for v in matrix.variants:
+        alarms = ("[green]0[/]" if not v.false_alarms else "[red]" + escape("; ".join(
+            f"{a.case} {a.status} [{a.oracle}] {', '.join(a.behaviours)}"
+            for a in v.false_alarms)) + "[/]")
+        table.add_row(f"{v.id} ({v.level})", ", ".join(v.rules), ", ".join(v.features) or "-",
+                      str(v.passed), str(len(v.not_run)), alarms,
+                      escape(v.witness) if v.witness else "[red]nothing: proves nothing[/]")
+    console.print(table)
+    rules = Table(title="rules the spec leaves open")
+    for col in ("rule", "open as", "variants"):
+        rules.add_column(col, overflow="fold")
+    for r in matrix.rules:
+        rules.add_row(r.rule, r.open_as, ", ".join(r.variants) if r.variants
+                      else f"[yellow]no variant yet[/]: {escape(r.not_built or '')}")
+    console.print(rules)
+    s = matrix.summary
+    console.print(
+        f"false alarms {len(s['false_alarms'])} in {s['cases_run']} cases run on "
+        f"{s['variants']} variants (rate {s['false_alarm_rate']}); open rules with a variant "
+        f"{s['rules_covered']}/{s['rules_open']}"
+        + (f"; no variant yet: {', '.join(s['no_variant_yet'])}" if s["no_variant_yet"] else "")
+        + (f"; not shown to differ: {', '.join(s['without_witness'])}"
+           if s["without_witness"] else ""), highlight=False)
+    if report is not None:
+        console.print(f"report: {report}", highlight=False)

@@ -1,0 +1,260 @@
+"""Legal variants of the reference scheduler: each takes another choice the spec permits.
+
+Built by subclassing, never by editing the reference; each docstring starts with the rules it
+exercises, and ``features`` says what it declares.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.variants.cache import LowestFreePageFirst
+from kvconf.reference.plan import (
+    Abort,
+    BackupDone,
+    ExtendResult,
+    Finish,
+    LoadbackDone,
+    PrefetchDone,
+    WritebackDone,
+)
+from kvconf.reference.requests import State
+from kvconf.reference.scheduler import Scheduler, SchedulerError
+from kvconf.reference.tiers import Tier
+
+
+def _an_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@contextmanager
+def _no_window_guard(sched: Scheduler):
+    """The reference's publishing with its window guard off (PLAN-8): for a variant whose
+    runtime keeps what the guard protects, and which caps what it publishes by its own rule."""
+    saved = sched.config
+    sched.config = replace(saved, sliding_window=0)
+    try:
+        yield
+    finally:
+        sched.config = saved
+
+
+# ----------------------------------------------------------------------------- windows
+class FreesBehindWindow(Scheduler):
+    """WIN-4: under a sliding window, each request-local page whose positions all lie before
+    the first one the request's next row reads is freed while the request prefills or decodes,
+    before that row's pages are allocated (so it may serve this very plan); the table keeps the
+    stale id in the slot, a hole no row reads."""
+
+    features = frozenset()
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._holes: dict[str, set[int]] = {}  # request -> table slots freed behind the window
+
+    def _freeable(self, r) -> int:
+        """How many leading table slots lie wholly behind the window of the row that computes
+        from ``r.computed`` (it reads from r.computed - W + 1)."""
+        return max(0, r.computed - self.config.sliding_window + 1) // self.p
+
+    def _free_behind(self, r) -> None:
+        if not self.config.sliding_window:
+            return
+        holes = self._holes.setdefault(r.rid, set())
+        for k in range(r.shared, min(self._freeable(r), len(r.pages))):
+            if k not in holes:
+                self.cache.free([r.pages[k]])
+                holes.add(k)
+
+    def _free_local(self, r) -> None:
+        holes = self._holes.pop(r.rid, set())
+        pages = [pg for k, pg in enumerate(r.pages) if k >= r.shared and k not in holes]
+        if pages:
+            self.cache.free(pages)
+
+    def _prefill_row(self, r, budget, loadbacks):
+        if r.state is State.PREFILLING:  # a later chunk: its table is the request's own
+            self._free_behind(r)
+        return super()._prefill_row(r, budget, loadbacks)
+
+    def _decode_row(self, r, writebacks, rows):
+        self._free_behind(r)
+        return super()._decode_row(r, writebacks, rows)
+
+
+class KeepsWindowPrefix(Scheduler):
+    """WIN-2 / PLAN-8: for a runtime that keeps each sequence's first W positions, whole pages
+    within them are published under the window (mid-flight and at finish) and reused; nothing
+    past them is."""
+
+    features = frozenset({Feature.KEEPS_WINDOW_PREFIX})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.window = self.config.sliding_window  # the guard is off while _apply publishes
+
+    def _publish(self, r, upto):
+        w = self.window
+        if not w:
+            return super()._publish(r, upto)
+        cap = max(r.shared, w // self.p) * self.p  # whole pages in the first W positions
+        with _no_window_guard(self):
+            return super()._publish(r, min(upto, cap))
+
+    def _apply(self, ev):  # mid-flight publish under the window too (capped by _publish)
+        with _no_window_guard(self):
+            return super()._apply(ev)
+
+
+class WindowTable(Scheduler):
+    """WIN-3 / PLAN-8: the window's layers get a table of their own beside the full table: it
+    names the full table's pages, with a null page (an id past the pool) for every page wholly
+    behind the row's window. Nothing is dropped, so prefixes are published as under full
+    attention, mid-flight and at finish."""
+
+    features = frozenset({Feature.WINDOW_TABLE})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        c = self.config
+        self.null_page = c.device_pages
+        self.page_ids = (c.device_pages + 1, c.host_pages)
+        self.window = c.sliding_window
+
+    def _windowed(self, row):
+        w = self.window
+        if row is None or not w:
+            return row
+        first = max(0, row.start - w + 1)
+        table = tuple(self.null_page if (k + 1) * self.p <= first else pg
+                      for k, pg in enumerate(row.page_table))
+        return replace(row, window_table=table)
+
+    def _prefill_row(self, r, budget, loadbacks):
+        return self._windowed(super()._prefill_row(r, budget, loadbacks))
+
+    def _decode_row(self, r, writebacks, rows):
+        return self._windowed(super()._decode_row(r, writebacks, rows))
+
+    def _publish(self, r, upto):
+        with _no_window_guard(self):
+            return super()._publish(r, upto)
+
+    def _apply(self, ev):
+        with _no_window_guard(self):
+            return super()._apply(ev)
+
+
+# ----------------------------------------------------------------------------- events
+class IgnoresUnknownEvents(Scheduler):
+    """REQ-6: an event naming a request the scheduler does not hold, or a transfer not in
+    flight, is ignored instead of rejected; the rest of the call is applied as usual."""
+
+    features = frozenset({Feature.IGNORES_UNKNOWN_EVENTS})
+
+    def _names_nothing(self, ev) -> bool:
+        if isinstance(ev, (ExtendResult, Finish, Abort)):
+            return isinstance(ev.rid, str) and ev.rid not in self.requests
+        if isinstance(ev, WritebackDone):
+            return _an_id(ev.op_id) and ev.op_id not in self._ops
+        if isinstance(ev, (PrefetchDone, BackupDone)):
+            return _an_id(ev.op_id) and ev.op_id not in self._l3
+        return False
+
+    def advance(self, events):
+        super().advance([ev for ev in events if not self._names_nothing(ev)])
+
+
+class AcknowledgesLoadbacks(Scheduler):
+    """HOST-8: the runtime acknowledges each loadback; until then the scheduler keeps the
+    loaded path pinned on both tiers (its host source and its device destination), whatever
+    happens to the request meanwhile. An acknowledgement of a loadback not in flight is
+    rejected and changes nothing."""
+
+    features = frozenset({Feature.LOADBACK_ACK})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._landing: dict[int, list[int]] = {}  # loadback op -> pins held until its ack
+
+    def _prefill_row(self, r, budget, loadbacks):
+        before = len(loadbacks)
+        row = super()._prefill_row(r, budget, loadbacks)
+        for op in loadbacks[before:]:
+            pins = []
+            if op.pairs and r.node is not None:
+                pins = [self.cache.lock(r.node, Tier.DEVICE), self.cache.lock(r.node, Tier.HOST)]
+            self._landing[op.op_id] = pins
+        return row
+
+    def advance(self, events):
+        acks = [ev for ev in events if isinstance(ev, LoadbackDone)]
+        seen: set[int] = set()
+        for ev in acks:
+            if not _an_id(ev.op_id) or ev.op_id not in self._landing or ev.op_id in seen:
+                raise SchedulerError("unknown_op", f"loadback {ev.op_id!r} is not in flight",
+                                     event="LoadbackDone")
+            seen.add(ev.op_id)
+        super().advance([ev for ev in events if not isinstance(ev, LoadbackDone)])
+        for ev in acks:
+            for handle in self._landing.pop(ev.op_id):
+                self.cache.unlock(handle)
+
+
+class FailedCopyIsFatal(Scheduler):
+    """HOST-9: a writeback's acknowledgement means the copy landed (its success flag is not
+    read): a failed copy ends the runtime and is never acknowledged."""
+
+    features = frozenset({Feature.FATAL_TRANSFER_FAILURE})
+
+    def _apply(self, ev):
+        if isinstance(ev, WritebackDone) and ev.success is not True:
+            ev = replace(ev, success=True)
+        return super()._apply(ev)
+
+
+class DeclinesWritebackWithoutRoom(Scheduler):
+    """HOST-5: a draining request's writeback is declined when the host pool has too few free
+    pages, instead of evicting host pages to make room; the request then simply finishes."""
+
+    features = frozenset()
+
+    def _host_room(self, need: int) -> None:
+        return None
+
+
+class SchedulerLowestFreePageFirst(Scheduler):
+    """POOL-3: the scheduler's cache hands out the lowest free page ids first, so requests get
+    other pages than the reference gives them."""
+
+    features = frozenset()
+    cache_cls = LowestFreePageFirst
+
+
+# ----------------------------------------------------------------------------- Mamba
+class ReservesCheckpointSlot(Scheduler):
+    """MAMBA-9: a request is admitted only with room for its working and its checkpoint state
+    slots together; with fewer it waits, where the reference admits it and reports the missing
+    checkpoint."""
+
+    features = frozenset({Feature.MAMBA_CHECKPOINT_SLOT})
+
+    def _admit(self, r, budget, loadbacks):
+        if self.mamba is None:
+            return super()._admit(r, budget, loadbacks)
+        held = [self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}") for _ in range(2)]
+        for slot in held:  # room for both made (evicting unused states), then given back
+            if slot is not None:
+                self.mamba.free(Tier.DEVICE, slot)
+        if None in held:
+            return False
+        return super()._admit(r, budget, loadbacks)
+
+
+SCHED_VARIANTS: tuple[type, ...] = (
+    FreesBehindWindow, KeepsWindowPrefix, WindowTable, IgnoresUnknownEvents,
+    AcknowledgesLoadbacks, FailedCopyIsFatal, DeclinesWritebackWithoutRoom,
+    SchedulerLowestFreePageFirst, ReservesCheckpointSlot,
+)

@@ -1,0 +1,226 @@
+"""The legal variants (``kvconf variants``): each passes what it is owed, each differs from the
+reference, the window's false alarm is gone and the defect beside it is still caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.cli import app
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import ALLOWANCES, Feature
+from kvconf.conformance.mutants.window import FreesInsideWindow
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.conformance.running.runner import RunContext, all_cases, run_case, select_cases
+from kvconf.conformance.scheduler.generator import play_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+from kvconf.conformance.variants import NOT_BUILT, all_variants, open_rules
+from kvconf.conformance.variants import scheduler as sched_variants
+from kvconf.conformance.variants.matrix import judge_one, run_variants, witness
+from kvconf.conformance.variants.scheduler import FailedCopyIsFatal, FreesBehindWindow
+from kvconf.reference.scheduler import Scheduler
+from kvconf.spec.audit import audit
+from kvconf.spec.registry import load_registry
+
+VARIANTS = {v.name: v for v in all_variants()}
+WINDOW_CASES = ("sched-sliding-window", "sched-window-frees-pages", "fuzz-scheduler-window")
+
+
+def adapter(cls, snapshot: bool = True):
+    """The reference adapter over ``cls``, with or without its snapshot (black-box)."""
+    feats = ReferenceSchedulerAdapter.features - (set() if snapshot else {Feature.SNAPSHOT})
+    return type(f"Over{cls.__name__}", (ReferenceSchedulerAdapter,), {
+        "features": feats, "__init__": lambda self, c: ReferenceSchedulerAdapter.__init__(
+            self, c, cls)})
+
+
+def scenario(name: str) -> SchedTrace:
+    return next(sc.trace for sc in SCHED_SCENARIOS if sc.name == name)
+
+
+def run_cases(factory, names, features, budget="20"):
+    profile = get_profile("ci")
+    ctx = RunContext("t", None, EngineConfig(), 0, profile, parse_budget(budget, profile), None,
+                     sched_factory=factory, features=features | {Feature.SCHEDULER})
+    return {c.name: run_case(ctx, c) for c in select_cases(list(names))}
+
+
+@pytest.mark.behaviours("WIN-4", "REQ-3", "PLAN-8", "TREE-2")
+@pytest.mark.parametrize("snapshot", [True, False], ids=["white-box", "black-box"])
+def test_freeing_pages_behind_the_window_passes_the_window_cases(snapshot) -> None:
+    """The issue's false alarm: REQ-3 from the snapshot, PLAN-8 / TREE-2 from the dropped
+    marker written through stale slots into pages other requests hold by then."""
+    factory = adapter(FreesBehindWindow, snapshot)
+    results = run_cases(factory, WINDOW_CASES, factory.features)
+    assert {n: r.status.value for n, r in results.items()} == dict.fromkeys(WINDOW_CASES, "PASS")
+
+
+def doubly_listed(driver) -> list[int]:
+    """The plans in which one device page is in the tables of two rows."""
+    out = []
+    for entry in driver.log:
+        if entry[0] != "plan":
+            continue
+        tables = [set(row[5]) for row in entry[2]]
+        if len(set().union(*tables)) < sum(len(t) for t in tables):
+            out.append(entry[1])
+    return out
+
+
+@pytest.mark.behaviours("WIN-4")
+def test_the_freed_pages_serve_other_requests_at_once() -> None:
+    """The variant really hands pages behind the window on: a page sits in two requests'
+    tables in one plan (a stale slot in one, live in the other); never so in the reference."""
+    trace = scenario("sched-window-frees-pages")
+    assert doubly_listed(play_sched(adapter(FreesBehindWindow), trace))
+    assert not doubly_listed(play_sched(adapter(Scheduler), trace))
+
+
+@pytest.mark.behaviours("WIN-4", "REQ-3")
+@pytest.mark.parametrize("snapshot", [True, False], ids=["white-box", "black-box"])
+def test_freeing_a_page_the_window_still_reads_is_caught(snapshot) -> None:
+    """E-19: the mutant frees one page too early; the snapshot shows the page held twice, and
+    without one the plan shows another request computing into a page the window reads."""
+    with pytest.raises(Violation) as e:
+        play_sched(adapter(FreesInsideWindow, snapshot), scenario("sched-window-frees-pages"))
+    assert "REQ-3" in e.value.behaviours
+    assert e.value.oracle == ("requests" if snapshot else "plan"), e.value
+
+
+@pytest.mark.behaviours("HOST-9", "REQ-5")
+def test_a_failed_copy_never_acknowledged_is_no_req5_finding() -> None:
+    """HOST-9: the copy stays the transfer's; REQ-5 judges failures the engine hears of. The
+    same variant without its declaration serves what the failed copy left (E-1)."""
+    trace = scenario("sched-failed-writebacks")
+    declared = VARIANTS["FailedCopyIsFatal"].factory()
+    play_sched(declared, trace)
+    with pytest.raises(Violation):
+        play_sched(adapter(FailedCopyIsFatal), trace)
+
+
+@pytest.mark.behaviours("TREE-7", "EVICT-6", "POOL-3", "WIN-2", "WIN-3", "WIN-4", "REQ-6",
+                        "HOST-5", "HOST-8", "HOST-9", "MAMBA-9")
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variant_passes_the_scenarios_of_its_level(name) -> None:
+    """The hand-written cases, fast; the whole suite with its fuzz cases is ``kvconf variants``
+    (in CI)."""
+    v = VARIANTS[name]
+    level = Feature.CACHE if v.level == "cache" else Feature.SCHEDULER
+    factory = v.factory()
+    cfg = EngineConfig() if v.level == "cache" else SchedConfig()
+    features = frozenset({level}) | factory(cfg).features
+    profile = get_profile("ci")
+    ctx = RunContext("t", factory if v.level == "cache" else None, cfg if v.level == "cache"
+                     else EngineConfig(), 0, profile, parse_budget("5", profile), None,
+                     sched_factory=None if v.level == "cache" else factory, features=features)
+    ran = [c for c in all_cases() if level in c.needs and not c.fuzz and c.needs <= features]
+    assert ran
+    bad = {c.name: r.message for c in ran if (r := run_case(ctx, c)).status.value != "PASS"}
+    assert not bad
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variant_behaves_unlike_the_reference(name) -> None:
+    """A variant the reference's traces cannot tell from the reference proves nothing."""
+    assert witness(VARIANTS[name]) is not None
+
+
+def test_a_variant_that_is_the_reference_has_no_witness(monkeypatch) -> None:
+    class Same(Scheduler):
+        """WIN-4: nothing changed at all."""
+
+        features = frozenset()
+
+    monkeypatch.setattr(sched_variants, "SCHED_VARIANTS", (Same,))
+    (v,) = [v for v in all_variants() if v.name == "Same"]
+    assert witness(v) is None
+
+
+def test_each_variant_declares_the_allowances_of_the_rules_it_names() -> None:
+    """An allowance holds an engine to its other rule only where it declares the feature, so
+    a variant naming that rule declares it, and declares no allowance whose rule it omits."""
+    rule_of = {f: r for f, r in ALLOWANCES.items()}
+    for v in VARIANTS.values():
+        for feature, rule in rule_of.items():
+            assert (feature in v.features) == (rule in v.rules), (v.name, feature)
+
+
+def test_every_open_rule_has_a_variant_or_a_reason() -> None:
+    rules = open_rules(load_registry())
+    taken = {r for v in VARIANTS.values() for r in v.rules}
+    assert set(rules) <= taken | set(NOT_BUILT)
+    assert not set(NOT_BUILT) & taken
+    assert "WIN-4" in rules and rules["HOST-8"] == "allowance loadback_ack"
+
+
+def test_an_illegal_engine_in_the_matrix_is_a_false_alarm(tmp_path: Path, monkeypatch) -> None:
+    """The matrix counts every non-PASS verdict: a defective "variant" fails it, exit 1."""
+    monkeypatch.setattr(sched_variants, "SCHED_VARIANTS", (FreesInsideWindow,))
+    profile = get_profile("ci")
+    matrix = run_variants(seed_value=0, profile=profile, budget=parse_budget("3", profile),
+                          report_path=tmp_path / "v.json", names=["FreesInsideWindow"])
+    (v,) = matrix.variants
+    assert v.false_alarms and not matrix.ok
+    assert any(a.case == "sched-window-frees-pages" for a in v.false_alarms)
+    assert matrix.summary["false_alarms"][0].startswith("FreesInsideWindow: ")
+
+
+@pytest.mark.behaviours("WIN-4")
+def test_kvconf_variants_writes_the_matrix(tmp_path: Path) -> None:
+    report = tmp_path / "variants.json"
+    res = CliRunner().invoke(app, ["variants", "--profile", "ci", "--budget", "3", "--quiet",
+                                   "--variant", "FreesBehindWindow", "--variant",
+                                   "MatchLeavesLast", "--report", str(report)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(report.read_text())
+    assert data["format"] == "kvconf-variant-matrix/1"
+    by = {v["id"]: v for v in data["variants"]}
+    assert by["FreesBehindWindow"]["rules"] == ["WIN-4"] and not by["FreesBehindWindow"][
+        "false_alarms"]
+    assert by["FreesBehindWindow"]["passed"] >= 20 and by["FreesBehindWindow"]["witness"]
+    assert by["MatchLeavesLast"]["features"] == ["match_leaves_last"]
+    rules = {r["rule"]: r for r in data["rules"]}
+    assert rules["EVENT-8"]["variants"] == [] and rules["EVENT-8"]["not_built"]
+    assert "no variant yet" in res.output and data["summary"]["false_alarms"] == []
+
+
+def test_an_unknown_variant_is_a_usage_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["variants", "--variant", "Nope", "--report",
+                                   str(tmp_path / "v.json")])
+    assert res.exit_code == 2 and "--variant Nope: unknown" in res.output
+
+
+def test_the_audit_holds_every_variant_to_an_open_rule(monkeypatch) -> None:
+    reg = load_registry()
+    tests = Path(__file__).parent
+    assert not [g for g in audit(reg, tests).gaps if "variant" in g]
+
+    class Stray(Scheduler):
+        """PLAN-2 / NOPE-1: a rule that is not open, and one that does not exist."""
+
+        features = frozenset({Feature.LOADBACK_ACK})
+
+    monkeypatch.setattr(sched_variants, "SCHED_VARIANTS",
+                        (*sched_variants.SCHED_VARIANTS, Stray))
+    gaps = audit(reg, tests).gaps
+    assert "variant Stray names unknown IDs NOPE-1" in gaps
+    assert "variant Stray names no rule the spec leaves open" in gaps
+    assert "variant Stray declares loadback_ack but does not name HOST-8" in gaps
+    monkeypatch.setattr(sched_variants, "SCHED_VARIANTS", ())
+    assert "WIN-4: no legal variant takes it, and no reason is recorded" in audit(reg, tests).gaps
+
+
+def test_the_judged_variant_runs_only_what_its_features_allow() -> None:
+    """Nothing is left out by name: a case is not run only where its needs exceed the
+    variant's declared features (none here: the reference adapter offers every feature)."""
+    profile = get_profile("ci")
+    res = judge_one(VARIANTS["MatchLeavesLast"], seed_value=0, profile=profile,
+                    budget=parse_budget("3", profile), out_dir=None)
+    assert res.not_run == [] and res.passed == sum(1 for c in all_cases()
+                                                  if Feature.CACHE in c.needs)
