@@ -72,12 +72,8 @@ def cache_machine(
     memory: MemoryFactory = shadow_memory,
     oracles: Sequence[type[Oracle]] = STEP_ORACLES,
 ) -> type[RuleBasedStateMachine]:
-    """Build a state machine class bound to one engine factory and config. A prompt is at most
-    ``max_pages`` pages and never more than the device pool holds, so at any config a request
-    the generator draws can be cached once the pool is free (a smaller config gets smaller
-    prompts, not only allocation failures)."""
+    """Build a state machine class bound to one engine factory and config."""
     p = config.page_size
-    max_pages = max(1, min(max_pages, config.device_pages))
     holder = holder if holder is not None else TraceHolder()
     whole = _pages(p, alphabet, max_pages)
     query = st.tuples(whole, st.lists(st.integers(0, alphabet - 1), max_size=p - 1)).map(
