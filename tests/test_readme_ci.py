@@ -3,6 +3,7 @@ README, and that its lists of skipped and prepared commands match the README as 
 
 from __future__ import annotations
 
+import sys
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
@@ -15,6 +16,7 @@ def _script():
     spec = spec_from_loader("ci_readme", loader)
     assert spec is not None
     mod = module_from_spec(spec)
+    sys.modules["ci_readme"] = mod  # its dataclasses look their module up there
     loader.exec_module(mod)
     return mod
 
