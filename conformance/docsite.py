@@ -215,6 +215,7 @@ def page_lifecycle() -> list[tuple[str, str, str]]:
 
 def render_formats(out: Path) -> None:
     from conformance.mutants.kill import KillMatrix
+    from conformance.report import FORMAT as REPORT_FORMAT
     from conformance.report import report_schema
     from conformance.sched_trace import SchedTrace
     from conformance.trace import trace_schema
@@ -224,7 +225,7 @@ def render_formats(out: Path) -> None:
              "`kvconf schema report`).", ""]
     for title, schema in (("Cache-level trace (`kvconf-trace/1`)", trace_schema()),
                           ("Scheduler-level trace", SchedTrace.model_json_schema()),
-                          ("Run report (`kvconf-report/2`)", report_schema()),
+                          (f"Run report (`{REPORT_FORMAT}`)", report_schema()),
                           ("Kill matrix (`kvconf-kill-matrix/1`)",
                            KillMatrix.model_json_schema())):
         parts += [f"## {title}", "", "```json", json.dumps(schema, indent=2), "```", ""]
