@@ -11,7 +11,7 @@ python -c "import torch" 2>/dev/null || pip install -q torch==2.13.0
 pip install -q --no-deps "sglang==${SGLANG_VERSION}" "vllm==${VLLM_VERSION}"
 # What `from sglang.srt.mem_cache.radix_cache import RadixCache` and vLLM's v1 KV cache manager
 # import on the way (found by importing until nothing is missing). torchvision and datasets are
-# not installed: conformance.adapters.stand_ins stands in for them.
+# not installed: kvconf.conformance.adapters.stand_ins stands in for them.
 pip install -q --no-deps \
     numpy orjson psutil pybase64 requests urllib3 idna certifi triton pillow starlette anyio \
     msgspec pyzmq tqdm ipython traitlets aiohttp multidict attrs yarl propcache \

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 
-from reference import CacheConfig, PrefixCache, Tier
+from kvconf.reference import CacheConfig, PrefixCache, Tier
 
 
 def make_ops(n: int, seed: int, page_size: int) -> list[tuple]:
@@ -81,10 +81,10 @@ def replay(ops: list[tuple], page_size: int) -> tuple[int, float]:
 
 def driver_rate(n: int, seed: int, page_size: int) -> tuple[int, float]:
     """Steps per second through the kit's driver with every oracle (white-box) on."""
-    from conformance.adapters.reference_cache import ReferenceCacheAdapter
-    from conformance.cache_driver import CacheDriver
-    from conformance.engine_config import EngineConfig
-    from conformance.trace import EvictStep, ExtendStep, MatchStep, TickStep
+    from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+    from kvconf.conformance.cache.driver import CacheDriver
+    from kvconf.conformance.engine.config import EngineConfig
+    from kvconf.conformance.trace import EvictStep, ExtendStep, MatchStep, TickStep
 
     rng = random.Random(seed)
     cfg = EngineConfig(page_size=page_size, device_pages=64, host_pages=64)

@@ -23,10 +23,10 @@ import torch
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
-from gpu_harness.device import describe, resolve_device  # noqa: E402
-from gpu_harness.layout import KVLayout, parse_dtype  # noqa: E402
-from gpu_harness.memory import TensorMemory  # noqa: E402
-from reference.tiers import Tier  # noqa: E402
+from kvconf.gpu_harness.device import describe, resolve_device  # noqa: E402
+from kvconf.gpu_harness.layout import KVLayout, parse_dtype  # noqa: E402
+from kvconf.gpu_harness.memory import TensorMemory  # noqa: E402
+from kvconf.reference.tiers import Tier  # noqa: E402
 
 
 def sync(dev: torch.device) -> None:

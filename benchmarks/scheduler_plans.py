@@ -19,8 +19,8 @@ import argparse
 import random
 import time
 
-from reference.plan import ExtendResult, Finish, RequestSpec, WritebackDone
-from reference.scheduler import Scheduler, SchedulerConfig
+from kvconf.reference.plan import ExtendResult, Finish, RequestSpec, WritebackDone
+from kvconf.reference.scheduler import Scheduler, SchedulerConfig
 
 
 def run(requests: int, seed: int) -> tuple[int, int, float]:
@@ -58,9 +58,9 @@ def run(requests: int, seed: int) -> tuple[int, int, float]:
 
 
 def driver_rate(seed: int) -> tuple[int, float]:
-    from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-    from conformance.sched_driver import SchedulerDriver
-    from conformance.sched_trace import Arrival, SchedConfig, SchedTrace
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.scheduler.driver import SchedulerDriver
+    from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
 
     rng = random.Random(seed)
     base = [rng.randrange(3) for _ in range(16)]
@@ -99,9 +99,9 @@ class _Timed:
 def lockstep(engine: str, requests: int, seed: int) -> dict[str, tuple[int, float, float]]:
     """The same arrivals and sampled tokens through ``engine`` and the reference, one plan of
     each in turn; returns plans, seconds through the adapter, seconds in the scheduler itself."""
-    from conformance.adapters import sched_engine_factory
-    from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-    from conformance.sched_trace import SchedConfig
+    from kvconf.conformance.adapters import sched_engine_factory
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.scheduler.trace import SchedConfig
 
     other = sched_engine_factory(engine)
     if other is None:

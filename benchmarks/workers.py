@@ -24,7 +24,7 @@ from pathlib import Path
 
 def kvconf(*args: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "conformance.cli", *args], check=False,
+    subprocess.run([sys.executable, "-m", "kvconf.conformance.cli", *args], check=False,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 

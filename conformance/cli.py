@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.errors import EngineUnavailable, KitError
 
 DEFAULT_EXAMPLES_DB = ".kvconf/examples"  # conformance.examples_db.DEFAULT, without importing it
 
@@ -44,7 +44,7 @@ err = Console(stderr=True)
 
 def _version(value: bool) -> None:
     if value:
-        from conformance import __version__
+        from kvconf.conformance import __version__
 
         print(f"kvconf {__version__}")
         raise typer.Exit()
@@ -147,7 +147,7 @@ def run(
     traces: TracesOpt = None,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
-    from conformance.runner import run_suite
+    from kvconf.conformance.running.runner import run_suite
 
     _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect,
            jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db,
@@ -168,12 +168,12 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     import contextlib
     import signal
 
-    from conformance.engine_config import EngineConfig, parse_overrides
-    from conformance.expectations import check_cases, compare, load_expectations
-    from conformance.profiles import get_profile, parse_budget
-    from conformance.report import report_lock, write_report
-    from conformance.runner import select_cases
-    from conformance.units import parse_shard
+    from kvconf.conformance.engine.config import EngineConfig, parse_overrides
+    from kvconf.conformance.reporting.expectations import check_cases, compare, load_expectations
+    from kvconf.conformance.reporting.report import report_lock, write_report
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
+    from kvconf.conformance.running.runner import select_cases
+    from kvconf.conformance.running.units import parse_shard
 
     to_stdout = str(report) == "-"
     show = err if to_stdout else out  # stdout holds the JSON report alone then
@@ -242,7 +242,7 @@ def _stdout_work_report(traces: Path | None) -> Path:
 
 def _emit(result, work: Path, to_stdout: bool, junit: Path | None) -> None:
     """The JSON report on stdout (trace paths made openable from here) and the JUnit file."""
-    from conformance.junit import write_junit
+    from kvconf.conformance.reporting.junit import write_junit
 
     if to_stdout:
         shown = result.model_copy(deep=True)
@@ -257,7 +257,7 @@ def _emit(result, work: Path, to_stdout: bool, junit: Path | None) -> None:
 
 def _emit_partial(work: Path, to_stdout: bool, junit: Path | None) -> None:
     """After an interrupt: what the working report kept, on stdout and in the JUnit file."""
-    from conformance.report import load_report
+    from kvconf.conformance.reporting.report import load_report
 
     if not to_stdout and junit is None:
         return
@@ -301,8 +301,8 @@ def gpu(
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
-        from gpu_harness.layout import KVLayout, parse_dtype
-        from gpu_harness.run import run_gpu
+        from kvconf.gpu_harness.layout import KVLayout, parse_dtype
+        from kvconf.gpu_harness.run import run_gpu
     except ImportError as e:
         _die(f"kvconf gpu needs torch ({e}); install the torch build for your machine first")
     try:
@@ -320,7 +320,7 @@ def _check_writable(report: Path, option: str = "--report") -> None:
     ``-`` and ``/dev/stdout`` mean standard output and pass."""
     import os
 
-    from conformance.trace import is_stream, write_target
+    from kvconf.conformance.trace import is_stream, write_target
 
     if is_stream(report):
         return
@@ -443,9 +443,9 @@ def mutants(
 ) -> None:
     """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
     mutant survives."""
-    from conformance.mutants import all_mutants
-    from conformance.mutants.kill import run_mutants
-    from conformance.profiles import get_profile, parse_budget
+    from kvconf.conformance.mutants import all_mutants
+    from kvconf.conformance.mutants.kill import run_mutants
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
 
     try:
         prof = get_profile(profile)
@@ -487,8 +487,8 @@ def mutants(
               + (f"; skipped here: {', '.join(s['skipped'])}" if s["skipped"] else ""))
     out.print(f"report: {report}")
     if junit is not None:
-        from conformance.junit import mutants_junit_xml
-        from conformance.trace import write_atomic
+        from kvconf.conformance.reporting.junit import mutants_junit_xml
+        from kvconf.conformance.trace import write_atomic
 
         write_atomic(junit, mutants_junit_xml(matrix))
         out.print(f"junit: {junit}", highlight=False)
@@ -507,9 +507,9 @@ def merge(
 ) -> None:
     """Join the reports of a sharded run into the report one run would have written (summary,
     transition coverage, every case, the failing traces); exit 1 if a case failed."""
-    from conformance.expectations import compare, load_expectations
-    from conformance.merge import merge_reports
-    from conformance.report import report_lock, write_report
+    from kvconf.conformance.reporting.expectations import compare, load_expectations
+    from kvconf.conformance.reporting.merge import merge_reports
+    from kvconf.conformance.reporting.report import report_lock, write_report
 
     try:
         expectations = load_expectations(expect) if expect is not None else None
@@ -520,7 +520,7 @@ def merge(
                 compare(result, expectations, expect)
             write_report(result, report)
         if junit is not None:
-            from conformance.junit import write_junit
+            from kvconf.conformance.reporting.junit import write_junit
 
             _check_writable(junit, "--junit")
             write_junit(result, junit, report.parent)
@@ -544,7 +544,7 @@ def diff_cmd(
     """What changed between two runs of an engine: new failures, fixes, status changes, cases
     gone or new, failures that now break another rule; exit 1 on a regression (a new failure,
     or a case gone that passed)."""
-    from conformance.diff import diff_reports, diff_summary, diff_table
+    from kvconf.conformance.reporting.diff import diff_reports, diff_summary, diff_table
 
     try:
         d = diff_reports(base, head, allow_engine_change)
@@ -580,7 +580,7 @@ def report_cmd(
     """Write a compliance report (Markdown and a self-contained HTML page) from run reports
     and kill matrices: behaviours x engines, failures with their traces, transition coverage,
     the kill matrix."""
-    from conformance.compliance import build, load_inputs
+    from kvconf.conformance.reporting.compliance import build, load_inputs
 
     try:
         _check_folder(out_dir)
@@ -606,8 +606,8 @@ def replay(
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks or the
     engine crashes or hangs (CRASH and TIMEOUT traces replay as they were found)."""
-    from conformance.adapters import check_engine, engine_factory, sched_engine_factory
-    from conformance.trace import Trace, load_any_trace
+    from kvconf.conformance.adapters import check_engine, engine_factory, sched_engine_factory
+    from kvconf.conformance.trace import Trace, load_any_trace
 
     try:
         t = load_any_trace(trace)
@@ -643,16 +643,16 @@ def replay(
 
 
 def _replay_here(t, engine: str, determinism: bool) -> dict:
-    from conformance.worker import replay_doc
+    from kvconf.conformance.running.worker import replay_doc
 
     return replay_doc(engine, t, determinism)
 
 
 def _replay_in_worker(t, engine: str, determinism: bool, call_timeout: float) -> dict:
-    from conformance.engine_config import EngineConfig
-    from conformance.pool import Pool, WorkerSpec
-    from conformance.profiles import get_profile, parse_budget
-    from conformance.runner import trace_text
+    from kvconf.conformance.engine.config import EngineConfig
+    from kvconf.conformance.running.pool import Pool, WorkerSpec
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
+    from kvconf.conformance.running.runner import trace_text
 
     prof = get_profile("ci")
     pool = Pool(WorkerSpec(engine=engine, config=EngineConfig(), seed=0, profile=prof,
@@ -669,7 +669,7 @@ def window(
 ) -> None:
     """Print the sliding window a model config states, read by the spec's rule (WIN-1: the top
     level or the nested text_config; 0 means full attention)."""
-    from conformance.model_config import model_window
+    from kvconf.conformance.engine.model_config import model_window
 
     try:
         size = model_window(model_config)
@@ -684,8 +684,8 @@ def schema(
     what: Annotated[str, typer.Argument(help="trace or report")] = "trace",
 ) -> None:
     """Print the JSON Schema of the trace format or the report format."""
-    from conformance.report import report_schema
-    from conformance.trace import trace_schema
+    from kvconf.conformance.reporting.report import report_schema
+    from kvconf.conformance.trace import trace_schema
 
     schemas = {"trace": trace_schema, "report": report_schema}
     if what not in schemas:
@@ -697,7 +697,7 @@ def schema(
 def engines() -> None:
     """List the engines this installation knows: each short name and the factory it stands for
     (the bundled adapters and the ``kvconf.engines`` entry points of installed packages)."""
-    from conformance.adapters import registry
+    from kvconf.conformance.adapters import registry
 
     try:
         for name, registered in registry().items():
@@ -720,7 +720,7 @@ def docs_build(
 ) -> None:
     """Generate the site's pages (behaviours, catalog, diagrams, formats, results) and build it
     with mkdocs-material."""
-    from conformance.docsite import build_site
+    from kvconf.conformance.reporting.docsite import build_site
 
     try:
         _check_folder(out_dir)
@@ -748,9 +748,9 @@ def prove(
     timeout: Annotated[int, typer.Option(help="Solver time-out per query, seconds.")] = 60,
 ) -> None:
     """Prove the formal model's invariants (z3) at a bounded scope; exit 1 unless all proved."""
-    from conformance.trace import write_atomic
-    from spec.formal.report import prove_all
-    from spec.formal.scope import parse_scope
+    from kvconf.conformance.trace import write_atomic
+    from kvconf.spec.formal.report import prove_all
+    from kvconf.spec.formal.scope import parse_scope
 
     try:
         sc = parse_scope(scope)
@@ -791,8 +791,8 @@ def spec_audit(
     ] = None,
 ) -> None:
     """Check the registry against chapters, oracles and tests; exit 1 on any gap."""
-    from spec.audit import audit
-    from spec.registry import SpecError, load_registry
+    from kvconf.spec.audit import audit
+    from kvconf.spec.registry import SpecError, load_registry
 
     try:
         registry = load_registry()
@@ -819,7 +819,7 @@ def spec_audit(
 @spec_app.command("list")
 def spec_list() -> None:
     """Print every behaviour: ID, level, chapter, statement."""
-    from spec.registry import SpecError, load_registry
+    from kvconf.spec.registry import SpecError, load_registry
 
     try:
         registry = load_registry()

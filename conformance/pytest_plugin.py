@@ -2,7 +2,7 @@
 
 For an engine's own test suite: one item per case, in suite order, judged exactly as
 ``kvconf run`` judges it (same seed, same traces, same report at ``--kvconf-report``). The cases
-run in the kit's worker processes (``conformance.pool``), so an engine that crashes or hangs
+run in the kit's worker processes (``kvconf.conformance.running.pool``), so an engine that crashes or hangs
 fails its item as CRASH or TIMEOUT and pytest goes on. A case the engine cannot run is skipped
 (NOT_SUPPORTED), and so is one the config is too small for (NOT_APPLICABLE), each with its
 reason; with ``--kvconf-expect`` a known failure is an xfail with its reason, and a known
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.errors import KitError
+from kvconf.conformance.errors import KitError
 
 DEFAULT_REPORT = "kvconf-report/report.json"
 DEFAULT_EXAMPLES_DB = ".kvconf/examples"
@@ -70,11 +70,11 @@ class KvconfSuite:
     every case's result settled into one report, written at the end."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from conformance.adapters import check_engine
-        from conformance.engine_config import EngineConfig, parse_overrides
-        from conformance.expectations import load_expectations
-        from conformance.profiles import get_profile, parse_budget
-        from conformance.runner import all_cases, select_cases
+        from kvconf.conformance.adapters import check_engine
+        from kvconf.conformance.engine.config import EngineConfig, parse_overrides
+        from kvconf.conformance.reporting.expectations import load_expectations
+        from kvconf.conformance.running.profiles import get_profile, parse_budget
+        from kvconf.conformance.running.runner import all_cases, select_cases
 
         opt = config.getoption
         self.engine: str = opt("kvconf_engine")
@@ -147,13 +147,13 @@ class KvconfSuite:
 
 
 class _Run:
-    """The kit's side of one run, as ``conformance.runner.run_suite`` holds it, case by case."""
+    """The kit's side of one run, as ``kvconf.conformance.running.runner.run_suite`` holds it, case by case."""
 
     def __init__(self, suite: KvconfSuite) -> None:
-        from conformance.examples_db import open_database
-        from conformance.runner import Campaign, open_engine, start_report, unjudged
-        from conformance.shrink import reset_interrupted
-        from conformance.units import plan
+        from kvconf.conformance.running.examples_db import open_database
+        from kvconf.conformance.running.runner import Campaign, open_engine, start_report, unjudged
+        from kvconf.conformance.running.shrink import reset_interrupted
+        from kvconf.conformance.running.units import plan
 
         reset_interrupted()
         out_dir = suite.report_path.parent
@@ -168,7 +168,7 @@ class _Run:
             features, version, unavailable = opened.ctx.features, opened.version, (
                 opened.unavailable)
         else:
-            from conformance.pool import Pool, WorkerSpec
+            from kvconf.conformance.running.pool import Pool, WorkerSpec
 
             spec = WorkerSpec(engine=suite.engine, config=suite.config, seed=suite.seed,
                               profile=suite.profile, budget=suite.budget,
@@ -190,7 +190,7 @@ class _Run:
         self.campaign = Campaign(suite.cases, self.units, report, suite.report_path)
 
     def case(self, case):
-        from conformance.runner import run_unit
+        from kvconf.conformance.running.runner import run_unit
 
         units = [u for u in self.units if u.case == case.name]
         if case.name in self.skipped:
@@ -208,8 +208,8 @@ class _Run:
 
     def close(self, suite: KvconfSuite) -> None:
         """The report as ``kvconf run`` writes it, with the cases pytest ran."""
-        from conformance.expectations import compare
-        from conformance.runner import now
+        from kvconf.conformance.reporting.expectations import compare
+        from kvconf.conformance.running.runner import now
 
         try:
             report = self.campaign.report
@@ -239,8 +239,8 @@ class CaseItem(pytest.Item):
         self.add_marker(pytest.mark.kvconf)
 
     def runtest(self) -> None:
-        from conformance.expectations import Verdict, judge
-        from conformance.report import Status
+        from kvconf.conformance.reporting.expectations import Verdict, judge
+        from kvconf.conformance.reporting.report import Status
 
         result = self.suite.result(self.case)
         if result.status is Status.NOT_APPLICABLE:  # the config decides it, whatever the file

@@ -17,9 +17,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from conformance.engine_config import MAX_PAGES, EngineConfig
-from conformance.errors import KitError, read_input
-from reference.tiers import Tier
+from kvconf.conformance.engine.config import MAX_PAGES, EngineConfig
+from kvconf.conformance.errors import KitError, read_input
+from kvconf.reference.tiers import Tier
 
 FORMAT = "kvconf-trace/1"
 Token = Annotated[int, Field(ge=0, lt=2**31)]
@@ -277,7 +277,7 @@ def load_any_trace(path: str | Path):
 
 def parse_any_trace(text: str, where: str = "trace"):
     """``load_any_trace`` for a text already read; errors name ``where`` and the line."""
-    from conformance.sched_trace import SchedTrace
+    from kvconf.conformance.scheduler.trace import SchedTrace
 
     data = parse_json(text, where)
     if not isinstance(data, dict):

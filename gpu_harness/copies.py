@@ -8,7 +8,7 @@ transfers of one plan overlap each other and whatever the runtime does before it
 
 What the kit sees never depends on timing: a row a copy lands in reads as poison until the copy
 is finished, and a copy whose source or destination was written by anyone else while it was in
-flight leaves poison (``conformance.memory``'s rule). Same trace, same outcome.
+flight leaves poison (``kvconf.conformance.runtime.memory``'s rule). Same trace, same outcome.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.memory import copy_outcome, out_of_pool
-from gpu_harness.pool import TagPool
-from reference.tiers import Tier
+from kvconf.conformance.runtime.memory import copy_outcome, out_of_pool
+from kvconf.gpu_harness.pool import TagPool
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True)

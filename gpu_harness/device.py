@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.errors import KitError
+from kvconf.conformance.errors import KitError
 
 
 def resolve_device(name: str) -> torch.device:

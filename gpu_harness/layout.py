@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.errors import KitError
+from kvconf.conformance.errors import KitError
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float8_e4m3fn": torch.float8_e4m3fn}

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import torch
 
-from gpu_harness.copies import Copier, TierPools
-from gpu_harness.layout import MambaLayout
-from gpu_harness.pool import TagPool
-from reference.tiers import Tier
+from kvconf.gpu_harness.copies import Copier, TierPools
+from kvconf.gpu_harness.layout import MambaLayout
+from kvconf.gpu_harness.pool import TagPool
+from kvconf.reference.tiers import Tier
 
 
 def mamba_pool(slots: int, layout: MambaLayout, device: torch.device,

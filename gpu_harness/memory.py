@@ -1,4 +1,4 @@
-"""``TensorMemory``: the kit's KV memory over real torch pools (``conformance.memory.KVMemory``).
+"""``TensorMemory``: the kit's KV memory over real torch pools (``kvconf.conformance.runtime.memory.KVMemory``).
 
 The device pool lives on the chosen device; the host pool lives in CPU memory, pinned when the
 device is CUDA (as engines pin it, D162-7), so loadbacks and writebacks are true asynchronous
@@ -11,13 +11,13 @@ from collections.abc import Sequence
 
 import torch
 
-from conformance.memory import MemoryFactory
-from conformance.oracles.pinned import PinnedHostOracle
-from gpu_harness.copies import Copier, TierPools
-from gpu_harness.layout import KVLayout
-from gpu_harness.mamba import MambaMemory
-from gpu_harness.pool import TagPool
-from reference.tiers import Tier
+from kvconf.conformance.oracles.pinned import PinnedHostOracle
+from kvconf.conformance.runtime.memory import MemoryFactory
+from kvconf.gpu_harness.copies import Copier, TierPools
+from kvconf.gpu_harness.layout import KVLayout
+from kvconf.gpu_harness.mamba import MambaMemory
+from kvconf.gpu_harness.pool import TagPool
+from kvconf.reference.tiers import Tier
 
 
 def kv_pool(pages: int, page_size: int, layout: KVLayout, device: torch.device,

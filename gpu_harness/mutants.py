@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_harness.memory import TensorMemory
+from kvconf.gpu_harness.memory import TensorMemory
 
 
 class PageableHostPool(TensorMemory):

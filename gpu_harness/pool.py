@@ -5,7 +5,7 @@ slot (one layer, K without V, the conv state without the SSM state) reads back a
 
 Beside the tensors a pool keeps, per row, a write counter and how many copies are landing in
 it. A row a copy is landing in reads as poison whatever its bytes are at that moment, so what
-the kit sees never depends on how far a transfer has got (``conformance.memory`` says why).
+the kit sees never depends on how far a transfer has got (``kvconf.conformance.runtime.memory`` says why).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from conformance.memory import POISON, TORN
-from gpu_harness.tags import from_word, word_view, words
+from kvconf.conformance.runtime.memory import POISON, TORN
+from kvconf.gpu_harness.tags import from_word, word_view, words
 
 
 class TagPool:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import torch
 
-from conformance.engine_config import EngineConfig
-from conformance.profiles import Budget, Profile
-from conformance.report import CaseResult, Report
-from gpu_harness.device import describe, resolve_device
-from gpu_harness.layout import KVLayout
-from gpu_harness.memory import tensor_memory
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.reporting.report import CaseResult, Report
+from kvconf.conformance.running.profiles import Budget, Profile
+from kvconf.gpu_harness.device import describe, resolve_device
+from kvconf.gpu_harness.layout import KVLayout
+from kvconf.gpu_harness.memory import tensor_memory
 
 
 def run_gpu(
@@ -33,7 +33,7 @@ def run_gpu(
 ) -> Report:
     """Run the kit's cases with every KV page a slice of a torch pool on ``device``; ``run``
     passes the worker options (jobs, shard, call_timeout, database) on to ``run_suite``."""
-    from conformance.runner import run_suite
+    from kvconf.conformance.running.runner import run_suite
 
     dev = resolve_device(device)
     layout = layout or KVLayout()
@@ -43,6 +43,6 @@ def run_gpu(
         engine, config, seed_value=seed_value, profile=profile, budget=budget,
         report_path=report_path, cases=cases, on_start=on_start, on_result=on_result,
         memory=tensor_memory(layout, dev), memory_only=memory_only, memory_info=info,
-        memory_spec=("gpu_harness.memory:tensor_memory", {"layout": layout, "device": str(dev)}),
+        memory_spec=("kvconf.gpu_harness.memory:tensor_memory", {"layout": layout, "device": str(dev)}),
         **run,
     )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from conformance.memory import RESERVED
+from kvconf.conformance.runtime.memory import RESERVED
 
 EMPTY = 0  # the word of a slot nothing ever wrote
 _WRAP = 1 << 64

@@ -5,10 +5,16 @@ numbers, never wall time or memory addresses), so the same trace always gives th
 The normative rules it implements live in ``spec/``; code cites their IDs.
 """
 
-from reference.errors import CacheError
-from reference.kv_events import KVEvent, block_hash
-from reference.prefix_cache import CacheConfig, InsertResult, MatchResult, PrefixCache, Transfer
-from reference.tiers import Tier
+from kvconf.reference.errors import CacheError
+from kvconf.reference.kv_events import KVEvent, block_hash
+from kvconf.reference.prefix_cache import (
+    CacheConfig,
+    InsertResult,
+    MatchResult,
+    PrefixCache,
+    Transfer,
+)
+from kvconf.reference.tiers import Tier
 
 __all__ = [
     "CacheConfig",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import heapq
 
-from reference.radix_tree import Node
-from reference.tiers import Tier
+from kvconf.reference.radix_tree import Node
+from kvconf.reference.tiers import Tier
 
 
 def is_candidate(node: Node, tier: Tier) -> bool:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reference.radix_tree import Node
-from reference.tiers import Tier
+from kvconf.reference.radix_tree import Node
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from reference.radix_tree import Node
+from kvconf.reference.radix_tree import Node
 
 
 def seed_key(namespace: int) -> bytes:

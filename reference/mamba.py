@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference.tiers import Tier
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reference.errors import CacheError
-from reference.tiers import Tier
+from kvconf.reference.errors import CacheError
+from kvconf.reference.tiers import Tier
 
 FREE = "free"
 CALLER = "caller"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference.errors import CacheError
-from reference.radix_tree import Node
-from reference.tiers import Tier
+from kvconf.reference.errors import CacheError
+from kvconf.reference.radix_tree import Node
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True, frozen=True)

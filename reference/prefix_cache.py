@@ -10,16 +10,16 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reference.clock import LogicalClock
-from reference.errors import CacheError
-from reference.eviction import VictimIndex, is_candidate
-from reference.host_tier import Transfer, missing_path
-from reference.kv_events import EventKind, KVEvent, chain_hashes
-from reference.l3 import L3Transfer, rolling_keys, seed_key
-from reference.pages import CALLER, PagePool, node_owner, transfer_owner
-from reference.pins import LockTable
-from reference.radix_tree import Node, common_pages, walk
-from reference.snapshot import (
+from kvconf.reference.clock import LogicalClock
+from kvconf.reference.errors import CacheError
+from kvconf.reference.eviction import VictimIndex, is_candidate
+from kvconf.reference.host_tier import Transfer, missing_path
+from kvconf.reference.kv_events import EventKind, KVEvent, chain_hashes
+from kvconf.reference.l3 import L3Transfer, rolling_keys, seed_key
+from kvconf.reference.pages import CALLER, PagePool, node_owner, transfer_owner
+from kvconf.reference.pins import LockTable
+from kvconf.reference.radix_tree import Node, common_pages, walk
+from kvconf.reference.snapshot import (
     CacheSnapshot,
     L3View,
     LockView,
@@ -27,7 +27,7 @@ from reference.snapshot import (
     PoolView,
     TransferView,
 )
-from reference.tiers import Tier, as_tier
+from kvconf.reference.tiers import Tier, as_tier
 
 
 @dataclass(slots=True, frozen=True)

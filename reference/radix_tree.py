@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from reference.tiers import Tier
+from kvconf.reference.tiers import Tier
 
 
 @dataclass(slots=True, eq=False)

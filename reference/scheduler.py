@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from reference.errors import CacheError
-from reference.host_tier import Transfer
-from reference.l3 import L3Transfer
-from reference.mamba import MambaCache, MambaEntry, MambaView
-from reference.plan import (
+from kvconf.reference.errors import CacheError
+from kvconf.reference.host_tier import Transfer
+from kvconf.reference.l3 import L3Transfer
+from kvconf.reference.mamba import MambaCache, MambaEntry, MambaView
+from kvconf.reference.plan import (
     Abort,
     BackupDone,
     CopyOp,
@@ -30,10 +30,10 @@ from reference.plan import (
     RuntimeEvent,
     WritebackDone,
 )
-from reference.prefix_cache import CacheConfig, PrefixCache
-from reference.requests import Event, State, legal, next_states
-from reference.tiers import Tier
-from reference.window import window_from_model_config
+from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
+from kvconf.reference.requests import Event, State, legal, next_states
+from kvconf.reference.tiers import Tier
+from kvconf.reference.window import window_from_model_config
 
 
 class SchedulerError(Exception):

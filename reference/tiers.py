@@ -2,7 +2,7 @@
 
 from enum import Enum
 
-from reference.errors import CacheError
+from kvconf.reference.errors import CacheError
 
 
 class Tier(str, Enum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reference.errors import CacheError
+from kvconf.reference.errors import CacheError
 
 NESTED = ("text_config",)
 

@@ -4,6 +4,6 @@ Every normative rule is a behaviour with a stable ID in ``spec/registry/*.toml``
 ``spec/chapters/`` explain them and place them with ``{{ behaviour("ID") }}`` markers.
 """
 
-from spec.registry import Behaviour, Defect, Level, Registry, load_registry
+from kvconf.spec.registry import Behaviour, Defect, Level, Registry, load_registry
 
 __all__ = ["Behaviour", "Defect", "Level", "Registry", "load_registry"]

@@ -2,7 +2,7 @@
 
 Gaps it reports: a behaviour with no oracle or no test citing it, an oracle or test citing an ID
 that does not exist, a behaviour missing from (or repeated in) its chapter, a chapter marker for an
-unknown ID, a catalog defect no mutant (``conformance.mutants``) plants, a mutant that names no
+unknown ID, a catalog defect no mutant (``kvconf.conformance.mutants``) plants, a mutant that names no
 catalog defect or an unknown ID. Catalog IDs no behaviour guards yet are listed with an empty
 list, not as gaps, so the audit shows how much of the catalog is covered while later work fills
 it.
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec.registry import Registry
+from kvconf.spec.registry import Registry
 
 MARKER = re.compile(r"""\{\{\s*behaviour\(\s*["']([A-Z][A-Z0-9]*-[0-9]+)["']\s*\)\s*\}\}""")
 
@@ -57,7 +57,7 @@ def test_citations(tests_dir: Path) -> dict[str, list[str]]:
 
 
 def oracle_citations() -> dict[str, list[str]]:
-    from conformance.oracles import ALL_ORACLES
+    from kvconf.conformance.oracles import ALL_ORACLES
 
     cited: dict[str, list[str]] = {}
     for oracle in ALL_ORACLES:
@@ -69,7 +69,7 @@ def oracle_citations() -> dict[str, list[str]]:
 def mutant_citations(registry: Registry) -> tuple[dict[str, list[str]], list[str]]:
     """Catalog id -> the mutants that plant it; and the gaps: a defect no mutant plants, a
     mutant that names no catalog defect, or an ID that is neither a behaviour nor a defect."""
-    from conformance.mutants import all_mutants
+    from kvconf.conformance.mutants import all_mutants
 
     by: dict[str, list[str]] = {d: [] for d in registry.catalog}
     gaps: list[str] = []

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from reference import plan as rp
-from reference.scheduler import Scheduler as RefScheduler
-from reference.scheduler import SchedulerConfig as RefConfig
-from reference.scheduler import SchedulerError
+from kvconf.reference import plan as rp
+from kvconf.reference.scheduler import Scheduler as RefScheduler
+from kvconf.reference.scheduler import SchedulerConfig as RefConfig
+from kvconf.reference.scheduler import SchedulerError
 
 __version__ = "fake-0"
 

@@ -22,10 +22,10 @@ from fake_tokenspeed import (
     forward_runtime_event,
 )
 
-from reference import plan as rp
-from reference.scheduler import Scheduler as RefScheduler
-from reference.scheduler import SchedulerConfig as RefConfig
-from reference.scheduler import SchedulerError
+from kvconf.reference import plan as rp
+from kvconf.reference.scheduler import Scheduler as RefScheduler
+from kvconf.reference.scheduler import SchedulerConfig as RefConfig
+from kvconf.reference.scheduler import SchedulerError
 
 __all__ = ["ExecutionEvent", "ForwardEvent", "RequestSpec"]
 __version__ = "fake-blockpool-0"

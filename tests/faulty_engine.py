@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 
 
 class _Faulty(ReferenceCacheAdapter):

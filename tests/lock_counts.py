@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reference import Tier
-from reference.snapshot import CacheSnapshot
+from kvconf.reference import Tier
+from kvconf.reference.snapshot import CacheSnapshot
 
 
 def subtree_locks(snap: CacheSnapshot) -> Counter[tuple[int, Tier]]:

@@ -1,11 +1,11 @@
 """Catalog defects planted in the formal model, each paired with the mutant of ``planted.py``
-that carries the same defect in an engine; a hook of ``spec.formal.actions.Model`` is
+that carries the same defect in an engine; a hook of ``kvconf.spec.formal.actions.Model`` is
 overridden, never the model itself edited."""
 
 from __future__ import annotations
 
-from spec.formal.actions import Model
-from spec.formal.state import caller
+from kvconf.spec.formal.actions import Model
+from kvconf.spec.formal.state import caller
 
 
 class ModelEvictsPinned(Model):

@@ -1,4 +1,4 @@
 """The window-config mutant, under the name the self-tests use."""
 
-from conformance.mutants.window import *  # noqa: F403
-from conformance.mutants.window import WindowFromTopLevelOnly  # noqa: F401
+from kvconf.conformance.mutants.window import *  # noqa: F403
+from kvconf.conformance.mutants.window import WindowFromTopLevelOnly  # noqa: F401

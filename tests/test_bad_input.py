@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.cli import app
-from conformance.errors import KitError
-from conformance.trace import write_atomic
+from kvconf.conformance.cli import app
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.trace import write_atomic
 
 runner = CliRunner()
 ONE_CASE = ("--case", "lru-victim-order", "--quiet")
@@ -223,7 +223,7 @@ def test_an_expectation_file_works_with_a_case_subset(tmp_path: Path) -> None:
     ("200", None, 200), ("7 examples", None, 7),
 ])
 def test_a_budget_takes_durations(text: str, seconds: float | None, examples: int | None) -> None:
-    from conformance.profiles import get_profile, parse_budget
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
 
     b = parse_budget(text, get_profile("ci"))
     assert (b.seconds, b.examples) == (seconds, examples)
@@ -244,7 +244,7 @@ def test_an_absurd_budget_is_one_line(tmp_path: Path, text: str, needle: str) ->
 
 def match_returns_none(config):
     """The reference, except that a cache-level ``match`` returns None."""
-    from conformance.adapters.reference_cache import ReferenceCacheAdapter
+    from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 
     engine = ReferenceCacheAdapter(config)
     engine.match = lambda namespace, tokens: None
@@ -267,7 +267,7 @@ def test_a_wrong_return_type_is_one_clear_failure(tmp_path: Path) -> None:
 
 
 def test_a_second_run_on_the_same_report_is_refused(tmp_path: Path) -> None:
-    from conformance.report import report_lock
+    from kvconf.conformance.reporting.report import report_lock
 
     report = tmp_path / "r.json"
     with report_lock(report):
@@ -295,8 +295,8 @@ def test_a_stale_trace_of_an_earlier_run_is_cleared(tmp_path: Path) -> None:
 def test_kvconf_version_prints_the_version() -> None:
     from typer.testing import CliRunner
 
-    from conformance import __version__
-    from conformance.cli import app
+    from kvconf.conformance import __version__
+    from kvconf.conformance.cli import app
 
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"kvconf {__version__}"

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.cli import app
-from conformance.expectations import compare, load_expectations
-from conformance.junit import junit_xml, mutants_junit_xml
-from conformance.mutants.kill import KillInfo, KillMatrix, MutantResult
-from conformance.report import CaseResult, Report, RunInfo, Status
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cli import app
+from kvconf.conformance.mutants.kill import KillInfo, KillMatrix, MutantResult
+from kvconf.conformance.reporting.expectations import compare, load_expectations
+from kvconf.conformance.reporting.junit import junit_xml, mutants_junit_xml
+from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Status
 
 runner = CliRunner()
 
@@ -191,7 +191,7 @@ def test_an_interrupted_run_still_emits_its_report_and_junit(tmp_path: Path):
 
     traces, junit = tmp_path / "t", tmp_path / "j.xml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "conformance.cli", "run", "--quiet", "--budget", "100000",
+        [sys.executable, "-m", "kvconf.conformance.cli", "run", "--quiet", "--budget", "100000",
          "--examples-db", "none", "--report", "-", "--traces", str(traces), "--junit",
          str(junit)],
         cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,

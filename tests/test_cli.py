@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.cli import app
-from conformance.report import load_report
-from conformance.trace import load_trace
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cli import app
+from kvconf.conformance.reporting.report import load_report
+from kvconf.conformance.trace import load_trace
 
 runner = CliRunner()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.cli import app
-from conformance.diff import diff_reports
-from conformance.report import CaseResult, Report, RunInfo, Status
+from kvconf.conformance.cli import app
+from kvconf.conformance.reporting.diff import diff_reports
+from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Status
 
 runner = CliRunner()
 S = Status

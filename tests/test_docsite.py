@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import docsite
-from conformance.errors import KitError
-from spec.registry import load_registry
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting import docsite
+from kvconf.spec.registry import load_registry
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_a_behaviour_block_lists_what_holds_it(site_src: Path):
 
 
 def test_the_diagrams_are_drawn_from_the_reference(site_src: Path):
-    from reference.requests import TRANSITIONS
+    from kvconf.reference.requests import TRANSITIONS
 
     svg = (site_src / "diagrams" / "request-fsm.svg").read_text()
     assert svg.count("<title>") == sum(len(t) for t in TRANSITIONS.values())

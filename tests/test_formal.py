@@ -17,20 +17,20 @@ from planted_formal import (
 )
 from typer.testing import CliRunner
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.cli import app
-from conformance.mutants.cache import EvictsPinned, LeaksDuplicates
-from conformance.oracles import Violation
-from conformance.runner import play
-from conformance.trace import dump_trace, load_trace
-from reference import PrefixCache
-from reference.prefix_cache import CacheConfig
-from spec.formal.actions import Model
-from spec.formal.agreement import Checker, Slots, Unrepresentable, abstract, agree
-from spec.formal.invariants import INVARIANTS
-from spec.formal.prove import COUNTEREXAMPLE, PROVED, bmc, induction, reachable
-from spec.formal.scope import DEFAULT_SCOPE, Scope, parse_scope
-from spec.formal.to_trace import to_trace
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cli import app
+from kvconf.conformance.mutants.cache import EvictsPinned, LeaksDuplicates
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.runner import play
+from kvconf.conformance.trace import dump_trace, load_trace
+from kvconf.reference import PrefixCache
+from kvconf.reference.prefix_cache import CacheConfig
+from kvconf.spec.formal.actions import Model
+from kvconf.spec.formal.agreement import Checker, Slots, Unrepresentable, abstract, agree
+from kvconf.spec.formal.invariants import INVARIANTS
+from kvconf.spec.formal.prove import COUNTEREXAMPLE, PROVED, bmc, induction, reachable
+from kvconf.spec.formal.scope import DEFAULT_SCOPE, Scope, parse_scope
+from kvconf.spec.formal.to_trace import to_trace
 
 INV = {i.name: i for i in INVARIANTS}
 CACHE_SCOPE = Scope(namespaces=1, requests=0)
@@ -168,7 +168,7 @@ def test_the_abstraction_refuses_a_prefix_outside_the_scope():
 
 
 def test_prove_reports_a_disagreement_with_its_trace(tmp_path):
-    from spec.formal.report import _agreement
+    from kvconf.spec.formal.report import _agreement
 
     r = _agreement(ModelLeaksDuplicates(DEFAULT_SCOPE), 20, tmp_path)
     assert r.status == COUNTEREXAMPLE and r.trace and "insert" in r.detail

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.engine_config import EngineConfig
-from conformance.profiles import get_profile, parse_budget
-from conformance.runner import run_suite
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.conformance.running.runner import run_suite
 
 SEEDS = range(int(os.environ.get("KVCONF_FUZZ_SEEDS", "4")))
 

@@ -18,25 +18,25 @@ from planted import PLANTED
 from planted_sched import PLANTED_SCHED
 from typer.testing import CliRunner
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-from conformance.cli import app
-from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
-from conformance.generators.cache_traces import TraceHolder
-from conformance.generators.sched_traces import play_sched
-from conformance.memory import POISON, TORN, ShadowMemory
-from conformance.oracles import MEMORY_ORACLES, Violation
-from conformance.profiles import Budget
-from conformance.runner import play, run_fuzz
-from conformance.scenarios import SCENARIOS
-from conformance.sched_scenarios import SCHED_SCENARIOS
-from gpu_harness.copies import GATHER_ABOVE, SMALL_PAGE, runs
-from gpu_harness.device import resolve_device
-from gpu_harness.layout import KVLayout, MambaLayout
-from gpu_harness.mamba import MambaMemory
-from gpu_harness.memory import TensorMemory, tensor_memory
-from reference.tiers import Tier
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.cache.generator import TraceHolder
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.cli import app
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.oracles import MEMORY_ORACLES, Violation
+from kvconf.conformance.running.profiles import Budget
+from kvconf.conformance.running.runner import play, run_fuzz
+from kvconf.conformance.runtime.memory import POISON, TORN, ShadowMemory
+from kvconf.conformance.scheduler.generator import play_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.gpu_harness.copies import GATHER_ABOVE, SMALL_PAGE, runs
+from kvconf.gpu_harness.device import resolve_device
+from kvconf.gpu_harness.layout import KVLayout, MambaLayout
+from kvconf.gpu_harness.mamba import MambaMemory
+from kvconf.gpu_harness.memory import TensorMemory, tensor_memory
+from kvconf.reference.tiers import Tier
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 D, H = Tier.DEVICE, Tier.HOST
@@ -343,10 +343,10 @@ def test_kvconf_gpu_rejects_bad_options(tmp_path: Path):
 def test_host_pools_are_pinned_for_a_gpu_and_pageable_ones_are_caught():
     """D162-7: on CUDA the harness pins its host KV and Mamba pools; a pageable host pool
     meant for copies with a GPU is what the pinned-host oracle reports."""
-    from conformance.oracles import Violation
-    from conformance.oracles.pinned import PinnedHostOracle
-    from gpu_harness.mamba import MambaMemory
-    from gpu_harness.memory import TensorMemory, check_pinned
+    from kvconf.conformance.oracles import Violation
+    from kvconf.conformance.oracles.pinned import PinnedHostOracle
+    from kvconf.gpu_harness.mamba import MambaMemory
+    from kvconf.gpu_harness.memory import TensorMemory, check_pinned
 
     for mem in (TensorMemory(2, 4, 4), MambaMemory(2, 2)):
         check_pinned(mem)  # a CPU device: nothing to pin
@@ -367,12 +367,12 @@ def test_mamba_defects_are_caught_on_the_tensors(name):
     from planted_mamba import PLANTED_MAMBA
     from test_mamba_kit import CATCHES
 
-    from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-    from conformance.generators.sched_traces import play_sched
-    from conformance.oracles import Violation
-    from conformance.sched_scenarios import SCHED_SCENARIOS
-    from gpu_harness.mamba import MambaMemory
-    from gpu_harness.memory import tensor_memory
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.oracles import Violation
+    from kvconf.conformance.scheduler.generator import play_sched
+    from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+    from kvconf.gpu_harness.mamba import MambaMemory
+    from kvconf.gpu_harness.memory import tensor_memory
 
     workload, oracle, behaviour = CATCHES[name]
     sc = next(s for s in SCHED_SCENARIOS if s.name == workload)

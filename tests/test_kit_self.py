@@ -19,18 +19,18 @@ import pytest
 from hypothesis import settings
 from planted import PLANTED
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.engine_config import EngineConfig
-from conformance.generators.cache_traces import TraceHolder
-from conformance.oracles import Violation
-from conformance.profiles import Budget
-from conformance.runner import play, run_fuzz
-from conformance.scenarios import SCENARIOS
-from conformance.shrink import shrink, signature
-from conformance.trace import Trace, dump_trace, load_trace
-from reference import PrefixCache
-from reference.pages import PagePool
-from spec import load_registry
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.generator import TraceHolder
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.profiles import Budget
+from kvconf.conformance.running.runner import play, run_fuzz
+from kvconf.conformance.running.shrink import shrink, signature
+from kvconf.conformance.trace import Trace, dump_trace, load_trace
+from kvconf.reference import PrefixCache
+from kvconf.reference.pages import PagePool
+from kvconf.spec import load_registry
 
 TIGHT = EngineConfig(device_pages=8, host_pages=6)
 FUZZ_EXAMPLES = 300  # per planted defect and attempt; run_fuzz does not shrink
@@ -270,7 +270,7 @@ class _Flaky(PrefixCache):
     def evict(self, tier, num_pages):
         if not self.flip:
             return super().evict(tier, num_pages)
-        from reference.eviction import is_candidate
+        from kvconf.reference.eviction import is_candidate
 
         freed = 0
         while freed < num_pages:

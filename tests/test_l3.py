@@ -8,13 +8,13 @@ import hashlib
 import pytest
 from pydantic import ValidationError
 
-from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-from conformance.generators.sched_traces import play_sched
-from conformance.l3_store import L3Store, l3_keys
-from conformance.sched_scenarios import SCHED_SCENARIOS
-from conformance.sched_trace import SchedTrace
-from reference.l3 import rolling_keys, seed_key
-from reference.plan import (
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.scheduler.generator import play_sched
+from kvconf.conformance.scheduler.l3_store import L3Store, l3_keys
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedTrace
+from kvconf.reference.l3 import rolling_keys, seed_key
+from kvconf.reference.plan import (
     Abort,
     BackupDone,
     ExtendResult,
@@ -23,10 +23,10 @@ from reference.plan import (
     RequestSpec,
     WritebackDone,
 )
-from reference.prefix_cache import CacheConfig, PrefixCache
-from reference.requests import TRANSITIONS, Event, State
-from reference.scheduler import Scheduler, SchedulerConfig, SchedulerError
-from reference.tiers import Tier
+from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
+from kvconf.reference.requests import TRANSITIONS, Event, State
+from kvconf.reference.scheduler import Scheduler, SchedulerConfig, SchedulerError
+from kvconf.reference.tiers import Tier
 
 L3_SCENARIOS = [s for s in SCHED_SCENARIOS if s.name.startswith("sched-l3")]
 

@@ -8,15 +8,15 @@ from functools import partial
 import pytest
 from planted_mamba import PLANTED_MAMBA
 
-from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-from conformance.generators.sched_traces import fuzz_sched, play_sched
-from conformance.memory import POISON, ShadowStates
-from conformance.oracles import Violation
-from conformance.sched_scenarios import SCHED_SCENARIOS
-from conformance.sched_trace import SchedConfig, SchedTrace
-from reference.plan import CopyOp
-from reference.scheduler import Scheduler
-from reference.tiers import Tier
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.runtime.memory import POISON, ShadowStates
+from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+from kvconf.reference.plan import CopyOp
+from kvconf.reference.scheduler import Scheduler
+from kvconf.reference.tiers import Tier
 
 MAMBA_TIGHT = SchedConfig(mamba=True, device_pages=10, host_pages=8, max_tokens=6, max_batch=3,
                           max_slots=4, mamba_slots=6, mamba_host_slots=3)

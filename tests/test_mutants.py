@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.cli import app
-from conformance.mutants import all_mutants
-from conformance.mutants import cache as cache_mutants
-from conformance.mutants.kill import run_mutants
-from conformance.profiles import get_profile, parse_budget
-from reference import PrefixCache
-from spec.audit import audit
-from spec.registry import load_registry
+from kvconf.conformance.cli import app
+from kvconf.conformance.mutants import all_mutants
+from kvconf.conformance.mutants import cache as cache_mutants
+from kvconf.conformance.mutants.kill import run_mutants
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.reference import PrefixCache
+from kvconf.spec.audit import audit
+from kvconf.spec.registry import load_registry
 
 
 class Benign(PrefixCache):

@@ -15,23 +15,37 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.adapters import cache_engine_factory
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.cli import app
-from conformance.compliance import Inputs, build
-from conformance.diff import diff_reports
-from conformance.engine_config import EngineConfig, Requires
-from conformance.errors import KitError
-from conformance.expectations import Known, Verdict, compare, judge, load_expectations
-from conformance.features import Feature
-from conformance.junit import junit_xml
-from conformance.merge import merge_reports
-from conformance.oracles import Violation
-from conformance.profiles import Budget, get_profile
-from conformance.report import BAD, CaseResult, Report, RunInfo, Status, load_report, write_report
-from conformance.runner import Case, play, run_suite, select_cases, unjudged
-from conformance.scenarios import SCENARIOS
-from conformance.units import Shard
+from kvconf.conformance.adapters import cache_engine_factory
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.cli import app
+from kvconf.conformance.engine.config import EngineConfig, Requires
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.reporting.compliance import Inputs, build
+from kvconf.conformance.reporting.diff import diff_reports
+from kvconf.conformance.reporting.expectations import (
+    Known,
+    Verdict,
+    compare,
+    judge,
+    load_expectations,
+)
+from kvconf.conformance.reporting.junit import junit_xml
+from kvconf.conformance.reporting.merge import merge_reports
+from kvconf.conformance.reporting.report import (
+    BAD,
+    CaseResult,
+    Report,
+    RunInfo,
+    Status,
+    load_report,
+    write_report,
+)
+from kvconf.conformance.running.profiles import Budget, get_profile
+from kvconf.conformance.running.runner import Case, play, run_suite, select_cases, unjudged
+from kvconf.conformance.running.units import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
 S = Status

@@ -11,23 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from conformance.adapters import stand_ins
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.engine_config import EngineConfig
-from conformance.errors import EngineRejected
-from conformance.expectations import compare, load_expectations
-from conformance.features import Feature
-from conformance.oracles.base import Ctx
-from conformance.oracles.events import EventOracle
-from conformance.oracles.eviction import PageEvictionOracle
-from conformance.profiles import PROFILES, Budget
-from conformance.report import Status
-from conformance.runner import play, run_suite, select_cases
-from conformance.scenarios import SCENARIOS
-from conformance.trace import MatchStep, Trace, UnlockStep
-from reference import CacheError
-from reference.kv_events import EventKind, KVEvent, block_hash
-from reference.tiers import Tier
+from kvconf.conformance.adapters import stand_ins
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.oracles.base import Ctx
+from kvconf.conformance.oracles.events import EventOracle
+from kvconf.conformance.oracles.eviction import PageEvictionOracle
+from kvconf.conformance.reporting.expectations import compare, load_expectations
+from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import PROFILES, Budget
+from kvconf.conformance.running.runner import play, run_suite, select_cases
+from kvconf.conformance.trace import MatchStep, Trace, UnlockStep
+from kvconf.reference import CacheError
+from kvconf.reference.kv_events import EventKind, KVEvent, block_hash
+from kvconf.reference.tiers import Tier
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
@@ -39,7 +39,7 @@ def _scenario(name: str):
 
 
 def test_missing_peer_is_not_supported_with_its_reason(monkeypatch):
-    mod = importlib.import_module("conformance.adapters.sglang_radix")
+    mod = importlib.import_module("kvconf.conformance.adapters.sglang_radix")
 
     def absent(name: str):
         raise ImportError(f"No module named {name!r}")
@@ -54,7 +54,7 @@ def test_missing_peer_is_not_supported_with_its_reason(monkeypatch):
 
 
 def test_missing_vllm_is_not_supported_with_its_reason(monkeypatch):
-    mod = importlib.import_module("conformance.adapters.vllm_cache")
+    mod = importlib.import_module("kvconf.conformance.adapters.vllm_cache")
 
     def absent(name: str):
         raise ImportError(f"No module named {name!r}")
@@ -260,7 +260,7 @@ def test_page_eviction_frees_at_most_what_is_asked():
 def test_vllm_announces_a_duplicate_block_twice_and_its_removal_while_cached():
     """The finding on vLLM, reduced: one page inserted twice is stored twice; evicting one copy
     announces its removal while a match still finds the other."""
-    from conformance.adapters.vllm_cache import VLLMAdapter
+    from kvconf.conformance.adapters.vllm_cache import VLLMAdapter
 
     a = VLLMAdapter(EngineConfig(page_size=2, device_pages=4))
     for _ in range(2):
@@ -276,9 +276,9 @@ def test_vllm_announces_a_duplicate_block_twice_and_its_removal_while_cached():
 def test_a_match_serving_a_block_announced_removed_is_caught_without_a_snapshot():
     """Black-box EVENT-6: what a match serves from the device tier must be stored by the events
     so far, as vLLM's duplicate shows when one copy's removal is announced."""
-    from conformance.ledger import Ledger
-    from conformance.memory import shadow_memory
-    from conformance.protocol import Match
+    from kvconf.conformance.cache.ledger import Ledger
+    from kvconf.conformance.engine.protocol import Match
+    from kvconf.conformance.runtime.memory import shadow_memory
 
     class Hashes:
         page_size = 2
@@ -303,8 +303,8 @@ def test_a_match_serving_a_block_announced_removed_is_caught_without_a_snapshot(
 def test_missing_unified_cache_is_not_supported_with_its_reason(monkeypatch):
     """sglang-unified goes through the same import gate, then its own: either failing reports
     every case NOT_SUPPORTED with the reason, whether sglang is installed or not."""
-    radix = importlib.import_module("conformance.adapters.sglang_radix")
-    unified = importlib.import_module("conformance.adapters.sglang_unified")
+    radix = importlib.import_module("kvconf.conformance.adapters.sglang_radix")
+    unified = importlib.import_module("kvconf.conformance.adapters.sglang_unified")
 
     def absent(name: str):
         raise ImportError(f"No module named {name!r}")
@@ -324,10 +324,10 @@ def test_missing_unified_cache_is_not_supported_with_its_reason(monkeypatch):
 
 
 def test_unified_engine_is_registered_with_its_expectations():
-    from conformance.adapters import target_of
+    from kvconf.conformance.adapters import target_of
 
     assert target_of("sglang-unified") == (
-        "conformance.adapters.sglang_unified:SGLangUnifiedAdapter")
+        "kvconf.conformance.adapters.sglang_unified:SGLangUnifiedAdapter")
     path = ROOT / "conformance" / "adapters" / "expectations" / "sglang-unified.toml"
     exp = load_expectations(path)
     assert exp.engine == "sglang-unified"
@@ -340,7 +340,7 @@ def test_unified_engine_is_registered_with_its_expectations():
 def test_sglang_unified_frees_only_the_callers_duplicates():
     """The engine frees duplicates itself; the adapter reports what it freed, and passes the
     caller's protected prefix (the tree's own pages) so those are never freed."""
-    from conformance.adapters.sglang_unified import SGLangUnifiedAdapter
+    from kvconf.conformance.adapters.sglang_unified import SGLangUnifiedAdapter
 
     a = SGLangUnifiedAdapter(EngineConfig(page_size=2, device_pages=6))
     assert Feature.LOCK_HANDLES not in a.features
@@ -361,7 +361,7 @@ def test_sglang_unified_frees_only_the_callers_duplicates():
 def test_sglang_unified_receipt_names_a_node_not_a_lock():
     """Why lock_handles is not declared: two locks of one node get equal receipts, and a second
     release of the first is taken as the release of the other."""
-    from conformance.adapters.sglang_unified import SGLangUnifiedAdapter
+    from kvconf.conformance.adapters.sglang_unified import SGLangUnifiedAdapter
 
     a = SGLangUnifiedAdapter(EngineConfig(page_size=2, device_pages=4))
     a.insert(0, [1, 2], a.alloc(1))
@@ -380,7 +380,7 @@ def test_sglang_radix_snapshot_is_read_from_its_tree_and_judged():
     SGLang's own counts; a snapshot with one count off fails the ownership oracle."""
     import dataclasses
 
-    from conformance.adapters.sglang_radix import SGLangRadixAdapter
+    from kvconf.conformance.adapters.sglang_radix import SGLangRadixAdapter
 
     a = SGLangRadixAdapter(EngineConfig(page_size=2, device_pages=8))
     for ns in (0, 1):

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance import adapters
-from conformance.cli import app
-from conformance.errors import KitError
-from conformance.report import load_report
+from kvconf.conformance import adapters
+from kvconf.conformance.cli import app
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting.report import load_report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SRC = ROOT / "examples" / "example-engine" / "src"
@@ -25,7 +25,7 @@ TESTS = Path(__file__).resolve().parent
 
 ENGINE_MODULE = '''
 import os
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from planted import EvictsPinned
 
 
@@ -73,7 +73,7 @@ def site(tmp_path: Path, monkeypatch):
 def test_the_bundled_table_is_the_entry_point_table() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
     assert declared["kvconf.engines"] == adapters.BUILTIN
-    assert declared["pytest11"] == {"kvconf": "conformance.pytest_plugin"}
+    assert declared["pytest11"] == {"kvconf": "kvconf.conformance.pytest_plugin"}
 
 
 def test_without_entry_point_metadata_the_builtin_table_serves(monkeypatch) -> None:
@@ -82,7 +82,7 @@ def test_without_entry_point_metadata_the_builtin_table_serves(monkeypatch) -> N
     try:
         assert adapters.known_engines() == sorted(adapters.BUILTIN)
         assert adapters.engine_factory("reference") is adapters._load(
-            "conformance.adapters.reference_cache:reference")
+            "kvconf.conformance.adapters.reference_cache:reference")
         assert adapters.sched_engine_factory("reference") is not None
         assert adapters.cache_engine_factory("tokenspeed") is None
     finally:
@@ -108,7 +108,7 @@ def test_a_registered_engine_runs_in_workers_and_replays_as_printed(
 
 def test_a_name_registered_twice_is_one_line(site: Path, tmp_path: Path) -> None:
     distribution(site, "one_pkg", {"twice": "my_engines:evicts_pinned"})
-    distribution(site, "two_pkg", {"twice": "conformance.adapters.reference_cache:reference"})
+    distribution(site, "two_pkg", {"twice": "kvconf.conformance.adapters.reference_cache:reference"})
     r = kvconf("run", "--engine", "twice", "--report", str(tmp_path / "r.json"))
     assert r.exit_code == 2
     line = r.output.strip()
@@ -179,7 +179,7 @@ def test_cases_are_items_and_a_failure_says_what_broke_and_how_to_replay(
     assert replay == ("replay: kvconf replay kvconf-report/traces/pinned-never-evicted.json "
                       "--engine my_engines:evicts_pinned")
     cmd = shlex.split(replay.removeprefix("replay: "))
-    again = subprocess.run([sys.executable, "-m", "conformance.cli", *cmd[1:]], cwd=project,
+    again = subprocess.run([sys.executable, "-m", "kvconf.conformance.cli", *cmd[1:]], cwd=project,
                            capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, PYTHONPATH=str(TESTS)))
     assert again.returncode == 1 and "FAIL" in again.stdout, again.stdout + again.stderr

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from lock_counts import subtree_locks
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.engine_config import EngineConfig
-from conformance.oracles import Violation
-from conformance.runner import play
-from conformance.trace import InsertStep, MatchStep, Trace
-from reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
-from reference.kv_events import EventKind, KVEvent
-from reference.snapshot import CacheSnapshot, NodeView
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.runner import play
+from kvconf.conformance.trace import InsertStep, MatchStep, Trace
+from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
+from kvconf.reference.kv_events import EventKind, KVEvent
+from kvconf.reference.snapshot import CacheSnapshot, NodeView
 
 D, H = Tier.DEVICE, Tier.HOST
 REPO = Path(__file__).resolve().parent.parent

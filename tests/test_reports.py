@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conformance.cli import app
-from conformance.errors import KitError
-from conformance.expectations import compare, load_expectations
-from conformance.report import CaseResult, Report, RunInfo, Status
+from kvconf.conformance.cli import app
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting.expectations import compare, load_expectations
+from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Status
 
 KNOWN = """engine = "reference"
 
@@ -144,7 +144,7 @@ def test_kvconf_report_writes_markdown_and_html(tmp_path: Path):
 
 
 def test_rules_link_to_the_spec_site_when_it_is_given(tmp_path: Path):
-    from conformance.compliance import Inputs, build
+    from kvconf.conformance.reporting.compliance import Inputs, build
 
     inputs = Inputs()
     r = _report(a=Status.FAIL)
@@ -175,7 +175,7 @@ def test_kvconf_report_refuses_unknown_files(tmp_path: Path):
 def test_one_engine_at_several_revisions_gets_a_column_and_a_trace_folder_each(tmp_path: Path):
     """`.ci/tokenspeed` writes one ``report.json`` per revision, in folders named after them:
     each is its own column (by version) and its traces do not overwrite each other's."""
-    from conformance.compliance import Inputs, build
+    from kvconf.conformance.reporting.compliance import Inputs, build
 
     inputs = Inputs()
     for rev in ("main-radix", "pr381"):

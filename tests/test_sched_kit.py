@@ -15,19 +15,25 @@ from pathlib import Path
 import pytest
 from planted_sched import ADAPTER_PLANTED, L3_PLANTED, PLANTED_SCHED
 
-from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-from conformance.engine_config import EngineConfig
-from conformance.errors import EngineRejected
-from conformance.features import Feature
-from conformance.generators.sched_traces import fuzz_sched, play_sched, shrink_sched
-from conformance.oracles import Violation
-from conformance.profiles import get_profile, parse_budget
-from conformance.runner import ADAPTER_FUZZ, L3_FUZZ, fuzz_namespaces, run_suite, select_cases
-from conformance.sched_driver import SchedulerDriver
-from conformance.sched_scenarios import SCHED_SCENARIOS
-from conformance.sched_trace import SchedConfig, SchedTrace
-from reference.plan import Abort, Plan
-from reference.requests import TRANSITIONS
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.conformance.running.runner import (
+    ADAPTER_FUZZ,
+    L3_FUZZ,
+    fuzz_namespaces,
+    run_suite,
+    select_cases,
+)
+from kvconf.conformance.scheduler.driver import SchedulerDriver
+from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+from kvconf.reference.plan import Abort, Plan
+from kvconf.reference.requests import TRANSITIONS
 
 TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4)
 WINDOW = SchedConfig(sliding_window=3)
@@ -322,8 +328,8 @@ def test_tokenspeed_expectation_files_name_real_cases_and_source_lines() -> None
     """Every radix-era revision's expectation file loads, names cases the suite has, and points
     each known gap at the engine's source at that revision (they are judged where the extension
     is built; here they must at least not rot)."""
-    from conformance.expectations import load_expectations
-    from conformance.runner import all_cases
+    from kvconf.conformance.reporting.expectations import load_expectations
+    from kvconf.conformance.running.runner import all_cases
 
     root = Path(__file__).resolve().parent.parent / "conformance" / "adapters" / "expectations"
     files = sorted(root.glob("tokenspeed-*.toml"))
@@ -348,8 +354,8 @@ def test_a_black_box_run_waits_for_the_writeback_after_finish(monkeypatch) -> No
 
     import fake_tokenspeed
 
-    from conformance.adapters.tokenspeed import TokenSpeedAdapter
-    from conformance.sched_trace import Arrival
+    from kvconf.conformance.adapters.tokenspeed import TokenSpeedAdapter
+    from kvconf.conformance.scheduler.trace import Arrival
 
     monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
     trace = SchedTrace(config=SchedConfig(), acks=["later"],
@@ -369,9 +375,9 @@ def test_an_in_flight_abort_waits_for_the_writeback_whenever_it_comes(monkeypatc
 
     import fake_tokenspeed
 
-    from conformance.adapters.tokenspeed import TokenSpeedAdapter
-    from conformance.sched_trace import AbortAt, Arrival
-    from reference.plan import Abort
+    from kvconf.conformance.adapters.tokenspeed import TokenSpeedAdapter
+    from kvconf.conformance.scheduler.trace import AbortAt, Arrival
+    from kvconf.reference.plan import Abort
 
     monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
     seen: list[tuple[bool, bool]] = []  # per plan: a writeback in it, an Abort after it
@@ -402,9 +408,9 @@ def test_a_probe_finding_never_ends_the_fuzz_search() -> None:
     """An engine that accepts an illegal event on every workload (TokenSpeed's ExtendResult)
     fails a probe in the first one; the search goes on without probes and finds its other
     defect (here E-1), which is the case's finding; the probe's is kept in the message."""
-    from conformance.mutants.scheduler import FailedWritebackIsDone
-    from reference.plan import ExtendResult
-    from reference.scheduler import SchedulerError
+    from kvconf.conformance.mutants.scheduler import FailedWritebackIsDone
+    from kvconf.reference.plan import ExtendResult
+    from kvconf.reference.scheduler import SchedulerError
 
     class AcceptsEverything(FailedWritebackIsDone):
         def advance(self, events):
@@ -436,7 +442,7 @@ def test_a_black_box_engine_that_keeps_a_failed_writeback_is_blamed_for_it() -> 
     """Without a snapshot only the KV shows E-1: a later request reads what the failed copy
     left. The kit follows the failed copy's pages through later copies, so the finding names
     the rule the engine broke (REQ-5, HOST-4), not only the bad read (TREE-2)."""
-    from conformance.mutants.scheduler import FailedWritebackIsDone
+    from kvconf.conformance.mutants.scheduler import FailedWritebackIsDone
 
     class BlackBox(ReferenceSchedulerAdapter):
         def __init__(self, config) -> None:
@@ -459,8 +465,8 @@ def test_a_later_prefill_chunk_reuses_nothing(monkeypatch) -> None:
 
     import fake_tokenspeed
 
-    from conformance.adapters.tokenspeed import TokenSpeedAdapter
-    from conformance.sched_trace import Arrival
+    from kvconf.conformance.adapters.tokenspeed import TokenSpeedAdapter
+    from kvconf.conformance.scheduler.trace import Arrival
 
     monkeypatch.setitem(sys.modules, "tokenspeed_scheduler", fake_tokenspeed)
     trace = SchedTrace(config=SchedConfig(max_tokens=4),

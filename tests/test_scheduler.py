@@ -1,4 +1,4 @@
-"""Tests of ``reference.scheduler``: the request state machine, plans, finishing, liveness.
+"""Tests of ``kvconf.reference.scheduler``: the request state machine, plans, finishing, liveness.
 
 A small deterministic runtime (:class:`Runtime`) plays the serving loop a driver follows: submit,
 ``next_plan()``, report a token for every row that samples, acknowledge writebacks now or one plan
@@ -30,8 +30,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from reference.errors import CacheError
-from reference.plan import (
+from kvconf.reference.errors import CacheError
+from kvconf.reference.plan import (
     Abort,
     ExtendResult,
     Finish,
@@ -40,16 +40,16 @@ from reference.plan import (
     RuntimeEvent,
     WritebackDone,
 )
-from reference.requests import EXTERNAL, HOLDS, TRANSITIONS, Event, State
-from reference.scheduler import (
+from kvconf.reference.requests import EXTERNAL, HOLDS, TRANSITIONS, Event, State
+from kvconf.reference.scheduler import (
     RequestView,
     Scheduler,
     SchedulerConfig,
     SchedulerError,
     SchedulerSnapshot,
 )
-from reference.snapshot import CacheSnapshot
-from reference.tiers import Tier
+from kvconf.reference.snapshot import CacheSnapshot
+from kvconf.reference.tiers import Tier
 
 S = State
 D, H = Tier.DEVICE, Tier.HOST

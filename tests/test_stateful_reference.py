@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from lock_counts import subtree_locks
 
-from reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
-from reference.kv_events import EventKind, KVEvent
-from reference.snapshot import CacheSnapshot
+from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
+from kvconf.reference.kv_events import EventKind, KVEvent
+from kvconf.reference.snapshot import CacheSnapshot
 
 pytestmark = pytest.mark.behaviours(
     "POOL-1", "POOL-2", "POOL-4",

@@ -13,17 +13,17 @@ import fake_tokenspeed
 import fake_tokenspeed_blockpool
 import pytest
 
-from conformance.adapters.tokenspeed import TokenSpeedAdapter, tokenspeed_adapter
-from conformance.adapters.tokenspeed_blockpool import TokenSpeedBlockPoolAdapter
-from conformance.engine_config import EngineConfig
-from conformance.features import Feature
-from conformance.oracles import Violation
-from conformance.oracles.scheduler import RuntimeEventOracle
-from conformance.profiles import get_profile, parse_budget
-from conformance.runner import run_suite
-from conformance.sched_driver import SchedulerDriver
-from conformance.sched_trace import Arrival, SchedConfig, SchedTrace
-from reference.plan import CopyOp, LoadbackDone, Plan, WritebackDone
+from kvconf.conformance.adapters.tokenspeed import TokenSpeedAdapter, tokenspeed_adapter
+from kvconf.conformance.adapters.tokenspeed_blockpool import TokenSpeedBlockPoolAdapter
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.oracles.scheduler import RuntimeEventOracle
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.conformance.running.runner import run_suite
+from kvconf.conformance.scheduler.driver import SchedulerDriver
+from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
+from kvconf.reference.plan import CopyOp, LoadbackDone, Plan, WritebackDone
 
 SYSTEM = [1, 2, 1, 2, 0, 1, 2, 0]
 
@@ -150,10 +150,10 @@ def test_a_plan_that_zeroes_a_page_a_row_reads_is_caught(blockpool) -> None:
 
 @pytest.mark.behaviours("EVENT-7", "EVENT-2", "EVENT-4")
 def test_reuse_of_an_unannounced_block_and_a_hash_off_its_chain_are_caught() -> None:
-    from conformance.adapters.tokenspeed_blockpool import block_hash
-    from conformance.oracles.scheduler import SchedEventOracle
-    from reference.kv_events import EventKind, KVEvent
-    from reference.plan import ForwardRow
+    from kvconf.conformance.adapters.tokenspeed_blockpool import block_hash
+    from kvconf.conformance.oracles.scheduler import SchedEventOracle
+    from kvconf.reference.kv_events import EventKind, KVEvent
+    from kvconf.reference.plan import ForwardRow
 
     oracle = SchedEventOracle(block_hash)
     h0 = block_hash(None, 0, (1, 2))
@@ -281,10 +281,10 @@ def test_sparse_prefix_events_name_a_parent_by_its_prefix() -> None:
     """Announcing only reusable boundaries (EVENT-8): a stored block may name an unstored parent
     whose hash is its own prefix's, and a reuse owes only its last block; a parent hash that
     names no prefix is still an orphan (EVENT-3)."""
-    from conformance.adapters.tokenspeed_blockpool import block_hash
-    from conformance.oracles.scheduler import SchedEventOracle
-    from reference.kv_events import EventKind, KVEvent
-    from reference.plan import ForwardRow
+    from kvconf.conformance.adapters.tokenspeed_blockpool import block_hash
+    from kvconf.conformance.oracles.scheduler import SchedEventOracle
+    from kvconf.reference.kv_events import EventKind, KVEvent
+    from kvconf.reference.plan import ForwardRow
 
     h0 = block_hash(None, 0, (1, 2))
     h1 = block_hash(h0, 0, (1, 2))

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.adapters import tokenspeed as T
-from conformance.features import Feature
-from conformance.l3_store import l3_keys
-from conformance.sched_trace import SchedConfig
-from reference.plan import RequestSpec
+from kvconf.conformance.adapters import tokenspeed as T
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.scheduler.l3_store import l3_keys
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.plan import RequestSpec
 
 
 def _chain(tokens: list[int], page: int, prior: str = "") -> list[str]:
@@ -127,7 +127,7 @@ class _Idle:
         pass
 
     def next_plan(self):
-        from reference.plan import Plan
+        from kvconf.reference.plan import Plan
 
         self.n += 1
         return Plan(self.n, (), (), ())
@@ -141,9 +141,9 @@ class _Idle:
 
 @pytest.mark.behaviours("MAMBA-9", "LIVE-1")
 def test_liveness_is_judged_by_the_state_slots_an_engine_declares_it_needs() -> None:
-    from conformance.oracles import Violation
-    from conformance.sched_driver import SchedulerDriver
-    from conformance.sched_trace import Arrival, SchedTrace
+    from kvconf.conformance.oracles import Violation
+    from kvconf.conformance.scheduler.driver import SchedulerDriver
+    from kvconf.conformance.scheduler.trace import Arrival, SchedTrace
 
     trace = SchedTrace(config=SchedConfig(mamba=True, mamba_slots=1), max_plans=5,
                        arrivals=[Arrival(at=0, rid="r", tokens=[0, 1, 2])])
@@ -167,8 +167,8 @@ def test_radix_kv_events_read_an_adapter_chain_as_its_namespace() -> None:
     so the kit's hash check recomputes every block."""
     from types import SimpleNamespace
 
-    from conformance.adapters.tokenspeed import TokenSpeedAdapter, block_hash
-    from reference.kv_events import EventKind
+    from kvconf.conformance.adapters.tokenspeed import TokenSpeedAdapter, block_hash
+    from kvconf.reference.kv_events import EventKind
 
     root = block_hash(None, 0, [-1, 0])
     first = block_hash(root, 0, [5, 6])

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from conformance.adapters.tokenspeed import keeps_mamba_state
-from conformance.adapters.tokenspeed_blockpool import (
+from kvconf.conformance.adapters.tokenspeed import keeps_mamba_state
+from kvconf.conformance.adapters.tokenspeed_blockpool import (
     has_state_groups,
     has_window_groups,
     is_block_pool,
 )
-from conformance.engine_config import EngineConfig
-from conformance.features import Feature
-from conformance.profiles import get_profile, parse_budget
-from conformance.report import Status
-from conformance.runner import run_suite, select_cases
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.conformance.running.runner import run_suite, select_cases
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tokenspeed_scheduler") is None,
                                 reason="tokenspeed_scheduler is not installed (build it from "

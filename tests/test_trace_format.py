@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.adapters.reference_cache import ReferenceCacheAdapter
-from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
-from conformance.runner import play
-from conformance.scenarios import SCENARIOS
-from conformance.trace import (
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.running.runner import play
+from kvconf.conformance.trace import (
     AckStep,
     EvictStep,
     Expect,
@@ -28,7 +28,7 @@ from conformance.trace import (
     load_trace,
     trace_schema,
 )
-from reference.tiers import Tier
+from kvconf.reference.tiers import Tier
 
 
 def every_kind_of_step() -> Trace:
@@ -199,7 +199,7 @@ def test_a_bad_header_is_named(tmp_path):
 def test_an_expectation_names_behaviours_of_its_case():
     """A step's expectation may narrow what its mismatch breaks; those IDs exist and are among
     the case's own, so the compliance matrix never blames a rule the case does not claim."""
-    from spec.registry import load_registry
+    from kvconf.spec.registry import load_registry
 
     known = set(load_registry().behaviours)
     named = 0
@@ -213,8 +213,8 @@ def test_an_expectation_names_behaviours_of_its_case():
 
 
 def test_a_mismatch_blames_the_behaviours_its_expectation_names():
-    from conformance.features import Feature
-    from conformance.oracles.base import Violation
+    from kvconf.conformance.engine.features import Feature
+    from kvconf.conformance.oracles.base import Violation
 
     class WrongVictim(ReferenceCacheAdapter):
         """Frees nothing when asked for a few pages, and offers no snapshot, so the expectation

@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 from planted_window import WindowFromTopLevelOnly
 
-from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
-from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
-from conformance.features import Feature
-from conformance.generators.sched_traces import play_sched
-from conformance.model_config import model_window, with_model_window
-from conformance.mutants.scheduler import PLANTED_SCHED
-from conformance.oracles import Violation
-from conformance.profiles import get_profile, parse_budget
-from conformance.runner import run_suite, select_cases
-from conformance.sched_scenarios import SCHED_SCENARIOS
-from conformance.sched_trace import SchedConfig
-from conformance.window_cases import MODEL_CONFIGS, check_model_windows
-from reference.scheduler import Scheduler
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.model_config import model_window, with_model_window
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.mutants.scheduler import PLANTED_SCHED
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.profiles import get_profile, parse_budget
+from kvconf.conformance.running.runner import run_suite, select_cases
+from kvconf.conformance.scheduler.generator import play_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.conformance.scheduler.window_cases import MODEL_CONFIGS, check_model_windows
+from kvconf.reference.scheduler import Scheduler
 
 
 @pytest.mark.behaviours("WIN-1")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
-from conformance.merge import merge_reports
-from conformance.profiles import PROFILES, Budget
-from conformance.report import CaseResult, Status, UnitResult, load_report
-from conformance.runner import all_cases, run_suite, select_cases
-from conformance.units import Shard, combine, parse_shard, plan, split
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting.merge import merge_reports
+from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult, load_report
+from kvconf.conformance.running.profiles import PROFILES, Budget
+from kvconf.conformance.running.runner import all_cases, run_suite, select_cases
+from kvconf.conformance.running.units import Shard, combine, parse_shard, plan, split
 
 HERE = Path(__file__).parent
 CASES = ["namespace-isolation", "lru-victim-order", "fuzz-cache"]
@@ -92,7 +92,7 @@ def test_an_engine_exception_is_a_fail_with_its_traceback(tmp_path):
 
 
 def _kvconf(*args: str, cwd: Path = HERE, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "kvconf.conformance.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300, **kw)
 
 
@@ -201,7 +201,7 @@ def test_a_case_is_its_units_up_to_the_first_failing_one():
 def test_sigterm_writes_an_interrupted_report(tmp_path):
     report = tmp_path / "r.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "conformance.cli", "run", "--quiet", "--budget", "100000",
+        [sys.executable, "-m", "kvconf.conformance.cli", "run", "--quiet", "--budget", "100000",
          "--examples-db", "none", "--report", str(report)],
         cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -246,9 +246,9 @@ def test_bad_worker_options_are_one_line_errors(tmp_path):
 
 
 def test_an_interrupted_shrink_keeps_the_best_trace_so_far():
-    from conformance import shrink as shrinking
-    from conformance.oracles import Violation
-    from conformance.trace import InsertStep, Trace
+    from kvconf.conformance.oracles import Violation
+    from kvconf.conformance.running import shrink as shrinking
+    from kvconf.conformance.trace import InsertStep, Trace
 
     trace = Trace(config=EngineConfig(page_size=1),
                   steps=[InsertStep(ns=0, tokens=[i]) for i in range(8)])

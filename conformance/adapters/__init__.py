@@ -18,22 +18,22 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import import_module, metadata
 
-from conformance.engine_config import EngineConfig
-from conformance.errors import KitError
-from conformance.protocol import CacheEngine
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.protocol import CacheEngine
+from kvconf.conformance.errors import KitError
 
 GROUP = "kvconf.engines"
 DIST = "kvconf"  # the distribution whose entry points are BUILTIN
 
 # name -> "module:factory", exactly pyproject.toml's [project.entry-points."kvconf.engines"].
 BUILTIN: dict[str, str] = {
-    "reference": "conformance.adapters.reference_cache:reference",
-    "sglang-radix": "conformance.adapters.sglang_radix:SGLangRadixAdapter",
-    "sglang-radix-salt": "conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
-    "sglang-unified": "conformance.adapters.sglang_unified:SGLangUnifiedAdapter",
-    "tokenspeed": "conformance.adapters.tokenspeed:tokenspeed_adapter",
-    "vllm": "conformance.adapters.vllm_cache:VLLMAdapter",
-    "vllm-salt": "conformance.adapters.vllm_cache:VLLMSaltAdapter",
+    "reference": "kvconf.conformance.adapters.reference_cache:reference",
+    "sglang-radix": "kvconf.conformance.adapters.sglang_radix:SGLangRadixAdapter",
+    "sglang-radix-salt": "kvconf.conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
+    "sglang-unified": "kvconf.conformance.adapters.sglang_unified:SGLangUnifiedAdapter",
+    "tokenspeed": "kvconf.conformance.adapters.tokenspeed:tokenspeed_adapter",
+    "vllm": "kvconf.conformance.adapters.vllm_cache:VLLMAdapter",
+    "vllm-salt": "kvconf.conformance.adapters.vllm_cache:VLLMSaltAdapter",
 }
 
 LEVELS = ("cache", "scheduler")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from conformance.errors import EngineRejected
-from conformance.protocol import CopyOp
+from kvconf.conformance.engine.protocol import CopyOp
+from kvconf.conformance.errors import EngineRejected
 
 
 class DeviceOnly:

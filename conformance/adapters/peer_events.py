@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from reference.kv_events import EventKind, KVEvent
+from kvconf.reference.kv_events import EventKind, KVEvent
 
 MASK64 = (1 << 64) - 1
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance import __version__
-from conformance.engine_config import EngineConfig
-from conformance.errors import EngineRejected
-from conformance.features import Feature
-from conformance.protocol import CopyOp, Inserted, Match
-from reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
-from reference.kv_events import KVEvent
-from reference.snapshot import CacheSnapshot
+from kvconf.conformance import __version__
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import CopyOp, Inserted, Match
+from kvconf.conformance.errors import EngineRejected
+from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.snapshot import CacheSnapshot
 
 
 class ReferenceCacheAdapter:
@@ -104,4 +104,4 @@ def reference(config: EngineConfig) -> ReferenceCacheAdapter:
     return ReferenceCacheAdapter(config)
 
 
-reference.scheduler = "conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter"
+reference.scheduler = "kvconf.conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance import __version__
-from conformance.errors import EngineRejected
-from conformance.features import Feature
-from conformance.sched_trace import SchedConfig
-from reference.errors import CacheError
-from reference.plan import Plan, RequestSpec, RuntimeEvent
-from reference.scheduler import Scheduler, SchedulerConfig, SchedulerError, SchedulerSnapshot
+from kvconf.conformance import __version__
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.errors import CacheError
+from kvconf.reference.plan import Plan, RequestSpec, RuntimeEvent
+from kvconf.reference.scheduler import Scheduler, SchedulerConfig, SchedulerError, SchedulerSnapshot
 
 
 class ReferenceSchedulerAdapter:

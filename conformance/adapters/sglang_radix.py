@@ -34,16 +34,16 @@ from importlib import import_module, metadata
 from types import SimpleNamespace
 from typing import Any
 
-from conformance.adapters import stand_ins
-from conformance.adapters.device_only import DeviceOnly
-from conformance.adapters.peer_events import MASK64, to_kit_events
-from conformance.engine_config import EngineConfig
-from conformance.errors import EngineUnavailable
-from conformance.features import Feature
-from conformance.protocol import Inserted, Match
-from reference.kv_events import KVEvent
-from reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView
-from reference.tiers import Tier
+from kvconf.conformance.adapters import stand_ins
+from kvconf.conformance.adapters.device_only import DeviceOnly
+from kvconf.conformance.adapters.peer_events import MASK64, to_kit_events
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import Inserted, Match
+from kvconf.conformance.errors import EngineUnavailable
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.snapshot import CacheSnapshot, LockView, NodeView, PoolView
+from kvconf.reference.tiers import Tier
 
 SOURCE = "https://github.com/sgl-project/sglang/blob/v{version}/python/sglang/srt/mem_cache/{file}"
 

@@ -58,12 +58,12 @@ from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 
-from conformance.adapters.sglang_radix import SGLangRadixAdapter, sglang_modules
-from conformance.engine_config import EngineConfig
-from conformance.errors import EngineUnavailable
-from conformance.features import Feature
-from conformance.protocol import Inserted, Match
-from reference.tiers import Tier
+from kvconf.conformance.adapters.sglang_radix import SGLangRadixAdapter, sglang_modules
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import Inserted, Match
+from kvconf.conformance.errors import EngineUnavailable
+from kvconf.reference.tiers import Tier
 
 TREE_CORE = "rust"  # SGLang's default; its own fallback policy may answer "python"
 

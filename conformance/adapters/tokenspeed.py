@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from importlib import import_module, metadata
 from typing import Any
 
-from conformance.errors import EngineRejected, EngineUnavailable
-from conformance.features import Feature
-from conformance.sched_trace import SchedConfig
-from reference.kv_events import EventKind, KVEvent
-from reference.plan import (
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected, EngineUnavailable
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.kv_events import EventKind, KVEvent
+from kvconf.reference.plan import (
     Abort,
     BackupDone,
     CopyOp,
@@ -557,7 +557,10 @@ def tokenspeed_adapter(config: SchedConfig) -> Any:
     """The adapter for the installed revision, whichever era it is: the block-pool binding
     (cache groups, today's main) or the radix-tree one (``page_size``). A user who installs
     either gets the right one under the one engine name."""
-    from conformance.adapters.tokenspeed_blockpool import TokenSpeedBlockPoolAdapter, is_block_pool
+    from kvconf.conformance.adapters.tokenspeed_blockpool import (
+        TokenSpeedBlockPoolAdapter,
+        is_block_pool,
+    )
 
     if is_block_pool(_module()):
         return TokenSpeedBlockPoolAdapter(config)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.adapters.tokenspeed import (
+from kvconf.conformance.adapters.tokenspeed import (
     _event,
     _module,
     block_hash,
@@ -37,11 +37,11 @@ from conformance.adapters.tokenspeed import (
     forward_event,
     read_kv_events,
 )
-from conformance.errors import EngineRejected
-from conformance.features import Feature
-from conformance.sched_trace import SchedConfig
-from reference.kv_events import KVEvent
-from reference.plan import (
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.plan import (
     Abort,
     CopyOp,
     ExtendResult,

@@ -32,10 +32,10 @@ class Mutant:
         if self.level == "memory":
             return self.cls
         if self.level == "cache":
-            from conformance.adapters.reference_cache import ReferenceCacheAdapter
+            from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 
             return partial(ReferenceCacheAdapter, cache_cls=self.cls)
-        from conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+        from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 
         return partial(ReferenceSchedulerAdapter, scheduler_cls=self.cls)
 
@@ -51,17 +51,17 @@ def _mutant(name: str, level: Level, cls: type) -> Mutant:
 
 def all_mutants() -> list[Mutant]:
     """Every mutant, cache level first, each level by name."""
-    from conformance.mutants.cache import PLANTED
-    from conformance.mutants.mamba import PLANTED_MAMBA
-    from conformance.mutants.scheduler import PLANTED_SCHED
-    from conformance.mutants.window import WindowFromTopLevelOnly
+    from kvconf.conformance.mutants.cache import PLANTED
+    from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
+    from kvconf.conformance.mutants.scheduler import PLANTED_SCHED
+    from kvconf.conformance.mutants.window import WindowFromTopLevelOnly
 
     sched = {**PLANTED_SCHED, **PLANTED_MAMBA,
              WindowFromTopLevelOnly.__name__: WindowFromTopLevelOnly}
     out = ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
            + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())])
     try:  # the runtime side's mutants need torch (the GPU harness)
-        from gpu_harness.mutants import MEMORY_MUTANTS
+        from kvconf.gpu_harness.mutants import MEMORY_MUTANTS
     except ImportError:
         return out
     return out + [_mutant(n, "memory", c) for n, c in sorted(MEMORY_MUTANTS.items())]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from reference import PrefixCache, Tier
-from reference.errors import CacheError
-from reference.eviction import is_candidate
-from reference.kv_events import EventKind, KVEvent
-from reference.pages import node_owner
+from kvconf.reference import PrefixCache, Tier
+from kvconf.reference.errors import CacheError
+from kvconf.reference.eviction import is_candidate
+from kvconf.reference.kv_events import EventKind, KVEvent
+from kvconf.reference.pages import node_owner
 
 
 def _evict_by(cache, tier, num_pages, eligible, choose) -> int:
@@ -115,7 +115,7 @@ class HashWithoutNamespace(PrefixCache):
     """EVENT-5 / D268-7: block hashes leave the namespace out."""
 
     def _new_node(self, namespace, parent, key, hashes):
-        from reference.kv_events import chain_hashes
+        from kvconf.reference.kv_events import chain_hashes
 
         if parent is not None and hashes:
             hashes = chain_hashes(parent.last_hash(), 0, key, self.page_size)

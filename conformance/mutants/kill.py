@@ -14,14 +14,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from conformance import __version__
-from conformance.engine_config import EngineConfig
-from conformance.features import Feature
-from conformance.mutants import Mutant, all_mutants
-from conformance.profiles import Budget, Profile
-from conformance.report import Status
-from conformance.sched_trace import SchedConfig
-from conformance.trace import write_atomic
+from kvconf.conformance import __version__
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.mutants import Mutant, all_mutants
+from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.running.profiles import Budget, Profile
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.conformance.trace import write_atomic
 
 FORMAT = "kvconf-kill-matrix/1"
 
@@ -84,7 +84,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
              budget: Budget, out_dir: Path | None, fuzz_only: bool = False) -> MutantResult:
     """Run the suite's cases of the mutant's level against it until one fails (only the fuzz
     cases with ``fuzz_only``: what the generators find without the hand-written scenarios)."""
-    from conformance.runner import RunContext, all_cases, not_applicable, run_case
+    from kvconf.conformance.running.runner import RunContext, all_cases, not_applicable, run_case
 
     if mutant.level == "memory":
         return _kill_memory(mutant, catalog)
@@ -125,8 +125,8 @@ def _kill_memory(mutant: Mutant, catalog: set[str]) -> MutantResult:
     checked by the harness's own oracles. Without a GPU it is skipped, not counted alive."""
     import torch
 
-    from conformance.oracles import Violation
-    from gpu_harness.memory import check_pinned
+    from kvconf.conformance.oracles import Violation
+    from kvconf.gpu_harness.memory import check_pinned
 
     cat = list(mutant.cites(catalog))
     if not torch.cuda.is_available():
@@ -155,9 +155,9 @@ def run_mutants(
     on_result: Callable[[MutantResult], None] | None = None,
 ) -> KillMatrix:
     """Every mutant (or those named), one after another; the report is rewritten after each."""
-    from conformance.errors import KitError
-    from conformance.runner import now
-    from spec.registry import load_registry
+    from kvconf.conformance.errors import KitError
+    from kvconf.conformance.running.runner import now
+    from kvconf.spec.registry import load_registry
 
     catalog = set(load_registry().catalog)
     mutants = all_mutants()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reference.mamba import MambaCache
-from reference.scheduler import Scheduler
-from reference.tiers import Tier
+from kvconf.reference.mamba import MambaCache
+from kvconf.reference.scheduler import Scheduler
+from kvconf.reference.tiers import Tier
 
 
 class MambaUnitsDropped(Scheduler):

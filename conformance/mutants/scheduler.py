@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reference.l3 import rolling_keys, seed_key
-from reference.plan import ExtendResult, Plan, WritebackDone
-from reference.prefix_cache import PrefixCache
-from reference.requests import State
-from reference.scheduler import Scheduler, SchedulerError
-from reference.tiers import Tier
+from kvconf.reference.l3 import rolling_keys, seed_key
+from kvconf.reference.plan import ExtendResult, Plan, WritebackDone
+from kvconf.reference.prefix_cache import PrefixCache
+from kvconf.reference.requests import State
+from kvconf.reference.scheduler import Scheduler, SchedulerError
+from kvconf.reference.tiers import Tier
 
 
 class ReusesPinnedPage(Scheduler):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.scheduler import Scheduler
+from kvconf.reference.scheduler import Scheduler
 
 
 def _top_level_only(cfg):

@@ -1,20 +1,20 @@
 """All oracles, each citing the behaviours it checks (see ``kvconf spec audit``)."""
 
-from conformance.oracles.base import Ctx, Oracle, Violation
-from conformance.oracles.content import ContentOracle
-from conformance.oracles.determinism import DeterminismOracle
-from conformance.oracles.events import EventOracle
-from conformance.oracles.eviction import EvictionOracle, PageEvictionOracle
-from conformance.oracles.faults import FaultOracle
-from conformance.oracles.l3 import L3Oracle
-from conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
-from conformance.oracles.matching import MatchOracle
-from conformance.oracles.memory import PageHashOracle, PinnedContentOracle
-from conformance.oracles.ownership import OwnershipOracle
-from conformance.oracles.pinned import PinnedHostOracle
-from conformance.oracles.pinning import PinOracle
-from conformance.oracles.process import ProcessOracle
-from conformance.oracles.scheduler import (
+from kvconf.conformance.oracles.base import Ctx, Oracle, Violation
+from kvconf.conformance.oracles.content import ContentOracle
+from kvconf.conformance.oracles.determinism import DeterminismOracle
+from kvconf.conformance.oracles.events import EventOracle
+from kvconf.conformance.oracles.eviction import EvictionOracle, PageEvictionOracle
+from kvconf.conformance.oracles.faults import FaultOracle
+from kvconf.conformance.oracles.l3 import L3Oracle
+from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
+from kvconf.conformance.oracles.matching import MatchOracle
+from kvconf.conformance.oracles.memory import PageHashOracle, PinnedContentOracle
+from kvconf.conformance.oracles.ownership import OwnershipOracle
+from kvconf.conformance.oracles.pinned import PinnedHostOracle
+from kvconf.conformance.oracles.pinning import PinOracle
+from kvconf.conformance.oracles.process import ProcessOracle
+from kvconf.conformance.oracles.scheduler import (
     LivenessOracle,
     PlanOracle,
     RequestStateOracle,
@@ -23,8 +23,8 @@ from conformance.oracles.scheduler import (
     SchedContentOracle,
     SchedEventOracle,
 )
-from conformance.oracles.unload import UnloadOracle
-from conformance.oracles.window import WindowConfigOracle
+from kvconf.conformance.oracles.unload import UnloadOracle
+from kvconf.conformance.oracles.window import WindowConfigOracle
 
 # Oracles the driver runs on every step, in this order.
 STEP_ORACLES: tuple[type[Oracle], ...] = (

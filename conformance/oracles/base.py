@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from conformance.features import Feature
-from conformance.ledger import Ledger
-from conformance.protocol import CacheEngine, CopyOp, Inserted, Match
-from reference.kv_events import KVEvent
-from reference.snapshot import CacheSnapshot
-from reference.tiers import Tier
+from kvconf.conformance.cache.ledger import Ledger
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.snapshot import CacheSnapshot
+from kvconf.reference.tiers import Tier
 
 
 class Violation(Exception):

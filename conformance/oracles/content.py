@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.content import page_tags
-from conformance.memory import POISON, TORN
-from conformance.oracles.base import Ctx, Oracle
-from conformance.protocol import Match
-from reference.tiers import Tier
+from kvconf.conformance.engine.protocol import Match
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.runtime.content import page_tags
+from kvconf.conformance.runtime.memory import POISON, TORN
+from kvconf.reference.tiers import Tier
 
 
 class ContentOracle(Oracle):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.oracles.base import Oracle, Violation
 
 
 class DeterminismOracle(Oracle):

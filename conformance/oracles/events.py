@@ -3,10 +3,10 @@ tell the device tier's true story."""
 
 from __future__ import annotations
 
-from conformance.features import Feature
-from conformance.oracles.base import Ctx, Oracle
-from conformance.tree_view import TreeView
-from reference.kv_events import EventKind
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.reference.kv_events import EventKind
 
 
 class EventOracle(Oracle):

@@ -7,10 +7,10 @@ until enough pages are freed. The engine's victims must be exactly those.
 
 from __future__ import annotations
 
-from conformance.features import Feature
-from conformance.oracles.base import Ctx, Oracle
-from reference.snapshot import CacheSnapshot, NodeView
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.snapshot import CacheSnapshot, NodeView
+from kvconf.reference.tiers import Tier
 
 
 def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int) -> tuple[list[int], int]:

@@ -7,8 +7,8 @@ calls and acceptance of unbalanced unlocks are raised by the driver citing this 
 
 from __future__ import annotations
 
-from conformance.oracles.base import Ctx, Oracle
-from reference.tiers import Tier
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.tiers import Tier
 
 
 class FaultOracle(Oracle):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from conformance.features import Feature
-from conformance.oracles.base import Oracle, Violation
-from conformance.tree_view import TreeView
-from reference.plan import L3Op
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.reference.plan import L3Op
+from kvconf.reference.tiers import Tier
 
 
 class L3Oracle(Oracle):

@@ -8,11 +8,11 @@ the request's state.
 
 from __future__ import annotations
 
-from conformance.features import Feature
-from conformance.memory import POISON
-from conformance.oracles.base import Oracle, Violation
-from reference.requests import HOLDS, State
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.runtime.memory import POISON
+from kvconf.reference.requests import HOLDS, State
+from kvconf.reference.tiers import Tier
 
 LIVE_SLOT = frozenset(s for s, holds in HOLDS.items() if "slot" in holds)
 

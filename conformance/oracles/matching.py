@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.oracles.base import Ctx, Oracle
-from conformance.protocol import Inserted, Match, match_scope
-from conformance.tree_view import TreeView
-from reference.tiers import Tier
+from kvconf.conformance.engine.protocol import Inserted, Match, match_scope
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.reference.tiers import Tier
 
 
 class MatchOracle(Oracle):

@@ -6,11 +6,11 @@ torch pools, so they judge what the copies and the forward really left in the te
 
 from __future__ import annotations
 
-from conformance.content import page_tags
-from conformance.features import Feature
-from conformance.memory import RESERVED
-from conformance.oracles.base import Ctx, Oracle
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.runtime.content import page_tags
+from kvconf.conformance.runtime.memory import RESERVED
+from kvconf.reference.tiers import Tier
 
 
 class PinnedContentOracle(Oracle):

@@ -7,10 +7,10 @@ Which free page an allocation picks is never judged (POOL-3).
 
 from __future__ import annotations
 
-from conformance.features import Feature
-from conformance.oracles.base import Ctx, Oracle
-from conformance.tree_view import TreeView
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.reference.tiers import Tier
 
 
 class OwnershipOracle(Oracle):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from conformance.oracles.base import Oracle
+from kvconf.conformance.oracles.base import Oracle
 
 
 class PinnedHostOracle(Oracle):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.oracles.base import Ctx, Oracle
-from conformance.protocol import Inserted, Match, match_scope
-from reference.tiers import Tier
+from kvconf.conformance.engine.protocol import Inserted, Match, match_scope
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.tiers import Tier
 
 
 class PinOracle(Oracle):

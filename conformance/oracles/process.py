@@ -1,13 +1,13 @@
 """Process oracle (FAULT-3): every engine call returns to the process that made it.
 
-It judges from outside: the worker pool (``conformance.pool``) sees a worker die (an exit of any
+It judges from outside: the worker pool (``kvconf.conformance.running.pool``) sees a worker die (an exit of any
 code, ``sys.exit``, a signal) or stay silent past the per-call deadline, and gives the unit
 CRASH or TIMEOUT citing this oracle. Nothing inside the dying process could say it.
 """
 
 from __future__ import annotations
 
-from conformance.oracles.base import Oracle
+from kvconf.conformance.oracles.base import Oracle
 
 
 class ProcessOracle(Oracle):

@@ -1,6 +1,6 @@
 """Scheduler-level oracles: plans, request states and what they hold, reuse, liveness.
 
-Each watches the scheduler driver (``conformance.sched_driver``). The plan and reuse checks are
+Each watches the scheduler driver (``kvconf.conformance.scheduler.driver``). The plan and reuse checks are
 black-box: they use only the plans and what the driver itself reported. The state checks read
 ``snapshot()`` where the engine offers it.
 """
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.features import Feature
-from conformance.memory import POISON, ZEROED
-from conformance.oracles.base import Oracle, Violation
-from conformance.tree_view import TreeView
-from reference.plan import Plan
-from reference.requests import HOLDS, TRANSITIONS, Event, State
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.runtime.memory import POISON, ZEROED
+from kvconf.reference.plan import Plan
+from kvconf.reference.requests import HOLDS, TRANSITIONS, Event, State
+from kvconf.reference.tiers import Tier
 
 PLAN_EVENTS = frozenset({Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.RETRACT,
                          Event.RETRACT_NO_COPY, Event.WRITEBACK, Event.PREFETCH})
@@ -423,7 +423,7 @@ class SchedEventOracle(Oracle):
         self.announced: dict[tuple[int, tuple[int, ...]], int] = {}  # (ns, prefix) -> hashes
 
     def take(self, events: Sequence[Any]) -> None:
-        from reference.kv_events import EventKind
+        from kvconf.reference.kv_events import EventKind
 
         for ev in events:
             if ev.kind is EventKind.CLEARED:

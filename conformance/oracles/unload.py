@@ -8,10 +8,10 @@ Black-box, the kit checks the other half: a match in an unloaded namespace finds
 
 from __future__ import annotations
 
-from conformance.features import Feature
-from conformance.oracles.base import Ctx, Oracle
-from conformance.tree_view import TreeView
-from reference.tiers import Tier
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.reference.tiers import Tier
 
 
 class UnloadOracle(Oracle):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.features import Feature
-from conformance.oracles.base import Oracle
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.oracles.base import Oracle
 
 
 class WindowConfigOracle(Oracle):

@@ -5,6 +5,6 @@ counterexamples become kit traces, reachability (non-vacuity) and agreement with
 See spec/chapters/formal.md for what is proved and at which scope.
 """
 
-from spec.formal.scope import DEFAULT_SCOPE, Scope
+from kvconf.spec.formal.scope import DEFAULT_SCOPE, Scope
 
 __all__ = ["DEFAULT_SCOPE", "Scope"]

@@ -8,7 +8,7 @@ Cache actions follow ``reference/prefix_cache.py`` at page size 1 (one position 
 insert (the kit allocates a page per token page and the duplicates go back, TREE-5), lock and
 unlock (PIN-1), evict a leaf (EVICT-1, PIN-2), writeback and loadback start (HOST-2, HOST-3) and
 their acknowledgement, successful or failed (HOST-4). Request actions are generated from
-``reference.requests.TRANSITIONS`` and ``HOLDS`` (data, not a copy): entering a state that holds
+``kvconf.reference.requests.TRANSITIONS`` and ``HOLDS`` (data, not a copy): entering a state that holds
 a pin takes one, leaving it releases it, and so on.
 
 :class:`Model` keeps the rules that defects break as overridable hooks, so tests can plant a
@@ -23,10 +23,10 @@ from typing import Any
 
 import z3
 
-from reference.requests import HOLDS, TRANSITIONS, Event
-from reference.requests import State as ReqState
-from spec.formal.scope import Scope
-from spec.formal.state import (
+from kvconf.reference.requests import HOLDS, TRANSITIONS, Event
+from kvconf.reference.requests import State as ReqState
+from kvconf.spec.formal.scope import Scope
+from kvconf.spec.formal.state import (
     FREE,
     NONE,
     REQ_STATES,

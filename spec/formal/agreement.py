@@ -29,8 +29,8 @@ from typing import Any
 
 import z3
 
-from conformance.engine_config import EngineConfig
-from conformance.trace import (
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.trace import (
     AckStep,
     EvictStep,
     InsertStep,
@@ -40,14 +40,22 @@ from conformance.trace import (
     UnlockStep,
     WritebackStep,
 )
-from reference import PrefixCache, Tier
-from reference.errors import CacheError
-from reference.prefix_cache import CacheConfig
-from reference.requests import State as ReqState
-from reference.snapshot import CacheSnapshot, NodeView
-from spec.formal.actions import Action, Model
-from spec.formal.scope import Scope
-from spec.formal.state import FIELDS, FREE, NONE, REQ_STATES, StateVars, caller, transfer_code
+from kvconf.reference import PrefixCache, Tier
+from kvconf.reference.errors import CacheError
+from kvconf.reference.prefix_cache import CacheConfig
+from kvconf.reference.requests import State as ReqState
+from kvconf.reference.snapshot import CacheSnapshot, NodeView
+from kvconf.spec.formal.actions import Action, Model
+from kvconf.spec.formal.scope import Scope
+from kvconf.spec.formal.state import (
+    FIELDS,
+    FREE,
+    NONE,
+    REQ_STATES,
+    StateVars,
+    caller,
+    transfer_code,
+)
 
 STEPS_PER_TRACE = 24
 

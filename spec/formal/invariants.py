@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import z3
 
-from reference.requests import HOLDS
-from reference.requests import State as ReqState
-from spec.formal.actions import COMPUTES, IN_FLIGHT, Model, member, sel
-from spec.formal.state import (
+from kvconf.reference.requests import HOLDS
+from kvconf.reference.requests import State as ReqState
+from kvconf.spec.formal.actions import COMPUTES, IN_FLIGHT, Model, member, sel
+from kvconf.spec.formal.state import (
     FREE,
     NONE,
     REQ_STATES,

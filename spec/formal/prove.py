@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import z3
 
-from spec.formal.actions import Action, Model
-from spec.formal.invariants import INVARIANTS, Invariant, all_hold
-from spec.formal.scope import Scope
-from spec.formal.state import StateVars, show
+from kvconf.spec.formal.actions import Action, Model
+from kvconf.spec.formal.invariants import INVARIANTS, Invariant, all_hold
+from kvconf.spec.formal.scope import Scope
+from kvconf.spec.formal.state import StateVars, show
 
 PROVED, COUNTEREXAMPLE, UNKNOWN = "proved", "counterexample", "unknown"
 
@@ -165,7 +165,7 @@ def reachable(model: Model, depth: int, goals: Sequence[str] | None = None,
     ``depth`` actions reaches; returns (reached, missed). Greedy: each model found marks every
     goal it shows, so a few queries cover all."""
     P = model.scope
-    from spec.formal.state import REQ_STATES
+    from kvconf.spec.formal.state import REQ_STATES
 
     actions = model.actions()
     keys = sorted({a.coverage_key() for a in actions})

@@ -14,12 +14,20 @@ import dataclasses
 import time
 from pathlib import Path
 
-from spec.formal.actions import Model
-from spec.formal.agreement import agree
-from spec.formal.invariants import INVARIANTS
-from spec.formal.prove import COUNTEREXAMPLE, PROVED, UNKNOWN, Result, bmc, induction, reachable
-from spec.formal.scope import Scope
-from spec.formal.to_trace import NotATrace, to_trace
+from kvconf.spec.formal.actions import Model
+from kvconf.spec.formal.agreement import agree
+from kvconf.spec.formal.invariants import INVARIANTS
+from kvconf.spec.formal.prove import (
+    COUNTEREXAMPLE,
+    PROVED,
+    UNKNOWN,
+    Result,
+    bmc,
+    induction,
+    reachable,
+)
+from kvconf.spec.formal.scope import Scope
+from kvconf.spec.formal.to_trace import NotATrace, to_trace
 
 REACH_BEHAVIOURS = ("REQ-1",)
 AGREE_BEHAVIOURS = ("PIN-1", "PIN-2", "TREE-4", "TREE-5", "HOST-2", "HOST-4")
@@ -52,7 +60,7 @@ def prove_all(scope: Scope, *, depth: int = 10, timeout_ms: int = 60000,
 
 def _counterexample(model: Model, inv, r: Result, depth: int, timeout_ms: int,
                     out_dir: Path | None) -> None:
-    from conformance.trace import dump_trace, write_atomic
+    from kvconf.conformance.trace import dump_trace, write_atomic
 
     run = bmc(model, depth, inv, cache_only=True, faithful=True, timeout_ms=timeout_ms)
     if run is None:
@@ -87,7 +95,7 @@ def _reach(model: Model, depth: int, timeout_ms: int) -> Result:
 
 def _agreement(model: Model, traces: int, out_dir: Path | None) -> Result:
     """Every step of ``traces`` seeded random reference traces is a step of the model."""
-    from conformance.trace import dump_trace, write_atomic
+    from kvconf.conformance.trace import dump_trace, write_atomic
 
     o = agree(model.scope, traces, model=model)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(o.counts.items()))

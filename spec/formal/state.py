@@ -13,8 +13,8 @@ from typing import Any
 
 import z3
 
-from reference.requests import State as ReqState
-from spec.formal.scope import Scope
+from kvconf.reference.requests import State as ReqState
+from kvconf.spec.formal.scope import Scope
 
 FREE = -1
 NONE = -1  # no position / no transfer

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conformance.engine_config import EngineConfig
-from conformance.trace import (
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.trace import (
     AckStep,
     EvictStep,
     InsertStep,
@@ -24,9 +24,9 @@ from conformance.trace import (
     UnlockStep,
     WritebackStep,
 )
-from reference.tiers import Tier
-from spec.formal.actions import Action
-from spec.formal.scope import Scope
+from kvconf.reference.tiers import Tier
+from kvconf.spec.formal.actions import Action
+from kvconf.spec.formal.scope import Scope
 
 
 def tier(dev: bool) -> Tier:

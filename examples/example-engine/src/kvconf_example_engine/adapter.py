@@ -1,4 +1,4 @@
-"""The engine's adapter to kvconf's cache-level protocol (``conformance.protocol``).
+"""The engine's adapter to kvconf's cache-level protocol (``kvconf.conformance.engine.protocol``).
 
 ``factory`` is what the ``kvconf.engines`` entry point names: kvconf calls it with an
 ``EngineConfig`` and drives the engine it returns.
@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conformance.engine_config import EngineConfig
-from conformance.errors import EngineRejected
-from conformance.features import Feature
-from conformance.protocol import CopyOp, Inserted, Match
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import CopyOp, Inserted, Match
+from kvconf.conformance.errors import EngineRejected
+from kvconf.reference import Tier, block_hash
 from kvconf_example_engine import __version__
 from kvconf_example_engine.cache import HouseCache, HouseCacheError
-from reference import Tier, block_hash
 
 
 class ExampleAdapter:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reference import CacheConfig, PrefixCache, Tier
+from kvconf.reference import CacheConfig, PrefixCache, Tier
 
 
 class HouseCacheError(Exception):
@@ -39,7 +39,7 @@ class HouseCache:
                                              host_pages=0, enable_events=False))
 
     def _call(self, fn, *args):
-        from reference import CacheError
+        from kvconf.reference import CacheError
 
         try:
             return fn(*args)

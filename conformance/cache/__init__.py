@@ -1,0 +1,1 @@
+"""The cache level: its driver, scenarios, trace generator and ledger."""

@@ -1,0 +1,406 @@
+"""The cache-level driver: plays a trace against an engine, feeding every call to the oracles.
+
+The driver is the caller a real serving runtime would be: it allocates pages, fills them (writes
+content tags into its KV memory, ``kvconf.conformance.runtime.memory``), inserts them, locks what it uses,
+performs the copies of transfers when they land, and acknowledges them. It never looks inside the
+engine except through ``snapshot()`` for white-box oracles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvconf.conformance.cache.ledger import Ledger, LockRecord
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
+from kvconf.conformance.errors import EngineRejected, KitError
+from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
+from kvconf.conformance.running import flight
+from kvconf.conformance.runtime.content import page_tags
+from kvconf.conformance.runtime.memory import MemoryFactory, page_id_space, shadow_memory
+from kvconf.conformance.trace import (
+    AckStep,
+    EvictStep,
+    ExtendStep,
+    InsertStep,
+    LoadbackStep,
+    MatchStep,
+    Step,
+    TickStep,
+    Trace,
+    UnloadStep,
+    UnlockStep,
+    WritebackStep,
+)
+from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.tiers import Tier
+
+_FAULTS = "faults"
+
+
+def _crash(call: str, err: BaseException) -> Violation:
+    return Violation(_FAULTS, ("FAULT-2",), f"{call} raised {type(err).__name__}: {err}")
+
+
+# What each call must return (conformance/protocol.py); None in a tuple means "or None".
+RETURNS: dict[str, tuple[type | None, ...]] = {
+    "match": (Match,), "insert": (Inserted,), "evict": (int,),
+    "start_writeback": (CopyOp, None), "start_loadback": (CopyOp, None),
+}
+
+
+def _expected(types: tuple[type | None, ...]) -> str:
+    return " or ".join("None" if t is None else t.__name__ for t in types)
+
+
+def _check_return(call: str, value: Any, step: int) -> Any:
+    """An engine that returns the wrong type is one FAULT-2 violation naming the call and the
+    type the protocol expects, not a cascade of AttributeErrors in the oracles."""
+    types = RETURNS.get(call)
+    if types is None:
+        return value
+    if value is None and None in types:
+        return value
+    if any(t is not None and isinstance(value, t) and not isinstance(value, bool)
+           for t in types):
+        return value
+    raise Violation(_FAULTS, ("FAULT-2",),
+                    f"{call} at step {step} returned {type(value).__name__} ({value!r:.60}); "
+                    "the protocol "
+                    f"(conformance/engine/protocol.py) expects {_expected(types)}")
+
+
+class CacheDriver:
+    """Drives one engine instance through steps; raises Violation at the first broken rule."""
+
+    def __init__(
+        self,
+        engine: CacheEngine,
+        config: EngineConfig,
+        oracles: Sequence[type[Oracle]] = STEP_ORACLES,
+        behaviours: Sequence[str] = (),
+        clock: str = "per_step",
+        memory: MemoryFactory = shadow_memory,
+        expect: bool = True,
+    ) -> None:
+        """``expect=False`` ignores the trace's expected results (a run judged by the memory
+        oracles alone)."""
+        self.engine = engine
+        self.tick_every_step = clock == "per_step"
+        self.config = config
+        self.behaviours = tuple(behaviours)
+        self.expect = expect
+        self.white = Feature.SNAPSHOT in engine.features
+        self.events_on = Feature.KV_EVENTS in engine.features
+        self.oracles = [o() for o in oracles if o.applies(engine)]
+        self.ledger = Ledger(
+            engine.page_size,
+            memory(engine.page_size,
+                   *page_id_space(engine, config.device_pages, config.host_pages)),
+        )
+        self.log: list[dict[str, Any]] = []
+        self._snap = self._snapshot()
+        self.ctx = Ctx(-1, "init", engine, self.ledger)
+
+    # ----------------------------------------------------------------- plumbing
+    def _snapshot(self):
+        if not self.white:
+            return None
+        try:
+            return self.engine.snapshot()
+        except Exception as e:
+            raise _crash("snapshot", e) from e
+
+    def _call(self, call: str, fn, *args, legal: bool = True):
+        """Call the engine; a rejection of a legal call or any crash is a FAULT-2 violation."""
+        try:
+            return _check_return(call, fn(*args), self.ctx.index)
+        except EngineRejected as e:
+            if legal:
+                raise Violation(_FAULTS, ("FAULT-2",), f"{call} rejected a legal call: {e}") from e
+            raise
+        except Violation:
+            raise
+        except Exception as e:
+            raise _crash(call, e) from e
+
+    def _notify(self, hook: str, *args) -> None:
+        for o in self.oracles:
+            getattr(o, hook)(self.ctx, *args)
+
+    # ----------------------------------------------------------------- engine calls
+    def _alloc(self, n: int) -> list[int] | None:
+        """``n`` device pages for the caller, evicting once if the pool is short."""
+        if n == 0:
+            return []
+        pages = self._call("alloc", self.engine.alloc, n)
+        if pages is None:
+            self._evict(Tier.DEVICE, n)
+            pages = self._call("alloc", self.engine.alloc, n)
+        if pages is None:
+            return None
+        pages = list(pages)
+        self._notify("on_alloc", pages)
+        self.ledger.held.update(pages)
+        return pages
+
+    def _fill(self, ns: int, tokens: Sequence[int], pages: Sequence[int], first: int) -> None:
+        """Write the tags of pages ``first..`` of ``tokens`` (the forward that computes them)."""
+        tags = page_tags(ns, tokens, self.engine.page_size)
+        self.ledger.remember(ns, tokens, tags)
+        self.ledger.memory.write_pages(Tier.DEVICE, pages, tags[first : first + len(pages)])
+        self._notify("on_forward", pages)
+
+    def _match(self, ns: int, tokens: Sequence[int]) -> Match:
+        m = self._call("match", self.engine.match, ns, list(tokens))
+        self._notify("on_match", ns, tokens, m)
+        return m
+
+    def _lock(self, step: int, ns: int, tokens: Sequence[int], m: Match, tier: Tier) -> LockRecord:
+        node = m.device_node if tier is Tier.DEVICE else m.host_node
+        handle = self._call("lock", self.engine.lock, node, tier)
+        n = m.device_len if tier is Tier.DEVICE else m.host_len
+        pages = m.device_pages if tier is Tier.DEVICE else m.host_pages
+        return LockRecord(step, handle, ns, tier, tuple(tokens[:n]), tuple(pages), node)
+
+    def _unlock(self, rec: LockRecord) -> None:
+        self._call("unlock", self.engine.unlock, rec.handle)
+        rec.live = False
+
+    def _insert(self, ns: int, tokens: Sequence[int], pages: list[int]) -> dict[str, Any]:
+        r = self._call("insert", self.engine.insert, ns, list(tokens), list(pages))
+        self._notify("on_insert", ns, tokens, pages, r)
+        self.ledger.held.difference_update(pages)
+        return {"cached_len": r.cached_len, "freed": sorted(r.freed)}
+
+    def _evict(self, tier: Tier, n: int) -> int:
+        before = self._snapshot()
+        freed = self._call("evict", self.engine.evict, tier, n)
+        after = self._snapshot()
+        self._notify("on_evict", tier, n, freed, before, after)
+        return freed
+
+    def _ack(self, op: CopyOp, handle: Any, success: bool) -> None:
+        """The copy lands (or fails, leaving poison), then the engine hears of it."""
+        self.ledger.memory.finish_copy(handle, success)
+        self._call("finish_transfer", self.engine.finish_transfer, op.op_id, success)
+        self.ctx.acks.append((op, success))
+
+    def _live_lock(self, index: int, ref: int) -> LockRecord:
+        rec = self.ledger.locks.get(ref)
+        if rec is None or not rec.live:
+            raise KitError(f"steps[{index}].step: the lock taken at step {ref} is not held")
+        return rec
+
+    # ----------------------------------------------------------------- steps
+    def run(self, trace: Trace) -> list[dict[str, Any]]:
+        self.tick_every_step = trace.clock == "per_step"
+        for i, step in enumerate(trace.steps):
+            self.step(i, step)
+        return self.log
+
+    def step(self, index: int, step: Step) -> dict[str, Any]:
+        if flight.on():  # a worker: the parent holds the trace if the engine kills us here
+            flight.step(step.model_dump_json(exclude_none=True))
+        self.ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
+        try:
+            if self.tick_every_step or isinstance(step, TickStep):
+                self._call("tick", self.engine.tick)
+            out = self._dispatch(index, step)
+            events = self.engine.drain_events() if self.events_on else []
+            self.ctx.events = events
+            self._snap = self._snapshot()
+            self.ctx.after = self._snap
+            self._notify("after_step")
+            out["events"] = [_event_row(e) for e in events]
+            if step.expect is not None and self.expect:
+                _check_expect(step, out, self.behaviours, self._match_cap(step),
+                              Feature.PAGE_EVICTION in self.engine.features)
+        except Violation as v:
+            if v.step is None:
+                v.step = index
+            raise
+        self.log.append(out)
+        return out
+
+    def _match_cap(self, step: Step) -> int | None:
+        """Whole-page tokens a match of ``step`` may cover when the engine leaves the query's
+        last token to compute (TREE-7): a trace's expected lengths are capped at it."""
+        if not isinstance(step, (MatchStep, ExtendStep)):
+            return None
+        scope = match_scope(self.engine, step.tokens)
+        if len(scope) == len(step.tokens):
+            return None
+        return len(scope) // self.engine.page_size * self.engine.page_size
+
+    def _dispatch(self, i: int, step: Step) -> dict[str, Any]:
+        p = self.engine.page_size
+        if isinstance(step, MatchStep):
+            m = self._match(step.ns, step.tokens)
+            out = {"op": "match", "device_len": m.device_len, "host_len": m.host_len,
+                   "device_pages": list(m.device_pages), "host_pages": list(m.host_pages)}
+            if step.lock is not None:
+                self.ctx.mid = self._snapshot()
+                self.ledger.locks[i] = self._lock(i, step.ns, step.tokens, m, step.lock)
+            return out
+        if isinstance(step, InsertStep):
+            pages = self._alloc(len(step.tokens) // p)
+            if pages is None:
+                return {"op": "insert", "no_space": True}
+            self._fill(step.ns, step.tokens, pages, 0)
+            return {"op": "insert", "pages": pages, **self._insert(step.ns, step.tokens, pages)}
+        if isinstance(step, ExtendStep):
+            m = self._match(step.ns, step.tokens)
+            rec = self._lock(i, step.ns, step.tokens, m, Tier.DEVICE)
+            self.ledger.locks[-1 - i] = rec  # pinned while the step runs; not a trace lock
+            try:
+                reused = len(m.device_pages)
+                pages = self._alloc(len(step.tokens) // p - reused)
+                if pages is None:
+                    return {"op": "extend", "device_len": m.device_len, "no_space": True}
+                self._fill(step.ns, step.tokens, pages, reused)
+                ins = self._insert(step.ns, step.tokens, list(m.device_pages) + pages)
+            finally:
+                if rec.live:
+                    self._unlock(rec)
+                del self.ledger.locks[-1 - i]
+            return {"op": "extend", "device_len": m.device_len, "pages": pages, **ins}
+        if isinstance(step, UnlockStep):
+            rec = self.ledger.locks.get(step.step)
+            if rec is None:
+                raise KitError(f"steps[{i}].step: step {step.step} took no lock")
+            if rec.live:
+                self._unlock(rec)
+                return {"op": "unlock", "rejected": False}
+            return self._rejected_unlock(rec)
+        if isinstance(step, EvictStep):
+            return {"op": "evict", "evicted": self._evict(step.tier, step.pages)}
+        if isinstance(step, (WritebackStep, LoadbackStep)):
+            rec = self._live_lock(i, step.step)
+            fn = (self.engine.start_writeback if step.op == "writeback"
+                  else self.engine.start_loadback)
+            before = self._snapshot()
+            op = self._call(f"start_{step.op}", fn, rec.node)
+            if op is None:
+                self._notify("on_unchanged_call", f"start_{step.op}", "declined", before,
+                             self._snapshot())
+                return {"op": step.op, "started": False}
+            # Until the copy lands its destination holds nothing usable: an engine that serves
+            # it early must be seen serving garbage, not the stale KV a page held before. A
+            # source overwritten before the copy lands poisons its destination too.
+            src, dst = ((Tier.DEVICE, Tier.HOST) if op.kind == "writeback"
+                        else (Tier.HOST, Tier.DEVICE))
+            handle = self.ledger.memory.start_copy(src, dst, op.pairs)
+            if step.ack == "now":
+                self._ack(op, handle, step.success)
+            else:
+                self.ledger.transfers[i] = op
+                self.ledger.copies[i] = handle
+            return {"op": step.op, "started": True, "pairs": [list(x) for x in op.pairs]}
+        if isinstance(step, TickStep):
+            return {"op": "tick"}
+        if isinstance(step, UnloadStep):
+            freed = self._call("unload", self.engine.unload, step.ns)
+            self._notify("on_unload", step.ns)
+            for rec in self.ledger.live_locks():
+                if rec.namespace == step.ns:
+                    rec.detached = True
+            return {"op": "unload", "freed": freed}
+        if isinstance(step, AckStep):
+            op = self.ledger.transfers.pop(step.step, None)
+            if op is None:
+                raise KitError(f"steps[{i}].step: transfer of step {step.step} is not in flight "
+                               "(declined, or acknowledged already)")
+            self._ack(op, self.ledger.copies.pop(step.step), step.success)
+            return {"op": "ack", "success": step.success}
+        raise KitError(f"steps[{i}].op: unknown operation {step.op!r}")
+
+    def must_refuse(self, rec: LockRecord) -> bool:
+        """Whether a second unlock of ``rec`` is one the engine can tell apart (PIN-3). An engine
+        that unlocks by node (no ``lock_handles``) cannot tell it from the release of another
+        lock at or below that node, nor keeps a count at a root; for it only a non-root node
+        with nothing held at or below it qualifies: its count is zero."""
+        if Feature.LOCK_HANDLES in self.engine.features:
+            return True
+        return bool(rec.tokens) and not any(
+            x.tier is rec.tier and x.namespace == rec.namespace
+            and x.tokens[: len(rec.tokens)] == rec.tokens for x in self.ledger.live_locks())
+
+    def _rejected_unlock(self, rec: LockRecord) -> dict[str, Any]:
+        """An unlock of a lock already released: the engine must reject it, changing nothing.
+        One the engine cannot tell apart is not sent (a shrunk trace can hold one)."""
+        if not self.must_refuse(rec):
+            return {"op": "unlock", "rejected": None, "not_sent": True}
+        before = self._snapshot()
+        try:
+            self._call("unlock", self.engine.unlock, rec.handle, legal=False)
+        except EngineRejected as e:
+            self._notify("on_unchanged_call", "unlock", e.code, before, self._snapshot())
+            return {"op": "unlock", "rejected": True}
+        raise Violation(
+            _FAULTS, ("PIN-3",),
+            f"an unlock of the lock taken at step {rec.step}, already released, was accepted",
+        )
+
+    # ----------------------------------------------------------------- quiescence
+    def drain(self) -> None:
+        """Bring the engine to rest and check every page comes home (POOL-4).
+
+        Acknowledges every transfer in flight, releases every lock, evicts everything, then
+        allocates every device page at once: an engine that leaked a page cannot.
+        """
+        index = len(self.log)
+        self.ctx = Ctx(index, "drain", self.engine, self.ledger, before=self._snap)
+        try:
+            for ref, op in sorted(self.ledger.transfers.items()):
+                self._ack(op, self.ledger.copies.pop(ref), True)
+            self.ledger.transfers.clear()
+            for rec in self.ledger.live_locks():
+                self._unlock(rec)
+            size = 1 << 30
+            self._evict(Tier.HOST, size) if Feature.HOST_TIER in self.engine.features else None
+            self._evict(Tier.DEVICE, size)
+            self.ctx.events = self.engine.drain_events() if self.events_on else []
+            self._snap = self._snapshot()
+            self.ctx.after = self._snap
+            self._notify("after_step")
+            total = self.config.device_pages
+            pages = self._call("alloc", self.engine.alloc, total)
+            if pages is None:
+                raise Violation(
+                    "ownership", ("POOL-4",),
+                    f"at rest, with nothing locked or cached, the {total} device pages cannot "
+                    "all be allocated: pages leaked",
+                )
+            self._call("free", self.engine.free, pages)
+        except Violation as v:
+            if v.step is None:
+                v.step = index
+            raise
+
+
+def _event_row(e: KVEvent) -> list[Any]:
+    return [e.kind.value, [f"{h:016x}" for h in e.block_hashes]]
+
+
+def _check_expect(step: Step, out: dict[str, Any], behaviours: tuple[str, ...],
+                  match_cap: int | None = None, page_eviction: bool = False) -> None:
+    """``match_cap``: the most tokens the step's match may cover (TREE-7), when below the query;
+    ``page_eviction``: the engine frees exactly what an eviction asks (EVICT-6)."""
+    exp = step.expect
+    assert exp is not None
+    if out.get("not_sent"):
+        return
+    for field in ("device_len", "host_len", "cached_len", "evicted", "started", "rejected"):
+        want = getattr(exp, field)
+        if want is not None and match_cap is not None and field in ("device_len", "host_len"):
+            want = min(want, match_cap)
+        if want is not None and field == "evicted" and page_eviction:
+            want = min(want, step.pages)  # EVICT-6
+        if want is not None and out.get(field) != want:
+            raise Violation(
+                "expect", tuple(exp.behaviours or behaviours),
+                f"{field} is {out.get(field)!r}, the trace expects {want!r}",
+            )

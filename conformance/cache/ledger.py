@@ -1,0 +1,58 @@
+"""What the kit itself knows while it drives an engine: black-box facts, no engine internals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvconf.conformance.engine.protocol import CopyOp
+from kvconf.conformance.runtime.memory import KVMemory
+from kvconf.reference.tiers import Tier
+
+
+@dataclass(slots=True)
+class LockRecord:
+    step: int
+    handle: Any
+    namespace: int
+    tier: Tier
+    tokens: tuple[int, ...]  # the matched prefix the lock covers
+    pages: tuple[int, ...]  # its pages on the locked tier
+    node: Any
+    live: bool = True
+    detached: bool = False  # its namespace was unloaded: valid for the kit, matched by nobody
+
+
+@dataclass(slots=True, frozen=True)
+class TagOrigin:
+    """What a content tag stands for: page ``depth`` of a prefix in ``namespace``."""
+
+    namespace: int
+    depth: int  # 1 for a prefix's first page
+    parent: int | None  # the tag of the page before, None for the first page
+    tokens: tuple[int, ...]  # this page's tokens
+
+
+@dataclass(slots=True)
+class Ledger:
+    page_size: int
+    memory: KVMemory  # the runtime's KV: a content tag per token slot
+    origin: dict[int, TagOrigin] = field(default_factory=dict)  # every tag the kit wrote
+    held: set[int] = field(default_factory=set)  # device pages the caller holds
+    locks: dict[int, LockRecord] = field(default_factory=dict)  # by step index
+    transfers: dict[int, CopyOp] = field(default_factory=dict)  # started, not yet acknowledged
+    copies: dict[int, Any] = field(default_factory=dict)  # by step index: the memory's copy
+
+    def remember(self, namespace: int, tokens: Sequence[int], tags: Sequence[int]) -> None:
+        p = self.page_size
+        for i, tag in enumerate(tags):
+            if tag not in self.origin:
+                self.origin[tag] = TagOrigin(namespace, i + 1, tags[i - 1] if i else None,
+                                             tuple(tokens[i * p : (i + 1) * p]))
+
+    def live_locks(self) -> list[LockRecord]:
+        return [r for r in self.locks.values() if r.live]
+
+    def pinned_pages(self, tier: Tier) -> set[int]:
+        return {p for r in self.locks.values() if r.live and r.tier is tier for p in r.pages}

@@ -1,0 +1,1 @@
+"""What an engine is to the kit: its protocols, features, configuration."""

@@ -1,1 +1,0 @@
-"""Trace generators: Hypothesis stateful machines that write traces while they drive an engine."""

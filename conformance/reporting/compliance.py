@@ -1,0 +1,349 @@
+"""``kvconf report``: run reports and kill matrices turned into a compliance report people read.
+
+Inputs are the JSON files ``kvconf run`` / ``kvconf gpu`` write (one per engine, or several
+runs of one) and ``kvconf mutants`` kill matrices. Out come ``compliance.md`` and a
+self-contained ``index.html``: the behaviours x engines matrix (PASS / FAIL / NOT_SUPPORTED /
+NOT_APPLICABLE per cell, a failing cell linking the minimal trace that shows it), expectation
+differences, the request state machine's transition coverage drawn as a graph, and the kill matrix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from kvconf.conformance.errors import KitError, read_input
+from kvconf.conformance.mutants.kill import FORMAT as KILL_FORMAT
+from kvconf.conformance.mutants.kill import KillMatrix
+from kvconf.conformance.reporting.report import FORMAT as REPORT_FORMAT
+from kvconf.conformance.reporting.report import FORMATS as REPORT_FORMATS
+from kvconf.conformance.reporting.report import UNJUDGED, Report, Status
+from kvconf.conformance.reporting.svg import kill_bars, transition_graph
+from kvconf.conformance.trace import parse_json, validation_error, write_atomic
+
+# A cell shows the worst status of its cases: a judged one (PASS) before an unjudged one.
+ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, Status.PASS: 4,
+         Status.NOT_SUPPORTED: 5, Status.NOT_APPLICABLE: 6}
+
+
+@dataclass
+class Cell:
+    status: Status
+    cases: list[str] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)  # relative to the output folder
+
+
+@dataclass
+class Inputs:
+    runs: list[tuple[Path, Report]] = field(default_factory=list)
+    kills: list[tuple[Path, KillMatrix]] = field(default_factory=list)
+
+
+def load_inputs(paths: list[Path]) -> Inputs:
+    """Each file is a run report or a kill matrix, told apart by its ``format``."""
+    out = Inputs()
+    for path in paths:
+        text = read_input(path, "report")
+        data = parse_json(text, str(path))
+        fmt = data.get("format") if isinstance(data, dict) else None
+        try:
+            if fmt in REPORT_FORMATS:
+                out.runs.append((path, Report.model_validate(data)))
+            elif fmt == KILL_FORMAT:
+                out.kills.append((path, KillMatrix.model_validate(data)))
+            else:
+                raise KitError(f"{path}: format: {fmt!r} is neither {REPORT_FORMAT} nor "
+                               f"{KILL_FORMAT}")
+        except ValidationError as e:
+            raise validation_error(e, text, str(path)) from None
+    if not out.runs and not out.kills:
+        raise KitError("no input: give run reports and/or kill matrices")
+    return out
+
+
+def run_key(path: Path, all_runs: list[tuple[Path, Report]]) -> str:
+    """A name for one run: the file's stem, with its folder where stems repeat (one
+    ``report.json`` per revision in folders of their own)."""
+    same = [p for p, _ in all_runs if p.stem == path.stem]
+    return path.stem if len(same) <= 1 else f"{path.parent.name}-{path.stem}"
+
+
+def _label(path: Path, r: Report, all_runs: list[tuple[Path, Report]]) -> str:
+    """Column name: the engine, with the memory, and where engines repeat the version (one
+    column per revision) or else the run."""
+    name = r.run_info.engine
+    if r.run_info.memory:
+        name += f" ({r.run_info.memory.get('device', 'torch')})"
+    same = [o for p, o in all_runs if o.run_info.engine == r.run_info.engine
+            and bool(o.run_info.memory) == bool(r.run_info.memory)]
+    if len(same) <= 1:
+        return name
+    if len({o.run_info.version for o in same}) == len(same):
+        return f"{name} {r.run_info.version}"
+    return f"{name} [{run_key(path, all_runs)}]"
+
+
+def trace_link(path: Path, trace: str, out_dir: Path, copy: bool, key: str | None = None
+               ) -> str:
+    """A link from the report folder to a failing trace (copied in, under the run's ``key``,
+    when ``copy``, so a site built from the folder holds every trace it links)."""
+    src = (path.parent / trace).resolve()
+    if not copy:
+        return os.path.relpath(src, out_dir.resolve())
+    dst = out_dir / "traces" / (key or path.stem) / Path(trace).name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_file():
+        shutil.copyfile(src, dst)
+    return f"traces/{key or path.stem}/{Path(trace).name}"
+
+
+def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path, copy: bool = False
+           ) -> tuple[list[str], dict[str, dict[str, Cell]]]:
+    """Columns, and per behaviour per column the worst status of the cases citing it."""
+    cols: list[str] = []
+    cells: dict[str, dict[str, Cell]] = {b: {} for b in behaviours}
+    for path, r in inputs.runs:
+        col = _label(path, r, inputs.runs)
+        cols.append(col)
+        for res in r.results:
+            for b in res.behaviours:
+                if b not in cells:
+                    continue
+                cell = cells[b].setdefault(col, Cell(res.status))
+                if ORDER[res.status] < ORDER[cell.status]:
+                    cell.status = res.status
+                cell.cases.append(f"{res.case}: {res.status.value}")
+                if res.trace and res.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT):
+                    cell.traces.append(trace_link(path, res.trace, out_dir, copy,
+                                                  run_key(path, inputs.runs)))
+    return cols, cells
+
+
+def coverage_edges(r: Report) -> list[tuple[str, str, str, bool]]:
+    from kvconf.reference.requests import TRANSITIONS
+
+    cov = r.run_info.coverage or {}
+    missed = set(cov.get("legal", {}).get("missed", []))
+    out = []
+    for (s, e), targets in sorted(TRANSITIONS.items(), key=lambda kv: (kv[0][0].value,
+                                                                       kv[0][1].value)):
+        for t in targets:
+            out.append((s.value, e.value, t.value, f"{s.value} --{e.value}-->" not in missed))
+    return out
+
+
+def rule_ref(reg, bid: str, spec_base: str | None) -> str:
+    """A rule's ID as HTML: a link to its anchor in the spec site when the site's address is
+    known (``spec_base``, e.g. ``../spec/`` inside the docs site), else the plain ID with its
+    statement on hover (a standalone report has no site to point at)."""
+    b = reg.behaviours.get(bid)
+    if b is None:
+        return escape(bid)
+    tip = escape(b.statement, quote=True)
+    if spec_base is None:
+        return f"<abbr title='{tip}'>{escape(bid)}</abbr>"
+    page = Path(reg.chapters[b.chapter].name).stem
+    return f"<a href='{escape(spec_base)}{escape(page)}/#{escape(bid)}' title='{tip}'>" \
+           f"{escape(bid)}</a>"
+
+
+def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
+          spec_base: str | None = None) -> tuple[Path, Path]:
+    """Write ``compliance.md`` and ``index.html``. The HTML is for a person: it opens with
+    the failures (what broke, where, how to replay it), then the matrix, with the behaviours
+    no engine supports folded away; ``copy_traces`` copies the failing traces into
+    ``out_dir`` so the folder can be moved or published without breaking a link."""
+    from kvconf.reference.requests import State
+    from kvconf.spec.registry import load_registry
+
+    reg = load_registry()
+    behaviours = list(reg.behaviours)
+    cols, cells = matrix(inputs, behaviours, out_dir, copy_traces)
+    md: list[str] = ["# kvconf compliance report", ""]
+    html: list[str] = []
+    html_matrix: list[str] = []  # placed after the failures
+    html_runs: list[str] = []
+
+    # ---------------------------------------------------------------- the runs
+    if inputs.runs:
+        md += ["## Runs", "", "| run | engine | version | memory | seed | profile | budget | "
+               "summary |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        html_runs.append("<h2>Runs</h2><table><tr><th>run</th><th>engine</th><th>version</th>"
+                    "<th>memory</th><th>seed</th><th>profile</th><th>budget</th>"
+                    "<th>summary</th></tr>")
+        for path, r in inputs.runs:
+            i = r.run_info
+            mem = (i.memory or {}).get("device", "kit") if i.memory else "kit"
+            summ = ", ".join(f"{k.value if hasattr(k, 'value') else k} {v}"
+                             for k, v in r.summarize().summary.items() if v)
+            run = run_key(path, inputs.runs) + path.suffix
+            md.append(f"| {run} | {i.engine} | {i.version} | {mem} | {i.seed} | "
+                      f"{i.profile} | {i.budget} | {summ} |")
+            html_runs.append("<tr>" + "".join(f"<td>{escape(str(x))}</td>" for x in (
+                run, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ))
+                + "</tr>")
+        html_runs.append("</table>")
+
+        # ------------------------------------------------------------ the matrix
+        md += ["", "## Behaviours x engines", "",
+               "| behaviour | level | " + " | ".join(cols) + " |",
+               "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
+        head = ("<tr><th>behaviour</th><th>level</th>"
+                + "".join(f"<th>{escape(c)}</th>" for c in cols) + "</tr>")
+        shown: list[str] = []
+        folded: list[str] = []  # no engine supports it (or no case cites it)
+        for b in behaviours:
+            row_md, row_html = [], []
+            for c in cols:
+                cell = cells[b].get(c)
+                if cell is None:
+                    row_md.append("—")
+                    row_html.append("<td class='none'>—</td>")
+                    continue
+                st = cell.status.value
+                link = cell.traces[0] if cell.traces else None
+                row_md.append(f"[{st}]({link})" if link else st)
+                tip = escape("; ".join(cell.cases[:12]))
+                body = f"<a href='{escape(link)}'>{st}</a>" if link else st
+                row_html.append(f"<td class='{st}' title='{tip}'>{body}</td>")
+            beh = reg.behaviours[b]
+            md.append(f"| {b} | {beh.level.value} | " + " | ".join(row_md) + " |")
+            row = (f"<tr><td>{rule_ref(reg, b, spec_base)}</td>"
+                   f"<td>{escape(beh.level.value)}</td>" + "".join(row_html) + "</tr>")
+            supported = any(cells[b].get(c) is not None
+                            and cells[b][c].status not in UNJUDGED for c in cols)
+            (shown if supported else folded).append(row)
+        html_matrix.append("<h2>Behaviours &times; engines</h2><table class='m'>" + head
+                           + "".join(shown) + "</table>")
+        if folded:
+            html_matrix.append(f"<details><summary>{len(folded)} behaviours no engine "
+                               "was judged on here (every case citing them NOT_SUPPORTED or "
+                               "NOT_APPLICABLE, or none ran)</summary><table class='m'>"
+                               + head + "".join(folded) + "</table></details>")
+
+        # ------------------------------------------------------------ failures
+        fails = [(p, r, x) for p, r in inputs.runs for x in r.results
+                 if x.status is not Status.PASS and x.status not in UNJUDGED]
+        md += ["", "## Failures", ""]
+        html.append(f"<h2>Failures ({len(fails)})</h2>")
+        if not fails:
+            md.append("None.")
+            html.append("<p>None: every case passed or was not judged (not supported, or not "
+                        "applicable at the run's config).</p>")
+        else:
+            html.append("<table class='f'><tr><th>run / case</th><th>status</th><th>rules</th>"
+                        "<th>step</th><th>what happened</th><th>replay</th></tr>")
+        for p, r, x in fails:
+            trace = (trace_link(p, x.trace, out_dir, copy_traces, run_key(p, inputs.runs))
+                     if x.trace else None)
+            where = f" step {x.step}," if x.step is not None else ""
+            given = str(p.parent / x.trace) if x.trace else None  # as the caller named it
+            replay = (f" Replay: `kvconf replay {given} --engine {r.run_info.engine}`"
+                      if trace else "")
+            col = _label(p, r, inputs.runs)
+            md.append(f"- **{col} / {x.case}** {x.status.value}:{where} "
+                      f"[{x.oracle or '-'}] {', '.join(x.behaviours)}: {x.message}"
+                      + (f" ([trace]({trace}))" if trace else "") + replay)
+            known = (f"<br><i>known ({escape(x.expectation or '')}): {escape(x.known)}</i>"
+                     if x.known else "")
+            html.append(
+                f"<tr><td><b>{escape(col)}</b> / {escape(x.case)}</td>"
+                f"<td class='{x.status.value}'>{x.status.value}</td>"
+                f"<td>{', '.join(rule_ref(reg, b, spec_base) for b in x.behaviours)}</td>"
+                f"<td>{'' if x.step is None else x.step}</td>"
+                f"<td>[{escape(x.oracle or '-')}] {escape(x.message)}{known}</td>"
+                + (f"<td><code>kvconf replay {escape(str(given))} --engine "
+                   f"{escape(r.run_info.engine)}</code> (<a href='{escape(trace)}'>trace</a>)"
+                   "</td>" if trace else "<td>no trace</td>") + "</tr>")
+        if fails:
+            html.append("</table>")
+        html += html_matrix + html_runs
+
+        # ------------------------------------------------------------ expectations
+        exp = [(p, r) for p, r in inputs.runs if r.run_info.expectations]
+        if exp:
+            md += ["", "## Against the expectation files", ""]
+            html.append("<h2>Against the expectation files</h2>")
+            for p, r in exp:
+                e = r.run_info.expectations or {}
+                line = (f"{_label(p, r, inputs.runs)} ({e.get('file')}): "
+                        f"{len(e.get('expected', []))} as expected; "
+                        f"regressions: {', '.join(e.get('regression', [])) or 'none'}"
+                        f"; improvements: {', '.join(e.get('improvement', [])) or 'none'}")
+                md.append(f"- {line}")
+                html.append(f"<p>{escape(line)}</p>")
+
+        # ------------------------------------------------------------ coverage
+        for p, r in inputs.runs:
+            if not r.run_info.coverage:
+                continue
+            edges = coverage_edges(r)
+            took = sum(1 for *_x, t in edges if t)
+            title = (f"Request state machine: transitions taken by {_label(p, r, inputs.runs)}"
+                     f" ({took} of {len(edges)})")
+            md += ["", f"## {title}", ""]
+            md += [f"- {a} --{e}--> {b}" for a, e, b, t in edges if not t] or ["- every one"]
+            illegal = r.run_info.coverage.get("illegal", {})
+            md.append(f"\nIllegal runtime events tried and rejected: {illegal.get('tried')} of "
+                      f"{illegal.get('total')}.")
+            html.append(f"<h2>{escape(title)}</h2><p>Green: taken; red, dashed: never taken "
+                        "(hover an arrow for its name).</p>"
+                        + transition_graph(edges, State.SUBMITTED.value))
+
+    # ---------------------------------------------------------------- the kill matrix
+    for p, k in inputs.kills:
+        s = k.summarize().summary
+        head = (f"Kill matrix ({p.name}: seed {k.run_info.seed}, {k.run_info.profile}, "
+                f"{k.run_info.budget}{', fuzz only' if k.run_info.fuzz_only else ''})")
+        verdict = (f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s,"
+                   f" max {s['max_seconds_to_kill']} s to kill; alive: "
+                   f"{', '.join(s['alive']) or 'none'}")
+        md += ["", f"## {head}", "", verdict, "", "| mutant | catalog | killed | by | s |",
+               "| --- | --- | --- | --- | --- |"]
+        html.append(f"<h2>{escape(head)}</h2><p>{escape(verdict)}</p>")
+        html.append(kill_bars([(m.id, m.seconds, m.killed) for m in k.mutants]))
+        for m in k.mutants:
+            by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
+                  else m.message)
+            md.append(f"| {m.id} | {', '.join(m.catalog)} | {'yes' if m.killed else 'NO'} | "
+                      f"{by} | {m.seconds:.2f} |")
+
+    md_path = write_atomic(out_dir / "compliance.md", "\n".join(md) + "\n")
+    html_path = write_atomic(out_dir / "index.html", _page("\n".join(html)))
+    return md_path, html_path
+
+
+def _page(body: str) -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kvconf compliance report</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px;
+        color: #212121; padding: 0 1rem; }}
+h1 {{ font-size: 1.6rem; }} h2 {{ font-size: 1.2rem; margin-top: 2rem; }}
+table {{ border-collapse: collapse; margin: .5rem 0; font-size: .9rem; }}
+th, td {{ border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; }}
+th {{ background: #f5f5f5; position: sticky; top: 0; }}
+td.PASS, span.PASS {{ background: #e8f5e9; color: #1b5e20; }}
+td.FAIL, span.FAIL, td.ERROR, span.ERROR, td.TIMEOUT, span.TIMEOUT, td.CRASH,
+span.CRASH {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
+td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
+td.NOT_APPLICABLE {{ background: #eceff1; color: #455a64; }}
+td.none {{ color: #bbb; }}
+svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
+code {{ background: #f5f5f5; padding: 0 .2rem; }}
+table.f td {{ vertical-align: top; }}
+details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: #555; }}
+</style></head>
+<body><h1>kvconf compliance report</h1>
+<p>First what failed and how to replay it; then the matrix, where each cell is the worst status
+among the cases that cite the behaviour (hover a cell for the cases, click a failure for its
+minimal trace).</p>
+{body}
+</body></html>
+"""

@@ -1,0 +1,193 @@
+"""Expectation files: an engine's known gaps, so everything else still gets a clean verdict.
+
+A file (TOML) names the engine and its known failures, each with the case, the status the case
+is known to end in, a reason and a link-shaped reference (an issue, a pull request):
+
+    engine = "tokenspeed"
+
+    [[known]]
+    case = "fuzz-scheduler-l3"
+    status = "NOT_SUPPORTED"
+    reason = "PrefetchOp / BackUpOp are not mapped by the adapter yet"
+    reference = "https://github.com/example/tokenspeed/issues/12"
+
+A run compared with it says, per case, whether the result was expected, a regression (worse
+than expected: a case that should pass failed) or an improvement (a known failure now passes);
+any difference, either way, fails the run, so a fixed gap gets its line removed.
+
+A NOT_APPLICABLE case is always as expected, listed or not: the run's config, not the engine,
+kept it from running, so it neither shows a known gap fixed nor a new one, and its line stays for
+the runs it applies to. For the same reason a file cannot list a case as NOT_APPLICABLE.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from kvconf.conformance.errors import KitError, read_input
+from kvconf.conformance.reporting.report import Report, Status
+
+LINK = re.compile(r"^(https?://\S+|[\w.-]+/[\w.-]+#\d+)$")
+
+
+class Known(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    case: str
+    status: Status
+    reason: str
+    reference: str
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must say why")
+        return v
+
+    @field_validator("reference")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        if not LINK.match(v):
+            raise ValueError("must be a link (https://...) or owner/repo#N")
+        return v
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, v: Status) -> Status:
+        if v is Status.PASS:
+            raise ValueError("a known failure cannot be PASS")
+        if v is Status.NOT_APPLICABLE:
+            raise ValueError("NOT_APPLICABLE is decided by the run's config, not the engine: "
+                             "there is nothing to expect")
+        return v
+
+
+class Expectations(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str
+    known: list[Known] = []
+
+    def by_case(self) -> dict[str, Known]:
+        return {k.case: k for k in self.known}
+
+
+class Verdict(str, Enum):
+    EXPECTED = "expected"  # as the file says (or PASS / NOT_SUPPORTED for an unlisted case,
+    # or NOT_APPLICABLE for any case)
+    REGRESSION = "regression"  # worse than expected
+    IMPROVEMENT = "improvement"  # a known failure that no longer fails that way
+
+
+def _toml_line(text: str, loc: tuple) -> int | None:
+    """Line of ``known[i].field`` or a top-level ``field`` in an expectation file."""
+    lines = text.splitlines()
+    start, end = 0, len(lines)
+    if len(loc) >= 2 and loc[0] == "known" and isinstance(loc[1], int):
+        heads = [n for n, line in enumerate(lines) if re.match(r"\s*\[\[\s*known\s*\]\]", line)]
+        if loc[1] >= len(heads):
+            return None
+        start = heads[loc[1]]
+        end = next((n for n in range(start + 1, len(lines))
+                    if lines[n].lstrip().startswith("[")), len(lines))
+        key = loc[2] if len(loc) > 2 else None
+        if key is None:
+            return start + 1
+    else:
+        key = loc[0] if loc else None
+    for n in range(start, end):
+        if key is not None and re.match(rf"\s*{re.escape(str(key))}\s*=", lines[n]):
+            return n + 1
+    return start + 1 if start else None
+
+
+def load_expectations(path: Path) -> Expectations:
+    """Read and check an expectation file; every failure is one line naming the file, the
+    line and the field."""
+    text = read_input(path, "expectations")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise KitError(f"{path}: invalid TOML: {e}") from None
+    try:
+        exp = Expectations.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = tuple(first["loc"])
+        where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc).lstrip(".")
+        line = _toml_line(text, loc)
+        place = f"{path}:{line}" if line else str(path)
+        raise KitError(f"{place}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+    seen: set[str] = set()
+    for i, k in enumerate(exp.known):
+        if k.case in seen:
+            line = _toml_line(text, ("known", i, "case"))
+            raise KitError(f"{path}:{line}: known[{i}].case: {k.case} is listed twice")
+        seen.add(k.case)
+    return exp
+
+
+def check_cases(exp: Expectations, path: Path, engine: str, cases: list[str]) -> None:
+    """Before a run: the file is for this engine and names only cases the kit has, so a typo
+    stops the run at once (exit 2) instead of after it."""
+    from kvconf.conformance.running.runner import all_cases
+
+    if exp.engine != engine:
+        raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of {engine}")
+    names = {c.name for c in all_cases()} | set(cases)
+    text = path.read_text(encoding="utf-8")
+    for i, k in enumerate(exp.known):
+        if k.case not in names:
+            line = _toml_line(text, ("known", i, "case"))
+            raise KitError(f"{path}:{line}: known[{i}].case: {k.case} is not a case of the kit")
+
+
+def judge(status: Status, known: Known | None) -> Verdict:
+    """One case's verdict: ``status`` against its known failure (None: the case is not listed,
+    so it must pass or be NOT_SUPPORTED). NOT_APPLICABLE is expected either way: the case did
+    not run, so it says nothing about the known failure."""
+    if status is Status.NOT_APPLICABLE:
+        return Verdict.EXPECTED
+    if known is None:
+        ok = status in (Status.PASS, Status.NOT_SUPPORTED)
+        return Verdict.EXPECTED if ok else Verdict.REGRESSION
+    if status is known.status:
+        return Verdict.EXPECTED
+    return Verdict.IMPROVEMENT if status is Status.PASS else Verdict.REGRESSION
+
+
+def compare(report: Report, exp: Expectations, path: Path,
+            selected: list[str] | None = None, partial: bool = False) -> dict[str, list[str]]:
+    """Stamp every result with its verdict; returns the cases per verdict (for the summary).
+    With ``selected`` (a ``--case`` subset) the entries for other cases are ignored; otherwise
+    a known failure naming a case the run does not have is an error of the file, unless the
+    run is ``partial`` (pytest chose which cases to run)."""
+    if exp.engine != report.run_info.engine:
+        raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of "
+                       f"{report.run_info.engine}")
+    known = exp.by_case()
+    if selected is not None:
+        known = {c: k for c, k in known.items() if c in set(selected)}
+    ran = {r.case for r in report.results}
+    missing = sorted(set(known) - ran)
+    if (missing and not partial and not report.run_info.interrupted
+            and report.run_info.shard is None):
+        selected = len(ran)
+        raise KitError(f"{path}: known case {missing[0]} did not run (the run had {selected} "
+                       "cases; a --case selection must include every listed case)")
+    out: dict[str, list[str]] = {v.value: [] for v in Verdict}
+    for r in report.results:
+        k = known.get(r.case)
+        verdict = judge(r.status, k)
+        r.expectation = verdict.value
+        if k is not None and r.status is not Status.NOT_APPLICABLE:
+            r.known = f"{k.reason} ({k.reference})"
+        out[verdict.value].append(r.case)
+    report.run_info.expectations = {"file": str(path), **out}
+    return out

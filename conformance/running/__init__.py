@@ -1,0 +1,1 @@
+"""Running cases: the runner, workers, units of work, shrinking, profiles."""

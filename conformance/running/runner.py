@@ -1,0 +1,810 @@
+"""The runner: plays the scenario cases and the fuzz cases against one engine into a report.
+
+A result is PASS only when the case ran and every oracle held; a case that needs a feature the
+engine lacks is NOT_SUPPORTED, and one written for a larger config than the run's is
+NOT_APPLICABLE (both decided before the case runs, from what it declares); a rule broken is FAIL
+with its minimal trace saved; a fault of the kit or of the engine's setup is ERROR; an engine
+that ends its process is CRASH and one that stops answering is TIMEOUT (spec chapter faults).
+Cases run in worker processes (``kvconf.conformance.running.pool``) unless the caller asks for the kit's own
+process; either way a case is cut into units (``kvconf.conformance.running.units``) and its result is the same.
+An interrupted run still writes what it found.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.errors import HypothesisException
+from hypothesis.stateful import get_state_machine_test
+
+from kvconf.conformance import __version__
+from kvconf.conformance.adapters import cache_engine_factory, check_engine, sched_engine_factory
+from kvconf.conformance.cache.driver import CacheDriver
+from kvconf.conformance.cache.generator import TraceHolder, cache_machine
+from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.engine.config import EngineConfig, Requires
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.oracles import (
+    MEMORY_ORACLES,
+    SCHED_ORACLES,
+    STEP_ORACLES,
+    Oracle,
+    Violation,
+)
+from kvconf.conformance.oracles.determinism import DeterminismOracle
+from kvconf.conformance.reporting.report import (
+    CaseResult,
+    Coverage,
+    Report,
+    RunInfo,
+    Status,
+    UnitResult,
+    write_report,
+)
+from kvconf.conformance.running import flight
+from kvconf.conformance.running.profiles import Budget, Profile
+from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
+from kvconf.conformance.running.shrink import reset_interrupted, shrink
+from kvconf.conformance.running.units import Shard, Unit, combine, failed, plan, split, union
+from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
+from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+from kvconf.conformance.scheduler.window_cases import window_config_case
+from kvconf.conformance.trace import Trace, dump_trace, write_atomic
+from kvconf.reference.requests import BY_OP, EXTERNAL, TRANSITIONS, State
+
+FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))
+
+
+@dataclass
+class Case:
+    name: str
+    behaviours: tuple[str, ...]
+    needs: frozenset[Feature]
+    run: Callable[[RunContext], CaseResult]  # runs ``ctx.unit`` of the case
+    fuzz: bool = False  # generated traces, not a hand-written scenario
+    doc: str = ""  # a fuzz case's PASS message
+    requires: Requires = field(default_factory=Requires)  # the least EngineConfig it needs
+
+
+@dataclass
+class RunContext:
+    engine_name: str
+    factory: Callable[[EngineConfig], object]
+    config: EngineConfig
+    seed: int
+    profile: Profile
+    budget: Budget
+    out_dir: Path | None
+    saved: list[Path] = field(default_factory=list)
+    sched_factory: Callable[[SchedConfig], object] | None = None
+    features: frozenset[Feature] = frozenset()
+    exercised: set[tuple[str, str]] = field(default_factory=set)
+    illegal: set[tuple[str, str]] = field(default_factory=set)
+    memory: MemoryFactory = shadow_memory  # the runtime's KV: a dict, or gpu_harness's tensors
+    memory_only: bool = False  # judge by the memory oracles alone
+    unit: Unit | None = None  # the slice of a fuzz case being run (None: the whole budget)
+    database: object | None = None  # Hypothesis example database (conformance.examples_db)
+    deferred: dict[str, str] | None = None  # a worker's saved traces, for the parent to write
+
+    def stream(self) -> tuple[Budget, int]:
+        """The budget and seed stream of the running unit."""
+        if self.unit is None:
+            return self.budget, 0
+        return self.unit.budget, self.unit.index
+
+    def db(self, case: str):
+        """The example database seen through this case's keys (None: no database)."""
+        if self.database is None:
+            return None
+        from kvconf.conformance.running.examples_db import keyed
+
+        return keyed(self.database, case)
+
+    @property
+    def oracles(self) -> Sequence[type[Oracle]]:
+        """The cache-level oracles of this run."""
+        return MEMORY_ORACLES if self.memory_only else STEP_ORACLES
+
+    def save_trace(self, case: str, trace: Trace | SchedTrace) -> str | None:
+        text = trace_text(trace)
+        if self.deferred is not None:  # a worker: the parent writes the one the report keeps
+            self.deferred[case] = text
+            return f"traces/{case}.json"
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / "traces" / f"{case}.json"
+        write_atomic(path, text)
+        self.saved.append(path)
+        return str(path.relative_to(self.out_dir))
+
+
+def trace_text(trace: Trace | SchedTrace) -> str:
+    return (dump_trace(trace) if isinstance(trace, Trace)
+            else trace.model_dump_json(indent=2) + "\n")
+
+
+def play(factory, trace: Trace, *, determinism: bool = True,
+         memory: MemoryFactory = shadow_memory,
+         oracles: Sequence[type[Oracle]] = STEP_ORACLES) -> list[dict]:
+    """Play ``trace`` on a fresh engine with the oracles, bring it to rest, then replay it.
+    With the memory oracles alone, the trace's expected results are not checked either."""
+    flight.begin(trace)
+    driver = CacheDriver(factory(trace.config), trace.config, oracles, behaviours=trace.behaviours,
+                         clock=trace.clock, memory=memory,
+                         expect=tuple(oracles) != MEMORY_ORACLES)
+    driver.run(trace)
+    driver.drain()
+    if determinism:
+        flight.begin(trace)
+        again = CacheDriver(factory(trace.config), trace.config, oracles=(), clock=trace.clock,
+                            memory=memory)
+        again.run(trace)
+        DeterminismOracle().compare(driver.log, again.log)
+    return driver.log
+
+
+def engine_traceback(err: BaseException | None, limit: int = 60) -> str | None:
+    """The formatted traceback of an exception (its last ``limit`` lines), or None."""
+    if err is None:
+        return None
+    lines = "".join(traceback.format_exception(err)).splitlines()
+    return "\n".join(lines[-limit:])
+
+
+def _fail(name, behaviours, v: Violation, t0: float, trace_path, **kw) -> CaseResult:
+    cause = v.__cause__  # an engine's exception turned into a FAULT-2 violation keeps its trace
+    return CaseResult(
+        case=name,
+        status=Status.FAIL,
+        behaviours=list(v.behaviours or behaviours),
+        message=v.message,
+        oracle=v.oracle,
+        step=v.step,
+        duration_s=round(time.perf_counter() - t0, 4),
+        trace=trace_path,
+        traceback=None if isinstance(cause, Violation) else engine_traceback(cause),
+        **kw,
+    )
+
+
+def scenario_case(sc) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        trace = sc.trace(ctx.config)
+        try:
+            log = play(ctx.factory, trace, memory=ctx.memory, oracles=ctx.oracles)
+        except Violation as v:
+            return _fail(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, trace))
+        except KitError as e:
+            if not ctx.memory_only:
+                raise
+            # Without the expectation checks an engine can leave a hand-written trace behind.
+            return CaseResult(
+                case=sc.name, status=Status.ERROR, behaviours=list(sc.behaviours),
+                duration_s=round(time.perf_counter() - t0, 4),
+                message=f"the engine left the scenario's script ({e}); run without "
+                        "--memory-only to see the first result it did not expect",
+            )
+        return CaseResult(
+            case=sc.name, status=Status.PASS, behaviours=list(sc.behaviours),
+            duration_s=round(time.perf_counter() - t0, 4), steps=len(log),
+            message=sc.doc,
+        )
+
+    return Case(sc.name, sc.behaviours, sc.needs | {Feature.CACHE}, run, requires=sc.requires)
+
+
+def fuzz_settings(examples: int, steps: int, database=None) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=database,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        report_multiple_bugs=False,
+        # Shrinking is ours (conformance.shrink): bounded, and judged on the trace itself.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    )
+
+
+def stream_seed(base_seed: int, stream: int, batch: int) -> int:
+    """The Hypothesis seed of one batch of one unit: a function of the run's seed alone."""
+    return base_seed * 1_000_003 + batch + (stream << 32)
+
+
+def seeded(test, seed_value: int, database=None):
+    """``test`` with a fixed seed, keeping its example ``database``: Hypothesis's ``@seed``
+    turns the database off, and the kit wants both (failures found earlier replay first, then
+    the seed decides the rest)."""
+    test = seed(seed_value)(test)
+    if database is not None and hasattr(test, "_hypothesis_internal_use_settings"):
+        test._hypothesis_internal_use_settings = settings(
+            test._hypothesis_internal_use_settings, database=database)
+    return test
+
+
+@contextmanager
+def _import_independent_draws() -> Iterator[None]:
+    """Hypothesis sometimes draws "local constants" harvested from whatever modules happen to be
+    imported, so one seed would give different traces under ``kvconf run``, ``pytest`` or an
+    engine adapter that imports more. The kit promises same seed, same traces: for the span of a
+    fuzz run the harvest is empty. Where Hypothesis has no such hook this does nothing."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - a Hypothesis without the feature
+        yield
+        return
+    real = getattr(providers, "_get_local_constants", None)
+    if real is None or not hasattr(providers, "Constants"):
+        yield
+        return
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = real
+
+
+def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
+             base_seed: int, memory: MemoryFactory = shadow_memory,
+             oracles: Sequence[type[Oracle]] = STEP_ORACLES, *, stream: int = 0,
+             database=None) -> None:
+    """Run the stateful generator under the budget; raises the first Violation found.
+    ``stream`` picks the seeds (a unit's index); ``database`` is Hypothesis's example store."""
+    with _import_independent_draws():
+        _run_fuzz(factory, config, holder, budget, steps, base_seed, memory, oracles, stream,
+                  database)
+
+
+def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
+              base_seed: int, memory: MemoryFactory,
+              oracles: Sequence[type[Oracle]], stream: int, database) -> None:
+    machine = cache_machine(factory, config, holder, memory=memory, oracles=oracles)
+    if budget.examples is not None:
+        batches: Iterator[int] = iter([budget.examples])
+        deadline = None
+    else:
+        batches = iter(lambda: 25, None)
+        deadline = time.perf_counter() + (budget.seconds or 0)
+    for k, n in enumerate(batches):
+        test = get_state_machine_test(machine, settings=fuzz_settings(n, steps, database))
+        seeded(test, stream_seed(base_seed, stream, k), database)()
+        if deadline is None or time.perf_counter() >= deadline:
+            return
+
+
+def _unit(ctx: RunContext, status: Status, examples: int | None, steps: int | None,
+          ops: dict[str, int] | None = None) -> list[UnitResult]:
+    index, of = (ctx.unit.index, ctx.unit.of) if ctx.unit is not None else (0, 1)
+    return [UnitResult(index=index, of=of, status=status, examples=examples, steps=steps,
+                       ops=dict(sorted((ops or {}).items())))]
+
+
+def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        config = tweak(ctx.config)
+        holder = TraceHolder()
+        budget, stream = ctx.stream()
+        try:
+            run_fuzz(ctx.factory, config, holder, budget, ctx.profile.steps, ctx.seed,
+                     ctx.memory, ctx.oracles, stream=stream, database=ctx.db(name))
+        except Violation as v:
+            trace = holder.last or Trace(config=config)
+            found = len(trace.steps)
+            trace, v = shrink(trace, v, lambda t: play(ctx.factory, t, memory=ctx.memory,
+                                                       oracles=ctx.oracles),
+                              max_replays=ctx.profile.shrink_replays)
+            return _fail(name, FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
+                         examples=holder.examples, steps=len(trace.steps),
+                         found_steps=found,
+                         units=_unit(ctx, Status.FAIL, holder.examples, holder.steps,
+                                     holder.seen_ops))
+        except HypothesisException as e:
+            return CaseResult(case=name, status=Status.ERROR, behaviours=list(FUZZ_BEHAVIOURS),
+                              message=f"generator: {e}", duration_s=time.perf_counter() - t0,
+                              units=_unit(ctx, Status.ERROR, holder.examples, holder.steps))
+        return CaseResult(
+            case=name, status=Status.PASS, behaviours=list(FUZZ_BEHAVIOURS),
+            duration_s=round(time.perf_counter() - t0, 4), examples=holder.examples,
+            steps=holder.steps,
+            message=f"{doc}; ops played: {dict(sorted(holder.seen_ops.items()))}",
+            units=_unit(ctx, Status.PASS, holder.examples, holder.steps, holder.seen_ops),
+        )
+
+    return Case(name, FUZZ_BEHAVIOURS, frozenset({Feature.CACHE}), run, fuzz=True, doc=doc)
+
+
+def _tight(c: EngineConfig) -> EngineConfig:
+    return c.model_copy(update={"device_pages": min(c.device_pages, 8),
+                                "host_pages": min(c.host_pages, 6)})
+
+
+def _sched_play(ctx: RunContext, trace: SchedTrace) -> list:
+    driver = play_sched(ctx.sched_factory, trace, memory=ctx.memory,
+                        memory_only=ctx.memory_only)
+    ctx.exercised |= driver.exercised
+    ctx.illegal |= driver.illegal
+    return driver.log
+
+
+def sched_scenario_case(sc) -> Case:
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        try:
+            log = _sched_play(ctx, sc.trace)
+        except Violation as v:
+            return _fail(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, sc.trace))
+        return CaseResult(case=sc.name, status=Status.PASS, behaviours=list(sc.behaviours),
+                          duration_s=round(time.perf_counter() - t0, 4), steps=len(log),
+                          message=sc.doc)
+
+    return Case(sc.name, sc.behaviours, sc.needs | {Feature.SCHEDULER}, run)
+
+
+# A small host tier, so prefetches evict and backups hold pages other copies want.
+L3_FUZZ = SchedConfig(l3_store=True, device_pages=12, host_pages=8, max_tokens=8, max_batch=3)
+# One adapter slot per forward (PLAN-9) on a small device, so the cap meets retraction.
+ADAPTER_FUZZ = SchedConfig(max_adapters=1, device_pages=12, host_pages=8, max_tokens=8,
+                           max_batch=3)
+# Mamba state beside KV under a sliding window, few state slots (chapter mamba).
+MAMBA_FUZZ = SchedConfig(mamba=True, sliding_window=4, device_pages=10, host_pages=8, max_tokens=6,
+                         max_batch=3, max_slots=4, mamba_slots=6, mamba_host_slots=3)
+SCHED_FUZZ_BEHAVIOURS = tuple(sorted({b for o in SCHED_ORACLES for b in o.behaviours}
+                                     | {"DET-1", "TREE-2", "NS-1"}))
+
+
+def fuzz_namespaces(config: SchedConfig, features: frozenset[Feature]) -> int:
+    """Namespaces the fuzzer draws from: one more adapter than the cap allows, so it binds."""
+    if Feature.NAMESPACES not in features:
+        return 1
+    return config.max_adapters + 2 if config.max_adapters else 2
+
+
+def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
+                    needs: frozenset[Feature] = frozenset()) -> Case:
+    behaviours = tuple(b for b in SCHED_FUZZ_BEHAVIOURS
+                       if (config.l3_store or not b.startswith("L3-"))
+                       and (config.mamba or not b.startswith("MAMBA-"))
+                       and (config.max_adapters or b != "PLAN-9"))
+
+    def run(ctx: RunContext) -> CaseResult:
+        t0 = time.perf_counter()
+        holder: dict = {}
+
+        def replay(t: SchedTrace) -> list:
+            return _sched_play(ctx, t)
+
+        budget, stream = ctx.stream()
+        try:
+            with _import_independent_draws():
+                fuzz_sched(ctx.sched_factory, config, budget.examples, budget.seconds,
+                           ctx.seed, holder, ctx,
+                           namespaces=fuzz_namespaces(config, ctx.features), stream=stream,
+                           database=ctx.db(name))
+        except Violation as v:
+            trace = holder["trace"]
+            found = len(trace.arrivals)
+            trace, v = shrink_sched(trace, v, replay, ctx.profile.shrink_replays // 2)
+            return _fail(name, behaviours, v, t0, ctx.save_trace(name, trace),
+                         examples=holder.get("examples"), steps=len(trace.arrivals),
+                         found_steps=found,
+                         units=_unit(ctx, Status.FAIL, holder.get("examples"), None))
+        return CaseResult(case=name, status=Status.PASS, behaviours=list(behaviours),
+                          duration_s=round(time.perf_counter() - t0, 4),
+                          examples=holder.get("examples"), message=doc,
+                          units=_unit(ctx, Status.PASS, holder.get("examples"), None))
+
+    return Case(name, behaviours, needs | {Feature.SCHEDULER}, run, fuzz=True, doc=doc)
+
+
+def all_cases() -> list[Case]:
+    cases = [scenario_case(sc) for sc in SCENARIOS]
+    cases.append(fuzz_case("fuzz-cache", lambda c: c, "stateful traces at the run's config"))
+    cases.append(fuzz_case("fuzz-cache-tight", _tight,
+                           "stateful traces with 8 device and 6 host pages"))
+    cases.append(fuzz_case("fuzz-cache-page1", lambda c: c.model_copy(update={"page_size": 1}),
+                           "stateful traces at page size 1"))
+    cases.extend(sched_scenario_case(sc) for sc in SCHED_SCENARIOS)
+    cases.append(window_config_case())
+    cases.append(sched_fuzz_case("fuzz-scheduler", SchedConfig(),
+                                 "workloads with shared prefixes, aborts, held and failed acks"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-tight",
+        SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4),
+        "workloads on a tiny device: eviction, retraction and recovery"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-unmixed",
+        SchedConfig(mixed=False, publish_mid_flight=False, page_size=1, device_pages=16),
+        "workloads without mixed batches or mid-flight publish, at page size 1"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-unpublished",
+        SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3,
+                    publish_mid_flight=False),
+        "workloads on a tiny device without mid-flight publish: retraction of unshared KV"))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-window", SchedConfig(sliding_window=3),
+        "workloads under a 3-token sliding window: nothing computed may be published",
+        frozenset({Feature.SLIDING_WINDOW})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-adapters", ADAPTER_FUZZ,
+        "workloads over three adapters and the base model with one adapter slot per forward, "
+        "on a small device", frozenset({Feature.NAMESPACES, Feature.ADAPTER_CAP})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-l3", L3_FUZZ,
+        "workloads over an L3 store: prefetches that land, stop short or are lost, backups "
+        "acknowledged late, on a small host tier", frozenset({Feature.L3_STORE})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-l3-tight-host", L3_FUZZ.model_copy(update={"host_pages": 4}),
+        "workloads over an L3 store with a 4-page host tier: every prefetch must make room on "
+        "host, so the order of pinning and eviction shows", frozenset({Feature.L3_STORE})))
+    cases.append(sched_fuzz_case(
+        "fuzz-scheduler-mamba", MAMBA_FUZZ,
+        "workloads with Mamba state slots under a 4-token sliding window, on a small device "
+        "with few state slots: retraction, eviction and recovery of states",
+        frozenset({Feature.MAMBA, Feature.SLIDING_WINDOW})))
+    return cases
+
+
+def select_cases(names: list[str] | None) -> list[Case]:
+    cases = all_cases()
+    if not names:
+        return cases
+    known = {c.name: c for c in cases}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KitError(f"--case {unknown[0]}: unknown case (known: {', '.join(known)})")
+    return [known[n] for n in names]
+
+
+def transition_coverage(cover: Coverage | None) -> dict | None:
+    """Which (state, event) pairs of the request table the run took, and which illegal runtime
+    events it tried (and saw rejected) in which state."""
+    if cover is None:
+        return None
+    exercised = {tuple(p) for p in cover.exercised}
+    tried_any = {tuple(p) for p in cover.illegal}
+    legal = sorted((s.value, e.value) for s, e in TRANSITIONS)
+    illegal = sorted((s.value, e.value) for s in State for e in EXTERNAL
+                     if (s, e) not in TRANSITIONS and e not in BY_OP)
+    took = sorted(set(legal) & exercised)
+    tried = sorted(set(illegal) & tried_any)
+    return {
+        "legal": {"exercised": len(took), "total": len(legal),
+                  "missed": [f"{s} --{e}-->" for s, e in sorted(set(legal) - exercised)]},
+        "illegal": {"tried": len(tried), "total": len(illegal),
+                    "missed": [f"{s} x {e}" for s, e in sorted(set(illegal) - tried_any)]},
+    }
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Opened:
+    """An engine ready to run cases: its context, what it offers, and why a level cannot run."""
+
+    ctx: RunContext
+    version: str
+    unavailable: dict[Feature, str]  # level -> why it cannot run here
+
+
+def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: Profile,
+                budget: Budget, memory: MemoryFactory = shadow_memory,
+                memory_only: bool = False, database=None,
+                out_dir: Path | None = None) -> Opened:
+    """Find ``engine``, start each level once to learn its features and version."""
+    check_engine(engine)
+    factory = cache_engine_factory(engine)
+    sched_factory = sched_engine_factory(engine)
+    features: frozenset[Feature] = frozenset()
+    version = ""
+    unavailable: dict[Feature, str] = {}
+    for level, make, cfg in ((Feature.CACHE, factory, config),
+                             (Feature.SCHEDULER, sched_factory, SchedConfig())):
+        if make is None:
+            continue
+        try:
+            probe = make(cfg)
+        except EngineUnavailable as e:
+            unavailable[level] = f"engine {engine} is not available: {e}"
+            continue
+        except KitError:
+            raise
+        except Exception as e:
+            raise KitError(
+                f"engine {engine}: cannot start with config {cfg.model_dump()}: {e}"
+            ) from None
+        features = features | {level} | probe.features
+        version = version or str(probe.version)
+    if Feature.CACHE not in features:
+        factory = None
+    if Feature.SCHEDULER not in features:
+        sched_factory = None
+    ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir,
+                     sched_factory=sched_factory, features=features, memory=memory,
+                     memory_only=memory_only, database=database)
+    return Opened(ctx, version, unavailable)
+
+
+def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
+    """Run one unit of ``case`` in this process. An exception of the engine outside any driver
+    call (its factory, say) is ERROR with its traceback; a kit error propagates."""
+    ctx.unit = unit
+    ctx.exercised, ctx.illegal = set(), set()
+    t0 = time.perf_counter()
+    try:
+        result = case.run(ctx)
+    except KitError:
+        raise
+    except Exception as e:
+        result = CaseResult(
+            case=case.name, status=Status.ERROR, behaviours=list(case.behaviours),
+            message=f"{type(e).__name__}: {e}", duration_s=time.perf_counter() - t0,
+            traceback=engine_traceback(e), units=_unit(ctx, Status.ERROR, None, None)
+            if case.fuzz else None)
+    finally:
+        ctx.unit = None
+    if ctx.exercised or ctx.illegal:
+        result.coverage = Coverage(exercised=sorted(ctx.exercised), illegal=sorted(ctx.illegal))
+        if result.units:
+            result.units[0].coverage = result.coverage
+    if result.units:
+        result.units[0].duration_s = result.duration_s
+    return result
+
+
+def run_case(ctx: RunContext, case: Case) -> CaseResult:
+    """Every unit of ``case`` in this process, in order, until one fails (the kill matrix)."""
+    results = []
+    for unit in split(case.name, case.fuzz, ctx.budget, 1):
+        results.append(run_unit(ctx, case, unit))
+        if failed(results[-1].status):
+            break
+    return results[0] if not case.fuzz else combine(results, case.doc)
+
+
+def not_supported(case: Case, features: frozenset[Feature],
+                  unavailable: dict[Feature, str]) -> CaseResult | None:
+    """The NOT_SUPPORTED result of a case the engine cannot run, or None when it can."""
+    missing = case.needs - features
+    if not missing:
+        return None
+    return CaseResult(
+        case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
+        message=next((unavailable[f] for f in missing if f in unavailable),
+                     "engine lacks " + ", ".join(sorted(f.value for f in missing))),
+        duration_s=0.0,
+    )
+
+
+def not_applicable(case: Case, config: EngineConfig) -> CaseResult | None:
+    """The NOT_APPLICABLE result of a case the run's config is too small for (its declared
+    ``requires``), or None when it applies. Decided before the case runs, from the config
+    alone: an outcome never makes a case NOT_APPLICABLE, so it cannot hide a failure."""
+    reason = case.requires.reason(config)
+    if reason is None:
+        return None
+    return CaseResult(case=case.name, status=Status.NOT_APPLICABLE,
+                      behaviours=list(case.behaviours), message=reason, duration_s=0.0)
+
+
+def unjudged(case: Case, features: frozenset[Feature], unavailable: dict[Feature, str],
+             config: EngineConfig) -> CaseResult | None:
+    """Why ``case`` is not run here: NOT_SUPPORTED (the engine lacks what it needs; said first,
+    being about the engine) or NOT_APPLICABLE (the config is below what it is written for);
+    None when it runs."""
+    return not_supported(case, features, unavailable) or not_applicable(case, config)
+
+
+class Campaign:
+    """The parent's side of a run: the units to run, their results as they come, and the report
+    rewritten (atomically) each time a case is settled. Cases settle in any order; the report
+    lists them in suite order."""
+
+    def __init__(self, cases: Sequence[Case], units: Sequence[Unit], report: Report,
+                 report_path: Path | None, on_start=None, on_result=None) -> None:
+        self.cases = {c.name: c for c in cases}
+        self.order = {c.name: i for i, c in enumerate(cases)}
+        self.units = list(units)
+        self.expected: dict[str, list[int]] = {}
+        for u in self.units:
+            self.expected.setdefault(u.case, []).append(u.index)
+        self.partial: dict[str, list[CaseResult]] = {}
+        self.settled: dict[str, CaseResult] = {}
+        self.started: set[str] = set()
+        self.report = report
+        self.report_path = report_path
+        self.on_start, self.on_result = on_start, on_result
+
+    def wanted(self, unit: Unit) -> bool:
+        """False once the case is settled (a lower unit failed): the unit need not run."""
+        return unit.case not in self.settled
+
+    def start(self, unit: Unit) -> None:
+        if unit.case not in self.started:
+            self.started.add(unit.case)
+            if self.on_start:
+                self.on_start(self.cases[unit.case])
+
+    def add(self, unit: Unit, result: CaseResult) -> None:
+        """A unit's result; settles its case when every unit that decides it is in."""
+        if unit.case in self.settled:
+            return  # a unit past the first failing one: never part of the case
+        case = self.cases[unit.case]
+        if result.units is None:  # a hand-written case, or one the engine cannot run
+            return self._settle(result)
+        got = self.partial.setdefault(unit.case, [])
+        got.append(result)
+        have = {r.units[0].index: r for r in got}
+        for k in self.expected[unit.case]:
+            if k not in have:
+                return
+            if failed(have[k].status):
+                break
+        self._settle(combine(got, case.doc, self.expected[unit.case]))
+
+    def settle_found(self) -> None:
+        """After an interruption: a case not settled keeps a finding its units made."""
+        for name, got in self.partial.items():
+            if name not in self.settled and any(failed(r.status) for r in got):
+                self._settle(combine(got, self.cases[name].doc, None))
+
+    def _settle(self, result: CaseResult) -> None:
+        self.settled[result.case] = result
+        self.partial.pop(result.case, None)
+        self.report.results = sorted(self.settled.values(), key=lambda r: self.order[r.case])
+        self.report.run_info.coverage = transition_coverage(
+            union(r.coverage for r in self.report.results))
+        self.write()
+        if self.on_result:
+            self.on_result(result)
+
+    def write(self) -> None:
+        if self.report_path is not None:
+            write_report(self.report, self.report_path)
+
+    @property
+    def pending(self) -> list[str]:
+        return sorted({u.case for u in self.units} - set(self.settled), key=self.order.get)
+
+
+def clear_traces(out_dir: Path, cases: Sequence[Case]) -> None:
+    """Remove the saved traces an earlier run left for the cases this run plays, so a stale
+    trace beside the report never passes for one of this run's findings."""
+    for case in cases:
+        (out_dir / "traces" / f"{case.name}.json").unlink(missing_ok=True)
+
+
+def start_report(engine: str, config: EngineConfig, version: str,
+                 features: frozenset[Feature], *, seed_value: int, profile: Profile,
+                 budget: Budget, memory_info: dict | None = None, memory_only: bool = False,
+                 jobs: int = 0, shard: Shard | None = None, call_timeout: float = 60.0,
+                 database: str | None = None) -> Report:
+    """A report with no result yet: what was run, on what, how (``run_suite`` and the pytest
+    plugin write the same one)."""
+    return Report(
+        run_info=RunInfo(
+            engine=engine, version=version or "unavailable", kvconf=__version__,
+            features=sorted(f.value for f in features), config=config.model_dump(),
+            seed=seed_value, profile=profile.name, budget=str(budget), started=now(),
+            memory=None if memory_info is None else {**memory_info, "memory_only": memory_only},
+            jobs=jobs, shard=None if shard is None else str(shard),
+            call_timeout_s=None if jobs == 0 else call_timeout, examples_db=database,
+        )
+    )
+
+
+def run_suite(
+    engine: str,
+    config: EngineConfig,
+    *,
+    seed_value: int,
+    profile: Profile,
+    budget: Budget,
+    report_path: Path | None,
+    cases: list[Case] | None = None,
+    on_start: Callable[[Case], None] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+    memory: MemoryFactory = shadow_memory,
+    memory_only: bool = False,
+    memory_info: dict | None = None,
+    memory_spec: tuple[str, dict] | None = None,
+    jobs: int = 0,
+    shard: Shard | None = None,
+    call_timeout: float = 60.0,
+    database: str | None = None,
+) -> Report:
+    """Run cases against ``engine``; the report is rewritten atomically after every case.
+
+    ``jobs`` is the number of worker processes (``kvconf.conformance.running.pool``); 0 runs the cases in this
+    process, without isolation (a debugger's choice). ``shard`` runs one slice of the work.
+    ``memory`` is the runtime's KV memory (``kvconf gpu`` passes torch pools, and
+    ``memory_spec``, how a worker builds the same); with ``memory_only`` the cases are judged
+    by the oracles that read that memory alone. ``database`` is Hypothesis's example database
+    (a folder, ``module:attr``, or None for none), shared by the workers."""
+    from kvconf.conformance.running.examples_db import open_database
+
+    cases = cases if cases is not None else all_cases()
+    check_engine(engine)
+    reset_interrupted()
+    out_dir = report_path.parent if report_path is not None else None
+    if out_dir is not None:
+        clear_traces(out_dir, cases)
+    if jobs < 0:
+        raise KitError(f"--jobs {jobs}: must be 0 (this process) or more workers")
+    pool = None
+    if jobs == 0:
+        opened = open_engine(engine, config, seed_value=seed_value, profile=profile,
+                             budget=budget, memory=memory, memory_only=memory_only,
+                             database=open_database(database), out_dir=out_dir)
+        features, version, unavailable = (opened.ctx.features, opened.version,
+                                          opened.unavailable)
+    else:
+        from kvconf.conformance.running.pool import Pool, WorkerSpec
+
+        if memory is not shadow_memory and memory_spec is None:
+            raise KitError("this memory cannot be rebuilt in a worker; run with --jobs 0")
+        spec = WorkerSpec(engine=engine, config=config, seed=seed_value, profile=profile,
+                          budget=budget, memory_spec=memory_spec, memory_only=memory_only,
+                          database=database)
+        pool = Pool(spec, jobs, call_timeout)
+        try:
+            features, version, unavailable = pool.open()
+        except BaseException:
+            pool.close()
+            raise
+    report = start_report(engine, config, version, features, seed_value=seed_value,
+                          profile=profile, budget=budget, memory_info=memory_info,
+                          memory_only=memory_only, jobs=jobs, shard=shard,
+                          call_timeout=call_timeout, database=database)
+    skipped = {c.name: r for c in cases
+               if (r := unjudged(c, features, unavailable, config)) is not None}
+    streams = max(1, jobs) * (shard.count if shard else 1)
+    units = plan(((c.name, c.fuzz and c.name not in skipped) for c in cases), budget, streams,
+                 shard)
+    campaign = Campaign(cases, units, report, report_path, on_start, on_result)
+    by_name = {c.name: c for c in cases}
+    try:
+        todo = []
+        for u in units:
+            if u.case in skipped:
+                campaign.start(u)
+                campaign.add(u, skipped[u.case])
+            else:
+                todo.append(u)
+        if pool is None:
+            for u in todo:
+                if campaign.wanted(u):
+                    campaign.start(u)
+                    campaign.add(u, run_unit(opened.ctx, by_name[u.case], u))
+                    if shrink_interrupted():  # the finding was kept; now stop
+                        raise KeyboardInterrupt
+        else:
+            pool.run(todo, campaign, out_dir)
+    except KeyboardInterrupt:
+        campaign.settle_found()
+        report.run_info.interrupted = True
+        report.run_info.not_run = campaign.pending
+        report.run_info.finished = now()
+        campaign.write()
+        raise
+    finally:
+        if pool is not None:
+            pool.close()
+    report.run_info.finished = now()
+    campaign.write()
+    return report.summarize()

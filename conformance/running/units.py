@@ -1,0 +1,133 @@
+"""Units of work: a case's budget cut into slices that any worker, on any machine, can run.
+
+A hand-written case is one unit. A fuzz case with a budget of examples is cut into units of about
+``UNIT_EXAMPLES`` examples, each with a seed derived from the run's seed and its index, so the
+cut depends on the budget alone: one worker or eight, one machine or a CI matrix of shards, the
+same units run with the same seeds. The case's result is its units' results in index order up to
+the first that did not pass (spec chapter faults, "Statuses of a run"): a unit past that one is
+never part of it, whichever finished first. A budget in seconds is cut into one unit per worker
+of the whole campaign (``--jobs`` times the shard count), each with its share of the seconds;
+such a run is bounded by time, so its results depend on the machine anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.reporting.report import BAD, CaseResult, Coverage, Status, UnitResult
+from kvconf.conformance.running.profiles import Budget
+
+UNIT_EXAMPLES = 25  # examples per unit of a fuzz case with a budget of examples
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    case: str
+    index: int
+    of: int
+    budget: Budget  # this unit's share: examples, or seconds
+
+    @property
+    def label(self) -> str:
+        return self.case if self.of == 1 else f"{self.case}[{self.index + 1}/{self.of}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """The ``index``-th (1-based) of ``count`` slices of a run's work."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str | None) -> Shard | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise KitError(f"--shard {text!r}: expected i/N with 1 <= i <= N (the i-th of N slices)")
+    return Shard(int(m.group(1)), int(m.group(2)))
+
+
+def split(case: str, fuzz: bool, budget: Budget, streams: int) -> list[Unit]:
+    """The units of one case. ``streams`` is the campaign's worker count (time budgets only)."""
+    if not fuzz:
+        return [Unit(case, 0, 1, budget)]
+    if budget.examples is not None:
+        n = max(1, math.ceil(budget.examples / UNIT_EXAMPLES))
+        base, extra = divmod(budget.examples, n)
+        return [Unit(case, k, n, Budget(examples=base + (k < extra))) for k in range(n)]
+    n = max(1, streams)
+    return [Unit(case, k, n, Budget(seconds=(budget.seconds or 0) / n)) for k in range(n)]
+
+
+def plan(cases: Iterable[tuple[str, bool]], budget: Budget, streams: int,
+         shard: Shard | None = None) -> list[Unit]:
+    """Every unit of ``cases`` (name, fuzz) in suite order; with a shard, every N-th of them,
+    so the slices are disjoint, cover the run, and each gets a share of every long case."""
+    units = [u for name, fuzz in cases for u in split(name, fuzz, budget, streams)]
+    if shard is None:
+        return units
+    return [u for j, u in enumerate(units) if j % shard.count == shard.index - 1]
+
+
+def failed(status: Status) -> bool:
+    """A unit that did not pass ends its case's result (the statuses that fail a run)."""
+    return status in BAD
+
+
+def union(covers: Iterable[Coverage | None]) -> Coverage | None:
+    exercised: set[tuple[str, str]] = set()
+    illegal: set[tuple[str, str]] = set()
+    seen = False
+    for c in covers:
+        if c is None:
+            continue
+        seen = True
+        exercised |= {tuple(p) for p in c.exercised}
+        illegal |= {tuple(p) for p in c.illegal}
+    if not seen:
+        return None
+    return Coverage(exercised=sorted(exercised), illegal=sorted(illegal))
+
+
+def combine(results: Sequence[CaseResult], passed_message: str,
+            expected: Sequence[int] | None = None) -> CaseResult:
+    """A fuzz case's result from results that carry its units (one each from the workers, or
+    several each from shard reports): the units in index order up to the first that failed;
+    that one's finding is the case's. ``expected`` are the unit indexes this run owns (a shard
+    owns some); a unit missing from them ends nothing: an interrupted run keeps a finding made
+    after it."""
+    have = {u.index: (u, r) for r in results for u in (r.units or [])}
+    order = list(expected) if expected is not None else sorted(have)
+    taken: list[tuple[UnitResult, CaseResult]] = []
+    for k in order:
+        if k in have:
+            taken.append(have[k])
+            if failed(have[k][0].status):
+                break
+    last_unit, last = taken[-1]
+    units = [u for u, _ in taken]
+    examples = [u.examples for u in units if u.examples is not None]
+    update = {"examples": sum(examples) if examples else None, "units": units,
+              "duration_s": round(sum(u.duration_s for u in units), 4),
+              "coverage": union(u.coverage for u in units)}
+    if failed(last_unit.status):
+        if not examples:
+            update["examples"] = last.examples
+        return last.model_copy(update=update)
+    ops: dict[str, int] = {}
+    for u in units:
+        for k, v in u.ops.items():
+            ops[k] = ops.get(k, 0) + v
+    steps = [u.steps for u in units if u.steps is not None]
+    message = passed_message + (f"; ops played: {dict(sorted(ops.items()))}" if ops else "")
+    return last.model_copy(update={**update, "steps": sum(steps) if steps else None,
+                                   "message": message})

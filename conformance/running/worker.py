@@ -1,0 +1,208 @@
+"""A worker process: the engine lives here, never in the process that holds the run.
+
+``python -m kvconf.conformance.running.worker FD RECORDER`` reads commands (length-prefixed pickles) on its
+standard input, records the play in progress in the file RECORDER (``kvconf.conformance.running.flight``), and
+answers on file descriptor FD, one typed line each (``H``, a heartbeat, and):
+
+- ``P<json>``: the engine opened: its features, version, and the levels it cannot run.
+- ``R<json>``: a command's result (a unit's ``CaseResult`` and its trace; a shrunk trace).
+- ``C<json>``: the engine raised SystemExit: the code and traceback (the worker then exits).
+- ``X<json>``: a fault of the kit or of the input (the run stops with it).
+- ``I``: interrupted (SIGTERM from the parent); the worker exits.
+
+Its standard output and error are the engine's (a file the parent reads after a crash), with
+``faulthandler`` on, so a native crash or a SIGUSR1 from the parent writes every thread's Python
+stack there. The worker runs whole units in-process (driver, oracles and engine together).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import pickle
+import signal
+import struct
+import sys
+import traceback
+from dataclasses import dataclass
+from importlib import import_module
+
+from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.running import flight, shrink
+
+
+def read_command(stream) -> object | None:
+    head = stream.read(4)
+    if len(head) < 4:
+        return None
+    (size,) = struct.unpack(">I", head)
+    return pickle.loads(stream.read(size))
+
+
+def frame(obj: object) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return struct.pack(">I", len(data)) + data
+
+
+def answer(kind: bytes, doc: dict | None = None) -> None:
+    flight.send(kind + (json.dumps(doc, separators=(",", ":")).encode() if doc is not None
+                        else b""))
+
+
+def build_memory(spec):
+    """The runtime's KV memory a worker builds from a picklable spec (None: the shadow dict)."""
+    from kvconf.conformance.runtime.memory import shadow_memory
+
+    if spec is None:
+        return shadow_memory
+    target, kwargs = spec
+    module, _, attr = target.partition(":")
+    return getattr(import_module(module), attr)(**kwargs)
+
+
+@dataclass
+class State:
+    spec: object  # conformance.pool.WorkerSpec
+    opened: object | None = None  # conformance.runner.Opened, once probed
+    cases: dict | None = None
+
+
+def _open(state: State, probe: bool) -> None:
+    from kvconf.conformance.running.examples_db import open_database
+    from kvconf.conformance.running.runner import all_cases, open_engine
+
+    spec = state.spec
+    if not probe:
+        return
+    opened = open_engine(spec.engine, spec.config, seed_value=spec.seed, profile=spec.profile,
+                         budget=spec.budget, memory=build_memory(spec.memory_spec),
+                         memory_only=spec.memory_only, database=open_database(spec.database))
+    opened.ctx.deferred = {}
+    state.opened = opened
+    state.cases = {c.name: c for c in all_cases()}
+    answer(b"P", {"features": sorted(f.value for f in opened.ctx.features),
+                  "version": opened.version,
+                  "unavailable": {f.value: why for f, why in opened.unavailable.items()}})
+
+
+def _unit(state: State, case: str, unit) -> None:
+    from kvconf.conformance.running.runner import run_unit
+
+    ctx = state.opened.ctx
+    ctx.deferred = {}
+    result = run_unit(ctx, state.cases[case], unit)
+    answer(b"R", {"result": result.model_dump(mode="json"), "trace": ctx.deferred.get(case)})
+
+
+def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
+    """How to play ``trace`` on ``engine`` with every oracle: (trace, determinism) -> log."""
+    from kvconf.conformance.adapters import engine_factory, sched_engine_factory
+    from kvconf.conformance.oracles import MEMORY_ORACLES, STEP_ORACLES
+    from kvconf.conformance.running.runner import play
+    from kvconf.conformance.scheduler.generator import play_sched
+    from kvconf.conformance.trace import Trace
+
+    memory = build_memory(memory_spec)
+    if isinstance(trace, Trace):
+        factory = engine_factory(engine)
+        oracles = MEMORY_ORACLES if memory_only else STEP_ORACLES
+        return lambda t, det=True: play(factory, t, determinism=det, memory=memory,
+                                        oracles=oracles)
+    factory = sched_engine_factory(engine)
+    if factory is None:
+        raise KitError(f"a scheduler-level trace, and engine {engine} speaks only the "
+                       "cache level")
+    return lambda t, det=True: play_sched(factory, t, determinism=det, memory=memory,
+                                          memory_only=memory_only).log
+
+
+def replay_doc(engine: str, trace, determinism: bool = True, memory_spec=None,
+               memory_only: bool = False) -> dict:
+    """Play one trace in this process: PASS with its steps, or FAIL with the broken rule
+    (what ``kvconf replay`` prints, from a worker or, with --in-process, from itself)."""
+    from kvconf.conformance.oracles import Violation
+
+    try:
+        log = _player(engine, trace, memory_spec, memory_only)(trace, determinism)
+    except Violation as v:
+        return {"status": "FAIL", "oracle": v.oracle, "behaviours": list(v.behaviours),
+                "message": v.message, "step": v.step}
+    return {"status": "PASS", "steps": len(log)}
+
+
+def _shrink(state: State, text: str, want, max_replays: int, timeout: float) -> None:
+    from kvconf.conformance.running.crash import shrink_crash
+    from kvconf.conformance.running.runner import trace_text
+    from kvconf.conformance.trace import parse_any_trace
+
+    spec = state.spec
+    trace = parse_any_trace(text)
+    replay = _player(spec.engine, trace, spec.memory_spec, spec.memory_only)
+    best, tried = shrink_crash(trace, want, replay, max_replays=max_replays, timeout=timeout,
+                               beat=flight.beat)
+    steps = len(best.steps) if hasattr(best, "steps") else len(best.arrivals)
+    answer(b"R", {"trace": trace_text(best), "steps": steps, "tried": tried})
+
+
+def _replay(state: State, text: str, determinism: bool) -> None:
+    from kvconf.conformance.trace import parse_any_trace
+
+    spec = state.spec
+    try:
+        answer(b"R", replay_doc(spec.engine, parse_any_trace(text), determinism,
+                                spec.memory_spec, spec.memory_only))
+    except EngineUnavailable as e:
+        raise KitError(f"engine {spec.engine} is not available: {e}") from None
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    flight.attach(int(argv[1]), argv[2])
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    commands = sys.stdin.buffer
+    state: State | None = None
+    while True:
+        try:
+            cmd = read_command(commands)
+        except KeyboardInterrupt:
+            answer(b"I")
+            return 0
+        if cmd is None:
+            return 0
+        kind, *args = cmd
+        try:
+            if kind == "open":
+                state = State(args[0])
+                _open(state, probe=args[1])
+            elif kind == "unit":
+                _unit(state, *args)
+            elif kind == "shrink":
+                _shrink(state, *args)
+            elif kind == "replay":
+                _replay(state, *args)
+            else:
+                raise KitError(f"worker: unknown command {kind!r}")
+        except KitError as e:
+            answer(b"X", {"message": str(e)})
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            answer(b"C", {"code": code, "traceback": "".join(traceback.format_exc())})
+            return 0
+        except KeyboardInterrupt:
+            answer(b"I")
+            return 0
+        if shrink.interrupted():  # a finding was kept; the run is being stopped
+            answer(b"I")
+            return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

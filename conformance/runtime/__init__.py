@@ -1,0 +1,1 @@
+"""The model runtime's KV memory and the content it must hold."""

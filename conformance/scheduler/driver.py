@@ -1,0 +1,668 @@
+"""The scheduler-level driver: plays the model runtime for an engine that speaks plans and events.
+
+Per plan it submits the workload's arrivals, takes the plan, performs the loadbacks, "runs" the
+forward against its KV memory (``kvconf.conformance.runtime.memory``), checking the tag of every position a row
+reads and writing the tag of every position it computes; it samples tokens, reports results,
+finishes requests after their tokens, performs writebacks and acknowledges them as the workload
+says (now, a plan later, or as failed), aborts, and probes the engine with events it must reject.
+Every KV position holds a tag for (namespace, tokens[0..i]): a wrong reuse, a copy to the wrong
+page, a loadback after the forward or a namespace leak shows up as a wrong tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.oracles.base import Violation
+from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
+from kvconf.conformance.oracles.scheduler import (
+    Live,
+    LivenessOracle,
+    PlanOracle,
+    RequestStateOracle,
+    ReuseOracle,
+    RuntimeEventOracle,
+    SchedContentOracle,
+    SchedEventOracle,
+)
+from kvconf.conformance.running import flight
+from kvconf.conformance.runtime.memory import (
+    DROPPED,
+    ZEROED,
+    MemoryFactory,
+    page_id_space,
+    shadow_memory,
+    state_id_space,
+    state_memory,
+)
+from kvconf.conformance.scheduler.l3_runtime import L3Runtime
+from kvconf.conformance.scheduler.trace import SchedTrace
+from kvconf.reference.plan import (
+    Abort,
+    BackupDone,
+    CopyOp,
+    ExtendResult,
+    Finish,
+    LoadbackDone,
+    Plan,
+    PrefetchDone,
+    RequestSpec,
+    WritebackDone,
+)
+from kvconf.reference.requests import TRANSITIONS, Event, State
+from kvconf.reference.tiers import Tier
+
+ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes collide too
+
+
+UNKNOWN = "unknown:"  # marks a probe whose event names nothing the scheduler holds (REQ-6)
+
+
+def position_tags(ns: int, tokens: Sequence[int], start: int, prev: bytes | None) -> list[int]:
+    """Tags of positions ``start..``; tag i stands for (namespace, tokens[: i + 1])."""
+    out = []
+    h = prev if prev is not None else ns.to_bytes(8, "little", signed=True)
+    for t in tokens[start:]:
+        h = hashlib.blake2b(h + t.to_bytes(4, "little"), digest_size=8).digest()
+        out.append(int.from_bytes(h, "little"))
+    return out
+
+
+def sample(seed: int, rid: str, position: int) -> int:
+    """The runtime's token: a function of the request and position, not of the plan order."""
+    h = hashlib.blake2b(f"{seed}:{rid}:{position}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") % ALPHABET
+
+
+class SchedulerDriver:
+    def __init__(self, engine, trace: SchedTrace, memory: MemoryFactory = shadow_memory,
+                 memory_only: bool = False, probes: str = "all") -> None:
+        """``memory_only`` keeps the checks that read the KV memory (and liveness) and drops
+        the ones that read plans, snapshots and events: a defect caught then was seen in the
+        memory itself."""
+        self.engine = engine
+        self.trace = trace
+        self.config = trace.config
+        self.p = engine.page_size
+        feats = engine.features
+        self.white = Feature.SNAPSHOT in feats
+        self.memory_only = memory_only
+        self.plans = None if memory_only else PlanOracle()
+        self.covers = PlanOracle()  # PLAN-10 under --memory-only, where no plan oracle runs
+        self.states = RequestStateOracle() if self.white and not memory_only else None
+        # PLAN-7 holds every engine to mid-flight publish while the workload's switch is on
+        # (D381-1): an engine that publishes at finish only fails it, whatever it declares.
+        c = trace.config
+        self.reuse = (ReuseOracle() if not memory_only and c.publish_mid_flight
+                      and not c.sliding_window and not c.mamba else None)
+        self.events = RuntimeEventOracle()
+        # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
+        # EVENT-8: an engine that announces only reusable boundaries names parents it never
+        # stored; the driver tells which prefix such a hash names (with the engine's hash).
+        sparse = (Feature.SPARSE_PREFIX_EVENTS in feats
+                  and getattr(engine, "block_hash", None) is not None)
+        self.kv = (SchedEventOracle(getattr(engine, "block_hash", None),
+                                    self._prefix_named if sparse else None)
+                   if Feature.KV_EVENTS in feats and hasattr(engine, "drain_events")
+                   and not memory_only else None)
+        self.chains: dict[int, tuple[int, tuple[int, ...]]] = {}  # block hash -> (ns, prefix)
+        self.chained: dict[str, tuple[int, int | None]] = {}  # rid -> (blocks hashed, last)
+        self.content = SchedContentOracle()
+        self.live: dict[str, Live] = {}
+        self.tags: dict[str, list[int]] = {}
+        self.left: dict[str, int] = {}  # tokens each request still generates before Finish
+        self.started: set[str] = set()
+        self.memory = memory(self.p, *page_id_space(engine, trace.config.device_pages,
+                                                    trace.config.host_pages))
+        # WIN-3: the window's layers read and write a table of their own; nothing is dropped.
+        self.window_table = bool(c.sliding_window) and Feature.WINDOW_TABLE in feats
+        # A page id the engine reserves as "no page" (holes in its tables): a row never computes
+        # into it (PLAN-10).
+        self.null: int | None = getattr(engine, "null_page", None)
+        self.base: dict[str, int] = {}  # positions a request reused at its last admission
+        self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
+        self.acks = 0
+        # HOST-9: an engine whose acknowledgement carries no success flag never hears of a
+        # failed copy (the runtime would end); the copies left unacknowledged so.
+        self.fatal_failures = Feature.FATAL_TRANSFER_FAILURE in feats
+        self.abandoned: list[int] = []
+        self.abandoned_pages: set[int] = set()  # host destinations of those copies
+        # HOST-8: loadbacks whose acknowledgement waits for the next advance (the ack modes
+        # cycle with the writebacks' where the engine declares loadback_ack).
+        self.loads_later: list[CopyOp] = []
+        # Probes (REQ-2, REQ-6): "all"; "known" leaves out the unknown-id probes the engine may
+        # ignore (the replay that shows an ignored event changed nothing); "none" (the replay
+        # that judges the run apart from its probes). A probe's finding waits for the end of the
+        # run, so it never masks the case's other checks.
+        self.probes = probes
+        self.ignored: list[str] = []  # unknown-id probes the engine ignored (REQ-6)
+        self.probe_finding: Violation | None = None
+        # Pages holding the remains of a copy the runtime acknowledged as failed, directly or
+        # through later copies of them, so a read of them blames REQ-5 / HOST-4 (E-1).
+        self.failed_remains: set[tuple[Tier, int]] = set()
+        self.log: list[Any] = []
+        self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
+        self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
+        # The L3 store and its transfers (spec chapter l3_store), when the config has one.
+        self.l3 = (L3Runtime(trace, self.memory, self.p, self.live, self._tag,
+                             checks=not memory_only)
+                   if trace.config.l3_store else None)
+        # Mamba state slots beside the KV (spec chapter mamba), when the config has them.
+        c = trace.config
+        self.mstates = (state_memory(self.memory, *state_id_space(engine, c.mamba_slots,
+                                                                  c.mamba_host_slots))
+                        if c.mamba else None)
+        self.mamba_content = MambaContentOracle()
+        self.mamba_owners = (MambaOwnershipOracle() if c.mamba and self.white
+                             and not memory_only else None)
+        self.snap = self._snapshot()
+
+    # ----------------------------------------------------------------- plumbing
+    def _snapshot(self):
+        return self.engine.snapshot() if self.white else None
+
+    def _call(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except EngineRejected as e:
+            raise Violation("faults", ("FAULT-2",), f"{what} rejected a legal call: {e}") from e
+        except Violation:
+            raise
+        except Exception as e:
+            raise Violation("faults", ("FAULT-2",),
+                            f"{what} raised {type(e).__name__}: {e}") from e
+
+    def _tag(self, rid: str, i: int) -> int:
+        req, tags = self.live[rid], self.tags[rid]
+        if i >= len(tags):
+            prev = tags[-1].to_bytes(8, "little") if tags else None
+            new = position_tags(req.ns, req.tokens, len(tags), prev)
+            tags.extend(new)
+            self.content.origin.update(dict.fromkeys(new, req.ns))
+        return tags[i]
+
+    def _prefix_named(self, h: int) -> tuple[int, tuple[int, ...]] | None:
+        """The (namespace, prefix) whose block hash is ``h``: the whole blocks of every request
+        the runtime submitted, its sampled tokens included, hashed with the engine's function
+        (EVENT-8); None when no such prefix is known."""
+        bh = self.engine.block_hash
+        p = self.p
+        for rid in sorted(self.live):  # in a fixed order: the first prefix found is the answer
+            if h in self.chains:
+                break
+            req = self.live[rid]
+            done, parent = self.chained.get(rid, (0, None))
+            for k in range(done, len(req.tokens) // p):
+                block = tuple(req.tokens[k * p : (k + 1) * p])
+                parent = bh(parent, req.ns, block)
+                self.chains.setdefault(parent, (req.ns, tuple(req.tokens[: (k + 1) * p])))
+            self.chained[rid] = (max(done, len(req.tokens) // p), parent)
+        return self.chains.get(h)
+
+    def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
+        after = self._snapshot()
+        if self.states is not None and after is not None:
+            self.states.check(phase, self.snap, after, self.live, self.p, external,
+                              self.config.sliding_window)
+        if self.l3 is not None and after is not None and phase != "submit":
+            self.l3.check_tree(after)
+        if self.mamba_owners is not None and after is not None:
+            done = {rid for rid, evs in external.items() if Event.FINISH in evs}
+            self.mamba_owners.check(self.snap, after, done, self.p)
+        taken = getattr(self.engine, "transitions", None)
+        if taken is not None:
+            self.exercised.update(taken())
+        self.snap = after
+
+    # ----------------------------------------------------------------- the loop
+    def run(self) -> list[Any]:
+        """Play the workload; the first broken rule raises. A probe's finding is raised at the
+        end, when nothing else broke (``play_sched`` tells a consequence of an accepted probe
+        from a failure of its own)."""
+        log = self._run()
+        if self.probe_finding is not None:
+            raise self.probe_finding
+        return log
+
+    def _run(self) -> list[Any]:
+        arrivals = sorted(self.trace.arrivals, key=lambda a: a.at)
+        last_arrival = max((a.at for a in arrivals), default=0)
+        for step in range(self.trace.max_plans):
+            flight.beat()
+            specs = [a for a in arrivals if a.at == step]
+            if specs:
+                self._submit(specs)
+            plan = self._call("next_plan", self.engine.next_plan)
+            self._plan(step, plan)
+            if step >= last_arrival and self._quiet(plan):
+                return self.log
+        left = sorted(rid for rid, r in self.live.items() if not r.finished)
+        if self.abandoned:  # HOST-9: the runtime ends at a failed copy; nothing is owed after it
+            self.log.append(("unjudged", f"copies {self.abandoned[:5]} failed and were never "
+                             "acknowledged: the runtime would have ended there"))
+            return self.log
+        if self._fits():
+            states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
+            capped = ([rid for rid in left if self.live[rid].ns != 0]
+                      if self.config.max_adapters else None)
+            raise LivenessOracle().stuck(self.trace.max_plans, left, states, capped)
+        self.log.append(("unjudged", "a request needs more device pages or state slots than "
+                         "the pools have"))
+        return self.log
+
+    def _fits(self) -> bool:
+        """LIVE-1 applies when every request alone fits on the device: its whole sequence
+        (prompt and generated tokens) in pages, plus the page its next decode would need, and,
+        for an engine that reserves a checkpoint slot with each request, its two state slots
+        (MAMBA-9)."""
+        c = self.config
+        if c.mamba and c.mamba_slots < 2 \
+                and Feature.MAMBA_CHECKPOINT_SLOT in self.engine.features:
+            return False
+        return all(-(-(len(a.tokens) + a.new_tokens) // self.p) + 1 <= c.device_pages
+                   for a in self.trace.arrivals)
+
+    def _quiet(self, plan: Plan) -> bool:
+        if self.later or self.loads_later or any(not r.finished or r.copying
+                                                 for r in self.live.values()):
+            return False
+        if self.l3 is not None and (self.l3.busy() or not plan.empty):
+            return False  # backups of the last writebacks come in the plans after them
+        if self.snap is None:
+            # Black-box: a finished request's writeback can come in the plan after its Finish
+            # (Draining, then WritingBack), so the run is at rest only after a plan with nothing.
+            return plan.empty
+        # self.snap is the state after this plan's advance: a rejected probe changes nothing.
+        return all(v.state is State.FINISHED for v in self.snap.requests)
+
+    def _submit(self, arrivals) -> None:
+        specs = []
+        for a in arrivals:
+            self.live[a.rid] = Live(a.rid, a.ns, list(a.tokens), len(a.tokens))
+            self.tags[a.rid] = []
+            self.left[a.rid] = a.new_tokens
+            hits = self.l3.hits(a.rid) if self.l3 is not None else 0
+            specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns, hits))
+        self._call("submit", self.engine.submit, specs)
+        self._states("submit", {})
+
+    def _plan(self, step: int, plan: Plan) -> None:
+        self._at = plan.step
+        if self.plans is not None:
+            self.plans.check(plan, self.live, self.config, self.p)
+        if not self.memory_only:
+            self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
+                                  self.abandoned_pages)
+        if self.kv is not None:
+            self.kv.take(self.engine.drain_events())
+            for row in plan.rows:
+                if row.kind == "prefill" and row.start == row.reused and row.reused:
+                    self.kv.reused(plan, row, self.live[row.rid].tokens, self.p)
+        for row in plan.rows:
+            if row.samples:
+                self.live[row.rid].due = True
+        self._states("plan", {})
+        self._probe(step + 1)  # states that live only between a plan and its advance
+        self.log.append(("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused,
+                                         r.page_table) for r in plan.rows],
+                         [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]
+                         + [(o.kind, o.rid, o.start, o.pages, o.keys) for o in plan.l3]))
+        loads = [self._start_copy(Tier.HOST, Tier.DEVICE, op) for op in plan.loadbacks]
+        for handle in loads:  # landed before the forward (PLAN-5)
+            self._finish_copy(handle, True)
+        if plan.zero or plan.zero_states:  # fresh pages zeroed before the forward (PLAN-11)
+            self._zero(plan)
+        for row in plan.rows:
+            req = self.live[row.rid]
+            if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
+                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap)
+            if row.kind == "prefill" and self.l3 is not None:
+                self.l3.first_chunk(row)
+            self.started.add(row.rid)
+            self._forward(row, req)
+            if self.mstates is not None:
+                self._forward_state(row, req)
+        events: list = []
+        if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
+            events.extend(self._ack_loads(plan.loadbacks))
+        external: dict[str, set[Event]] = {}
+        # Backups start before this plan's writebacks: a source page reused by one of them
+        # is seen to change while the backup reads it (L3-5).
+        l3_due = self.l3.start(plan.l3) if self.l3 is not None else []
+        due, failed = self._start_copies(plan.writebacks)
+        aborted = self._aborts(step)
+        for rid in aborted:  # first: an aborted request's pending result is never reported
+            events.append(Abort(rid))
+            external.setdefault(rid, set()).add(Event.ABORT)
+        for row in plan.rows:
+            if not row.samples or row.rid in aborted:
+                continue
+            req = self.live[row.rid]
+            req.due = False
+            token = sample(self.trace.seed, row.rid, len(req.tokens))
+            req.tokens.append(token)
+            events.append(ExtendResult(row.rid, token))
+            external.setdefault(row.rid, set()).add(Event.EXTEND_RESULT)
+            if row.kind == "prefill":  # its prompt is published now (again, after a recovery)
+                req.published_at = step
+            self.left[row.rid] -= 1
+            if self.left[row.rid] <= 0:
+                events.append(Finish(row.rid))
+                external[row.rid].add(Event.FINISH)
+                req.finished = True
+        if self.l3 is not None:
+            events.extend(self.l3.land(l3_due))
+        events.extend(self._land_copies(due, failed))
+        # Cancellations go first, in a call of their own (a runtime passes them on when they
+        # arrive), so an engine that refuses one is seen refusing an Abort (REQ-4, E-2).
+        cancels = [e for e in events if isinstance(e, Abort)]
+        if cancels:
+            try:
+                self.engine.advance(cancels)
+            except EngineRejected as e:
+                raise Violation("faults", ("FAULT-2", "REQ-4"), "advance rejected a legal "
+                                f"Abort of {', '.join(a.rid for a in cancels)}: {e}") from e
+            except Exception as e:
+                raise Violation("faults", ("FAULT-2", "REQ-4"), "advance raised "
+                                f"{type(e).__name__} on a legal Abort of "
+                                f"{', '.join(a.rid for a in cancels)}: {e}") from e
+        self._call("advance", self.engine.advance, [e for e in events if not isinstance(e, Abort)])
+        if self.kv is not None:
+            self.kv.take(self.engine.drain_events())
+        self._states("advance", external)
+        after = self.snap
+        if not self.memory_only:
+            for e in events:
+                if isinstance(e, Abort):
+                    self.events.aborted(e.rid, after)
+            for op, _handle in failed:
+                self.events.failed_copy(op, after)
+        self._probe(step)
+
+    def _aborts(self, step: int) -> list[str]:
+        """Requests the workload aborts after this plan. Also after Finish while the request
+        still has something in flight (E-2): its writeback, or (seen in a snapshot) its
+        Draining state; an ``in_flight`` abort waits for the plan its writeback starts in.
+        An engine without a snapshot gets aborts only where they are legal from what the
+        runtime itself knows."""
+        states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
+        out = []
+        for a in self.trace.aborts:
+            req = self.live.get(a.rid)
+            if req is None or req.aborted or step < a.at or (step > a.at and not a.in_flight):
+                continue
+            if a.in_flight:  # E-2, reached whenever the engine emits the writeback
+                ok = bool(req.copying)
+            elif states is not None:
+                ok = states.get(a.rid, State.FINISHED) is not State.FINISHED
+            else:
+                ok = not req.finished or bool(req.copying)
+            if ok:
+                req.finished = req.aborted = True
+                req.due = False
+                out.append(a.rid)
+        return out
+
+    def _forward(self, row, req: Live) -> None:
+        """Check what the row reads, write what it computes; under a sliding window W the row
+        reads only the W - 1 positions before it, and afterwards the runtime drops the
+        request's own KV more than W behind (positions it computed, not those it reused). With
+        a window table (WIN-3) the full table gives every earlier position, the window table
+        the W - 1 before, both receive what the row computes, and nothing is dropped."""
+        p, ns = self.p, req.ns
+        n = len(row.input_tokens)
+        w = self.config.sliding_window
+        if self.plans is None:  # the plan oracle checked it already when it is on (PLAN-10)
+            self.covers.table_covers(self._at, row, p)
+        if self.window_table and not row.window_table:
+            raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
+                                   f"{row.rid} has no window table (WIN-3)")
+        if list(row.input_tokens) != req.tokens[row.start : row.start + n]:
+            raise self.content.tokens(row, req.tokens[row.start : row.start + n])
+        first = max(0, row.start - w + 1) if w else 0
+        if self.window_table:
+            self._read(row, ns, row.page_table, range(row.start))
+            self._read(row, ns, row.window_table, range(first, row.start), window=True)
+        else:
+            self._read(row, ns, row.page_table, range(first, row.start))
+        writes = range(row.start, row.start + n)
+        tags = self._computed(row, req, writes)
+        for table in (row.page_table, row.window_table) if self.window_table else (row.page_table,):
+            pages = [table[i // p] for i in writes]
+            if self.null is not None and self.null in pages:
+                i = writes[pages.index(self.null)]
+                raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
+                                       f"{row.rid} computes position {i} into the null page "
+                                       f"{self.null} of its table {list(table)}")
+            self.memory.write(Tier.DEVICE, pages, [i % p for i in writes], tags)
+        if w and not self.window_table:
+            if row.kind == "prefill" and row.start == row.reused:  # an admission
+                self.base[row.rid] = row.reused
+            # A runtime that keeps the window-equivalent prefix never drops the first w (WIN-2).
+            keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
+            drops = range(max(self.base.get(row.rid, 0), keep), row.start + n - w)
+            self.memory.write(Tier.DEVICE, [row.page_table[i // p] for i in drops],
+                              [i % p for i in drops], [DROPPED] * len(drops))
+
+    def _read(self, row, ns: int, table: Sequence[int], reads: range,
+              window: bool = False) -> None:
+        """Every position in ``reads`` holds its own tag in the page ``table`` gives it (the
+        window table's reads are WIN-3's)."""
+        p = self.p
+        got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
+                               [i % p for i in reads])
+        for i, tag in zip(reads, got, strict=True):
+            if tag != self._tag(row.rid, i):
+                page = table[i // p]
+                if tag == DROPPED:
+                    raise self.content.dropped(row, i, page)
+                raise self.content.wrong(row, ns, i, page, tag, window,
+                                         failed=(Tier.DEVICE, page) in self.failed_remains)
+
+    def _ack_loads(self, loads: Sequence[CopyOp]) -> list[LoadbackDone]:
+        """Acknowledge the loadbacks held back last time and this plan's, except those the
+        workload holds back to the next advance (its "later" acks; a loadback has landed before
+        the forward, so "fail" acknowledges it now)."""
+        due, self.loads_later = self.loads_later, []
+        modes = self.trace.acks or ["now"]
+        for op in loads:
+            mode = modes[self.acks % len(modes)]
+            self.acks += 1
+            (self.loads_later if mode == "later" else due).append(op)
+        return [LoadbackDone(op.op_id) for op in due]
+
+    def _zero(self, plan: Plan) -> None:
+        """Zero the plan's fresh pages and state slots (PLAN-11): a page a row of this plan
+        reads (from any of its tables, its state slots included), or one a loadback of this plan
+        just filled, must not be among them; a row that reads a zeroed position later shows up
+        in the content check."""
+        p, w = self.p, self.config.sliding_window
+        landed = {d for op in plan.loadbacks for _s, d in op.pairs}
+        landed_states = {d for op in plan.loadbacks for _s, d in op.mamba}
+        zero, zero_states = set(plan.zero), set(plan.zero_states)
+        for row in plan.rows:
+            first = max(0, row.start - w + 1) if w else 0
+            full = range(row.start) if self.window_table else range(first, row.start)
+            read = {row.page_table[i // p] for i in full} | landed
+            if row.window_table:
+                read |= {row.window_table[i // p] for i in range(first, row.start)}
+            states = set(landed_states)
+            if row.mamba >= 0 and row.start:
+                states.add(row.mamba_src if row.mamba_src >= 0 else row.mamba)
+            bad = sorted(read & zero) or sorted(states & zero_states)
+            if bad:
+                raise self.content.zeroed(row, bad[0])
+        self.memory.write_pages(Tier.DEVICE, list(plan.zero), [ZEROED] * len(plan.zero))
+        if self.mstates is not None and plan.zero_states:
+            self.mstates.write_states(Tier.DEVICE, list(plan.zero_states),
+                                      [ZEROED] * len(plan.zero_states))
+
+    def _start_copy(self, src: Tier, dst: Tier, op: CopyOp) -> tuple[Any, Any, Any]:
+        """One copy op, all its units: KV pages, and Mamba states by their own kind (D162-1)."""
+        kv = self.memory.start_copy(src, dst, op.pairs)
+        mamba = getattr(op, "mamba", ())
+        st = (self.mstates.start_copy(src, dst, mamba)
+              if self.mstates is not None and mamba else None)
+        # Which destinations would carry the remains of a failed copy on (REQ-5): the new copy
+        # decides what its destination holds.
+        carried = [(dst, d) for s, d in op.pairs if (src, s) in self.failed_remains]
+        self.failed_remains.difference_update((dst, d) for _s, d in op.pairs)
+        return kv, st, (dst, tuple(d for _s, d in op.pairs), carried)
+
+    def _finish_copy(self, handle: tuple[Any, Any, Any], success: bool) -> None:
+        kv, st, (dst, pages, carried) = handle
+        if success:
+            self.failed_remains.update(carried)
+        else:  # acknowledged as failed: what its destinations hold is its remains
+            self.failed_remains.update((dst, d) for d in pages)
+        self.memory.finish_copy(kv, success)
+        if st is not None and self.mstates is not None:
+            self.mstates.finish_copy(st, success)
+
+    def _state_tag(self, row, req: Live, depth: int) -> int:
+        """The tag of the state at ``depth``: (namespace of the row, tokens[0..depth])."""
+        if row.namespace == req.ns:
+            return self._tag(row.rid, depth - 1)
+        return position_tags(row.namespace, req.tokens[:depth], 0, None)[depth - 1]
+
+    def _forward_state(self, row, req: Live) -> None:
+        """A row resumes the request's recurrent state at depth ``start`` (from its cached
+        source or its working slot), and leaves the state at its end depth in the working slot,
+        and at ``checkpoint_depth`` in its checkpoint slot (MAMBA-1)."""
+        assert self.mstates is not None
+        mamba = getattr(row, "mamba", -1)
+        if mamba < 0:
+            return
+        if mamba == self.null:
+            raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
+                                   f"{row.rid} leaves its state in the null slot {mamba}")
+        if row.start:
+            src = row.mamba_src if row.mamba_src >= 0 else mamba
+            got = self.mstates.read_states(Tier.DEVICE, [src])[0]
+            if got != self._state_tag(row, req, row.start):
+                own = {self._tag(row.rid, i): i + 1 for i in range(len(req.tokens))}
+                raise self.mamba_content.wrong(row, row.start, src, got, own)
+        end = row.start + len(row.input_tokens)
+        self.mstates.write_states(Tier.DEVICE, [mamba], [self._state_tag(row, req, end)])
+        if row.checkpoint >= 0:
+            self.mstates.write_states(Tier.DEVICE, [row.checkpoint],
+                                      [self._state_tag(row, req, row.checkpoint_depth)])
+
+    def _computed(self, row, req: Live, writes: range) -> list[int]:
+        """The KV a row computes: with the adapter the row names, so a continuation in another
+        namespace than its request's writes KV of that namespace (NS-3)."""
+        if row.namespace == req.ns:
+            return [self._tag(row.rid, i) for i in writes]
+        tags = position_tags(row.namespace, req.tokens[: writes.stop], 0, None)[writes.start :]
+        self.content.origin.update(dict.fromkeys(tags, row.namespace))
+        return tags
+
+    def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list, list]:
+        """This plan's writebacks are in flight; returns the copies acknowledged in this advance
+        (the ones held back last time included), split into landed and failed, each with the
+        memory's copy."""
+        failed: list[tuple[CopyOp, Any]] = []
+        due, self.later = self.later, []
+        for op in writebacks:
+            handle = self._start_copy(Tier.DEVICE, Tier.HOST, op)
+            if self.l3 is not None:
+                self.l3.overwritten([d for _s, d in op.pairs])
+            if op.rid in self.live:
+                self.live[op.rid].copying.add(op.op_id)
+                if op.retract:  # pushed off the device: its pins are gone
+                    self.live[op.rid].published_at = None
+            modes = self.trace.acks or ["now"]
+            mode = modes[self.acks % len(modes)]
+            self.acks += 1
+            if mode == "later":
+                self.later.append((op, handle))
+            else:
+                (due if mode == "now" else failed).append((op, handle))
+        return due, failed
+
+    def _land_copies(self, due: list, failed: list) -> list:
+        out: list = []
+        for op, handle in due:
+            self._finish_copy(handle, True)
+            out.append(WritebackDone(op.op_id, True))
+        for op, handle in failed:
+            self._finish_copy(handle, False)
+            if self.fatal_failures:  # never acknowledged: the runtime would end here (HOST-9)
+                self.abandoned.append(op.op_id)
+                self.abandoned_pages.update(d for _s, d in op.pairs)
+            else:
+                out.append(WritebackDone(op.op_id, False))
+        for op, _handle in due + failed:
+            if op.rid in self.live:
+                self.live[op.rid].copying.discard(op.op_id)
+        return out
+
+    def _probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
+        """Illegal events to try: black-box ones always; with a snapshot, for every request one
+        runtime event its state does not allow (so each illegal pair gets tried)."""
+        out: list[tuple[str, list, tuple[str, str] | None]] = [
+            (UNKNOWN + "an acknowledgement of an unknown writeback",
+             [WritebackDone(10**9 + step, True)], None),
+            (UNKNOWN + "an Abort of a request never submitted", [Abort(f"nobody-{step}")], None),
+        ]
+        if self.l3 is not None:
+            out.append((UNKNOWN + "a PrefetchDone of an unknown prefetch",
+                        [PrefetchDone(10**9 + step, 0)], None))
+            out.append((UNKNOWN + "a BackupDone of an unknown backup",
+                        [BackupDone(10**9 + step, True)], None))
+        idle = [r for r in self.live.values() if not r.finished and not r.due]
+        if idle:
+            r = idle[step % len(idle)]
+            out.append((f"an ExtendResult for {r.rid}, which has no token due",
+                        [ExtendResult(r.rid, 0)], None))
+        if self.snap is not None:
+            for v in self.snap.requests:
+                for kind, ev in ((Event.EXTEND_RESULT, ExtendResult(v.rid, 0)),
+                                 (Event.FINISH, Finish(v.rid)), (Event.ABORT, Abort(v.rid))):
+                    ok = (v.state, kind) in TRANSITIONS
+                    if kind is Event.EXTEND_RESULT:
+                        ok = ok and v.awaiting
+                    if kind is Event.FINISH:
+                        ok = ok and not v.awaiting
+                    if not ok:
+                        out.append((f"{kind} for {v.rid} in {v.state}", [ev],
+                                    (v.state.value, kind.value)))
+        return out
+
+    def _probe(self, step: int) -> None:
+        """Events the engine must reject without changing anything (REQ-2)."""
+        if self.memory_only or self.probes == "none":
+            return
+        probes = self._probes(step)
+        what, events, pair = probes[step % len(probes)]
+        unknown = what.startswith(UNKNOWN)
+        what = what.removeprefix(UNKNOWN)
+        may_ignore = unknown and Feature.IGNORES_UNKNOWN_EVENTS in self.engine.features
+        if may_ignore and self.probes == "known":
+            return  # the replay without the events the engine ignores (REQ-6)
+        if pair is not None:
+            self.illegal.add(pair)
+        before = self._snapshot()
+        try:
+            self.engine.advance(events)
+        except EngineRejected:
+            try:
+                self.events.rejected(what, before, self._snapshot())
+            except Violation as v:
+                v.probe = True
+                self.probe_finding = self.probe_finding or v
+            return
+        except Exception as e:
+            raise Violation("faults", ("FAULT-2",), f"{what} raised {type(e).__name__}: {e} "
+                            "instead of the engine's documented error") from e
+        if may_ignore:  # ignored: the replay without it must give the same plans (REQ-6)
+            self.ignored.append(what)
+            return
+        finding = self.events.accepted_illegal(what)
+        finding.step = step
+        finding.probe = True
+        self.probe_finding = self.probe_finding or finding
