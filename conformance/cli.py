@@ -57,8 +57,8 @@ def _root(version: Annotated[bool, typer.Option(
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 STATUS_STYLE = {
-    "PASS": "green", "FAIL": "bold red", "NOT_SUPPORTED": "yellow", "ERROR": "bold magenta",
-    "TIMEOUT": "red", "CRASH": "bold red",
+    "PASS": "green", "FAIL": "bold red", "NOT_SUPPORTED": "yellow", "NOT_APPLICABLE": "cyan",
+    "ERROR": "bold magenta", "TIMEOUT": "red", "CRASH": "bold red",
 }
 
 
@@ -767,8 +767,9 @@ def diff_cmd(
     except KitError as e:
         _die(str(e))
     if d.differ_in:
-        err.print(f"note: the runs differ in {', '.join(d.differ_in)}; fuzz findings may move "
-                  "for that reason alone", highlight=False)
+        err.print(f"note: the runs differ in {', '.join(d.differ_in)}; fuzz findings (and, "
+                  "with another config, the NOT_APPLICABLE cases) may move for that reason "
+                  "alone", highlight=False)
     if as_json:
         sys.stdout.write(d.model_dump_json(indent=2) + "\n")
     else:

@@ -4,9 +4,10 @@ For an engine's own test suite: one item per case, in suite order, judged exactl
 judges it (same seed, same traces, same report at ``--kvconf-report``). The cases run in the kit's
 worker processes (``kvconf.conformance.running.pool``), so an engine that crashes or hangs fails its
 item as CRASH or TIMEOUT and pytest goes on. A case the engine cannot run is skipped
-(NOT_SUPPORTED); with ``--kvconf-expect`` a known failure is an xfail with its reason, and a known
-failure that now passes fails its item as an improvement, as the kit counts it. Without
-``--kvconf-engine`` the plugin adds nothing."""
+(NOT_SUPPORTED), and so is one the config is too small for (NOT_APPLICABLE), each with its reason;
+with ``--kvconf-expect`` a known failure is an xfail with its reason, and a known failure that now
+passes fails its item as an improvement, as the kit counts it. Without ``--kvconf-engine`` the
+plugin adds nothing."""
 
 from __future__ import annotations
 
@@ -170,12 +171,7 @@ class _Run:
 
     def __init__(self, suite: KvconfSuite) -> None:
         from kvconf.conformance.running.examples_db import open_database
-        from kvconf.conformance.running.runner import (
-            Campaign,
-            not_supported,
-            open_engine,
-            start_report,
-        )
+        from kvconf.conformance.running.runner import Campaign, open_engine, start_report, unjudged
         from kvconf.conformance.running.shrink import reset_interrupted
         from kvconf.conformance.running.units import plan
 
@@ -208,7 +204,7 @@ class _Run:
                               jobs=suite.jobs, call_timeout=suite.call_timeout,
                               database=suite.database)
         self.skipped = {c.name: r for c in suite.cases
-                        if (r := not_supported(c, features, unavailable)) is not None}
+                        if (r := unjudged(c, features, unavailable, suite.config)) is not None}
         self.units = plan(((c.name, c.fuzz and c.name not in self.skipped) for c in suite.cases),
                           suite.budget, max(1, suite.jobs))
         self.campaign = Campaign(suite.cases, self.units, report, suite.report_path)
@@ -302,6 +298,8 @@ class CaseItem(pytest.Item):
         from kvconf.conformance.reporting.report import Status
 
         result = self.suite.result(self.case)
+        if result.status is Status.NOT_APPLICABLE:  # the config decides it, whatever the file
+            pytest.skip(f"NOT_APPLICABLE: {result.message}")
         exp = self.suite.expectations
         if exp is not None:
             known = exp.by_case().get(self.case.name)

@@ -133,9 +133,9 @@ def test_kvconf_report_writes_markdown_and_html(tmp_path: Path):
     assert "<td>3</td>" in fail_row and "[pinning] lost a pin" in fail_row
     assert f"kvconf replay {tmp_path / 'other' / 'traces' / 'split.json'} --engine other" \
         in fail_row and "href='traces/other-r/split.json'" in fail_row
-    # behaviours no engine supports fold away
+    # behaviours no engine was judged on (NOT_SUPPORTED / NOT_APPLICABLE) fold away
     folded = html[html.index("<details>"):html.index("</details>")]
-    assert "behaviours no engine supports" in folded and ">PIN-1<" not in folded
+    assert "behaviours no engine was judged on" in folded and ">PIN-1<" not in folded
     # moved elsewhere, every link still opens
     moved = tmp_path / "elsewhere" / "compliance"
     shutil.move(out, moved)

@@ -6,13 +6,19 @@ first, each with explicit expectations, so a failure points straight at one rule
 A match whose extent matters (what a lock pins, which prefix an access refreshes) ends its query
 with a page the tree does not hold (token 42): the match is then the same for an engine that
 never covers a query's last token (TREE-7) as for one that does.
+
+Each scenario declares, as ``requires``, the least pool its steps are written for: the most
+pages it holds at once on each tier (a token is a page of the run's page size, so the count is
+the same at every page size). Under a smaller config its expected results would judge the pool,
+not its rule, so the runner reports it NOT_APPLICABLE before it runs (``tests/test_not_applicable``
+checks that each minimum is the least at which the reference passes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.config import EngineConfig, Requires
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.trace import (
     AckStep,
@@ -42,6 +48,7 @@ class Scenario:
     steps: tuple[Step, ...]
     doc: str
     clock: str = "per_step"
+    requires: Requires = field(default_factory=Requires)  # the least config its steps need
 
     def trace(self, config: EngineConfig) -> Trace:
         """The scenario at page size ``config.page_size``: every token becomes a page of it."""
@@ -83,6 +90,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             MatchStep(tokens=A + [7, 7], expect=E(device_len=6)),
         ),
         "A match returns the longest cached whole-page prefix, never more than the query.",
+        requires=Requires(device_pages=6),  # A's 6 pages
     ),
     Scenario(
         "split-keeps-pins",
@@ -98,6 +106,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             EvictStep(pages=100, expect=E(evicted=6, behaviours=["PIN-1"])),
         ),
         "A split of a locked node keeps both halves pinned; nothing pinned is evicted.",
+        requires=Requires(device_pages=6),  # A's 6 pages
     ),
     Scenario(
         "duplicate-insert-frees-caller-pages",
@@ -110,6 +119,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             ExtendStep(tokens=A + B, expect=E(device_len=6, cached_len=6)),
         ),
         "Pages the tree already holds are not taken twice; the caller's copies go back free.",
+        requires=Requires(device_pages=12),  # A in the tree, and the caller's copy of A
     ),
     Scenario(
         "lru-victim-order",
@@ -129,6 +139,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                       expect=E(device_len=3, behaviours=["EVICT-1", "EVICT-2"])),
         ),
         "The least recently used unpinned leaf goes first; a parent waits for its children.",
+        # [1, 2] and [5, 6] cached while the caller holds its 3 pages of [1, 2, 7]
+        requires=Requires(device_pages=7),
     ),
     Scenario(
         "eviction-frees-whole-victims",
@@ -140,6 +152,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         "A victim gives up all its pages, so one eviction can free more than asked; an engine "
         "that evicts page by page frees exactly what is asked.",
+        requires=Requires(device_pages=3),  # one 3-page victim
     ),
     Scenario(
         "equal-times-oldest-node-first",
@@ -164,6 +177,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "Leaves used in one scheduling step are evicted oldest node first, whatever the order "
         "of use within the step (D248-1).",
         clock="explicit",
+        requires=Requires(device_pages=6),  # three 2-page prompts
     ),
     Scenario(
         "pinned-never-evicted",
@@ -183,6 +197,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             EvictStep(pages=100, expect=E(evicted=6, behaviours=["PIN-1", "EVICT-4"])),
         ),
         "Locked paths survive eviction; a namespace root can be locked on both tiers.",
+        requires=Requires(device_pages=9),  # A and B
     ),
     Scenario(
         "unbalanced-unlock-rejected",
@@ -197,6 +212,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         "A second unlock of one lock is refused and changes nothing; with no other lock on the "
         "node its count is zero, so an engine that unlocks by node must refuse it too.",
+        requires=Requires(device_pages=6),  # A's 6 pages
     ),
     Scenario(
         "writeback-demote-loadback",
@@ -218,6 +234,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             UnlockStep(step=7),
         ),
         "Device pages go to host and come back; nothing is visible before its copy lands.",
+        requires=Requires(device_pages=6, host_pages=6),  # A on each tier
     ),
     Scenario(
         "writeback-keeps-host-parent",
@@ -237,6 +254,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             MatchStep(tokens=[1, 2, 3, 4], expect=E(device_len=4, host_len=4)),
         ),
         "A writeback in flight keeps the host copy of the prefix it hangs from (found by fuzzing).",
+        requires=Requires(device_pages=4, host_pages=4),  # a 4-page prompt on each tier
     ),
     Scenario(
         "failed-writeback-is-not-success",
@@ -252,6 +270,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             UnlockStep(step=1),
         ),
         "A writeback acknowledged with success = false leaves no host copy behind (E-1).",
+        requires=Requires(device_pages=6, host_pages=6),  # A on each tier
     ),
     Scenario(
         "writeback-refreshes-host-lru",
@@ -272,6 +291,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             MatchStep(tokens=B, expect=E(host_len=0)),
         ),
         "The node whose writeback completed last is the last host victim (D243-2).",
+        requires=Requires(device_pages=9, host_pages=9),  # A and B on each tier
     ),
     Scenario(
         "namespace-isolation",
@@ -285,6 +305,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             MatchStep(ns=1, tokens=A, expect=E(device_len=6)),
         ),
         "The same tokens under two namespaces never share pages or hashes; each reuses its own.",
+        requires=Requires(device_pages=12),  # A under two namespaces
     ),
     Scenario(
         "unload-adapter",
@@ -304,6 +325,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             InsertStep(ns=1, tokens=A, expect=E(cached_len=0)),
         ),
         "Unloading an adapter frees what nobody holds at once and the rest when released (D268-4).",
+        # A and a branch of it under namespace 1 while A is cached under namespace 0
+        requires=Requires(device_pages=15),
     ),
     Scenario(
         "reload-adapter-while-held",
@@ -322,6 +345,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         "An adapter reloaded while requests still hold its old blocks caches the same prefix "
         "anew; a match that splits the new blocks leaves the old ones as they were.",
+        requires=Requires(device_pages=12),  # the old blocks held while A is cached anew
     ),
     Scenario(
         "events-follow-the-device-tier",
@@ -337,5 +361,6 @@ SCENARIOS: tuple[Scenario, ...] = (
             InsertStep(tokens=A, expect=E(cached_len=0)),
         ),
         "Stored once, removed only when stored, parents first, hashes recomputable.",
+        requires=Requires(device_pages=9),  # A[:3] in the tree and the caller's 6 pages of A
     ),
 )

@@ -84,7 +84,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
              budget: Budget, out_dir: Path | None, fuzz_only: bool = False) -> MutantResult:
     """Run the suite's cases of the mutant's level against it until one fails (only the fuzz
     cases with ``fuzz_only``: what the generators find without the hand-written scenarios)."""
-    from kvconf.conformance.running.runner import RunContext, all_cases, run_case
+    from kvconf.conformance.running.runner import RunContext, all_cases, not_applicable, run_case
 
     if mutant.level == "memory":
         return _kill_memory(mutant, catalog)
@@ -101,7 +101,8 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
     t0 = time.perf_counter()
     cat = list(mutant.cites(catalog))
     for case in all_cases():
-        if not case.needs <= features or (fuzz_only and not case.fuzz):
+        if (not case.needs <= features or (fuzz_only and not case.fuzz)
+                or not_applicable(case, ctx.config) is not None):
             continue
         result = run_case(ctx, case)
         if result.status is Status.FAIL:

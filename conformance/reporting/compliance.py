@@ -2,9 +2,9 @@
 
 Inputs are the JSON files ``kvconf run`` / ``kvconf gpu`` write (one per engine, or several
 runs of one) and ``kvconf mutants`` kill matrices. Out come ``compliance.md`` and a
-self-contained ``index.html``: the behaviours x engines matrix (PASS / FAIL / NOT_SUPPORTED per
-cell, a failing cell linking the minimal trace that shows it), expectation differences, the
-request state machine's transition coverage drawn as a graph, and the kill matrix.
+self-contained ``index.html``: the behaviours x engines matrix (PASS / FAIL / NOT_SUPPORTED /
+NOT_APPLICABLE per cell, a failing cell linking the minimal trace that shows it), expectation
+differences, the request state machine's transition coverage drawn as a graph, and the kill matrix.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from kvconf.conformance.mutants.kill import FORMAT as KILL_FORMAT
 from kvconf.conformance.mutants.kill import KillMatrix
 from kvconf.conformance.reporting.report import FORMAT as REPORT_FORMAT
 from kvconf.conformance.reporting.report import FORMATS as REPORT_FORMATS
-from kvconf.conformance.reporting.report import Report, Status
+from kvconf.conformance.reporting.report import UNJUDGED, Report, Status
 from kvconf.conformance.reporting.svg import kill_bars, transition_graph
 from kvconf.conformance.trace import parse_json, validation_error, write_atomic
 
+# A cell shows the worst status of its cases: a judged one (PASS) before an unjudged one.
 ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, Status.PASS: 4,
-         Status.NOT_SUPPORTED: 5}
+         Status.NOT_SUPPORTED: 5, Status.NOT_APPLICABLE: 6}
 
 
 @dataclass
@@ -215,24 +216,25 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
             row = (f"<tr><td>{rule_ref(reg, b, spec_base)}</td>"
                    f"<td>{escape(beh.level.value)}</td>" + "".join(row_html) + "</tr>")
             supported = any(cells[b].get(c) is not None
-                            and cells[b][c].status is not Status.NOT_SUPPORTED for c in cols)
+                            and cells[b][c].status not in UNJUDGED for c in cols)
             (shown if supported else folded).append(row)
         html_matrix.append("<h2>Behaviours &times; engines</h2><table class='m'>" + head
                            + "".join(shown) + "</table>")
         if folded:
             html_matrix.append(f"<details><summary>{len(folded)} behaviours no engine "
-                               "supports here (every case citing them NOT_SUPPORTED, or none "
-                               "ran)</summary><table class='m'>" + head + "".join(folded)
-                               + "</table></details>")
+                               "was judged on here (every case citing them NOT_SUPPORTED or "
+                               "NOT_APPLICABLE, or none ran)</summary><table class='m'>"
+                               + head + "".join(folded) + "</table></details>")
 
         # ------------------------------------------------------------ failures
         fails = [(p, r, x) for p, r in inputs.runs for x in r.results
-                 if x.status not in (Status.PASS, Status.NOT_SUPPORTED)]
+                 if x.status is not Status.PASS and x.status not in UNJUDGED]
         md += ["", "## Failures", ""]
         html.append(f"<h2>Failures ({len(fails)})</h2>")
         if not fails:
             md.append("None.")
-            html.append("<p>None: every case passed or was not supported.</p>")
+            html.append("<p>None: every case passed or was not judged (not supported, or not "
+                        "applicable at the run's config).</p>")
         else:
             html.append("<table class='f'><tr><th>run / case</th><th>status</th><th>rules</th>"
                         "<th>step</th><th>what happened</th><th>replay</th></tr>")
@@ -331,6 +333,7 @@ td.PASS, span.PASS {{ background: #e8f5e9; color: #1b5e20; }}
 td.FAIL, span.FAIL, td.ERROR, span.ERROR, td.TIMEOUT, span.TIMEOUT, td.CRASH,
 span.CRASH {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
 td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
+td.NOT_APPLICABLE {{ background: #eceff1; color: #455a64; }}
 td.none {{ color: #bbb; }}
 svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
 code {{ background: #f5f5f5; padding: 0 .2rem; }}

@@ -17,6 +17,7 @@ from kvconf.conformance.errors import KitError, read_input
 from kvconf.conformance.reporting.report import (
     BAD,
     FORMATS,
+    UNJUDGED,
     CaseResult,
     Report,
     Status,
@@ -25,7 +26,7 @@ from kvconf.conformance.reporting.report import (
 from kvconf.conformance.trace import parse_json
 
 FORMAT = "kvconf-diff/1"
-OK = (Status.PASS, Status.NOT_SUPPORTED)
+OK = (Status.PASS, *UNJUDGED)  # passed, or not judged (NOT_SUPPORTED, NOT_APPLICABLE)
 
 
 class Side(BaseModel):
@@ -66,7 +67,7 @@ class Diff(BaseModel):
     format: str = FORMAT
     base: RunRef
     head: RunRef
-    new_failures: list[Change] = []  # PASS / NOT_SUPPORTED -> FAIL / CRASH / TIMEOUT / ERROR
+    new_failures: list[Change] = []  # PASS / NOT_* -> FAIL / CRASH / TIMEOUT / ERROR
     fixes: list[Change] = []  # FAIL / CRASH / TIMEOUT / ERROR -> PASS
     status_changes: list[Change] = []  # any other change of status
     finding_changes: list[Change] = []  # failed both times, first finding on another rule
@@ -74,7 +75,9 @@ class Diff(BaseModel):
     new: list[Change] = []  # in HEAD, not in BASE
     unchanged: int = 0
     regression: bool = False
-    differ_in: list[str] = []  # seed, profile, budget: a change there alone moves fuzz findings
+    # seed, profile, budget, config: a change there alone moves fuzz findings (and, for config,
+    # which cases are NOT_APPLICABLE)
+    differ_in: list[str] = []
 
     @property
     def changed(self) -> bool:
@@ -119,7 +122,7 @@ def diff_reports(base_path: Path, head_path: Path, allow_engine_change: bool = F
                        f"{base_path} has {base.run_info.engine!r} (--allow-engine-change "
                        "compares them anyway)")
     d = Diff(base=_ref(base_path, base), head=_ref(head_path, head))
-    d.differ_in = [k for k in ("seed", "profile", "budget")
+    d.differ_in = [k for k in ("seed", "profile", "budget", "config")
                    if getattr(base.run_info, k) != getattr(head.run_info, k)]
     before = {r.case: r for r in base.results}
     after = {r.case: r for r in head.results}

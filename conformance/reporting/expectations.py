@@ -14,6 +14,10 @@ is known to end in, a reason and a link-shaped reference (an issue, a pull reque
 A run compared with it says, per case, whether the result was expected, a regression (worse
 than expected: a case that should pass failed) or an improvement (a known failure now passes);
 any difference, either way, fails the run, so a fixed gap gets its line removed.
+
+A NOT_APPLICABLE case is always as expected, listed or not: the run's config, not the engine,
+kept it from running, so it neither shows a known gap fixed nor a new one, and its line stays for
+the runs it applies to. For the same reason a file cannot list a case as NOT_APPLICABLE.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class Known(BaseModel):
     def _status(cls, v: Status) -> Status:
         if v is Status.PASS:
             raise ValueError("a known failure cannot be PASS")
+        if v is Status.NOT_APPLICABLE:
+            raise ValueError("NOT_APPLICABLE is decided by the run's config, not the engine: "
+                             "there is nothing to expect")
         return v
 
 
@@ -72,7 +79,8 @@ class Expectations(BaseModel):
 
 
 class Verdict(str, Enum):
-    EXPECTED = "expected"  # as the file says (or PASS / NOT_SUPPORTED for an unlisted case)
+    EXPECTED = "expected"  # as the file says (or PASS / NOT_SUPPORTED for an unlisted case,
+    # or NOT_APPLICABLE for any case)
     REGRESSION = "regression"  # worse than expected
     IMPROVEMENT = "improvement"  # a known failure that no longer fails that way
 
@@ -142,7 +150,10 @@ def check_cases(exp: Expectations, path: Path, engine: str, cases: list[str]) ->
 
 def judge(status: Status, known: Known | None) -> Verdict:
     """One case's verdict: ``status`` against its known failure (None: the case is not listed,
-    so it must pass or be NOT_SUPPORTED)."""
+    so it must pass or be NOT_SUPPORTED). NOT_APPLICABLE is expected either way: the case did
+    not run, so it says nothing about the known failure."""
+    if status is Status.NOT_APPLICABLE:
+        return Verdict.EXPECTED
     if known is None:
         ok = status in (Status.PASS, Status.NOT_SUPPORTED)
         return Verdict.EXPECTED if ok else Verdict.REGRESSION
@@ -175,7 +186,7 @@ def compare(report: Report, exp: Expectations, path: Path,
         k = known.get(r.case)
         verdict = judge(r.status, k)
         r.expectation = verdict.value
-        if k is not None:
+        if k is not None and r.status is not Status.NOT_APPLICABLE:
             r.known = f"{k.reason} ({k.reference})"
         out[verdict.value].append(r.case)
     report.run_info.expectations = {"file": str(path), **out}

@@ -3,9 +3,11 @@
 
 One ``<testsuite>`` per run, one ``<testcase>`` per case (``classname`` = the engine, ``name`` =
 the case). FAIL is a ``<failure>``; CRASH, TIMEOUT and ERROR are ``<error>`` elements; NOT_SUPPORTED
-is ``<skipped>`` with the reason. With an expectation file the verdict decides: a known gap that
-ended as expected is skipped ("expected failure: ..."), a regression or an improvement (both fail
-the run) is a failure. The text holds the step, the trace path and the ``kvconf replay`` command.
+and NOT_APPLICABLE are ``<skipped>`` with the reason. With an expectation file the verdict
+decides: a known gap that ended as expected is skipped ("expected failure: ..."), a regression or
+an improvement (both fail the run) is a failure; a NOT_APPLICABLE case, which the run's config
+decided before it ran, is skipped with its reason whatever the file says. The text holds the
+step, the trace path and the ``kvconf replay`` command.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def _headline(r: CaseResult) -> str:
 
 def _verdict(r: CaseResult) -> tuple[str | None, str, str]:
     """(element, type, message prefix) for a result: element None means it passed."""
+    if r.status is Status.NOT_APPLICABLE:  # nothing judged: the reason names the config
+        return "skipped", "", ""
     if r.expectation == "expected":
         if r.status in BAD or (r.known and r.status is Status.NOT_SUPPORTED):
             return "skipped", "expected", "expected failure: "

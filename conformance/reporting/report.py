@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvconf.conformance.errors import KitError, read_input
 from kvconf.conformance.trace import is_stream, parse_json, validation_error, write_atomic
 
-FORMAT = "kvconf-report/2"
-FORMATS = ("kvconf-report/1", FORMAT)  # /2 added CRASH, units, coverage, shards; /1 still reads
+FORMAT = "kvconf-report/3"
+# /2 added CRASH, units, coverage, shards; /3 NOT_APPLICABLE. Earlier ones still read.
+FORMATS = ("kvconf-report/1", "kvconf-report/2", FORMAT)
 
 
 class Status(str, Enum):
@@ -23,6 +24,7 @@ class Status(str, Enum):
     PASS = "PASS"
     FAIL = "FAIL"
     NOT_SUPPORTED = "NOT_SUPPORTED"
+    NOT_APPLICABLE = "NOT_APPLICABLE"
     ERROR = "ERROR"
     TIMEOUT = "TIMEOUT"
     CRASH = "CRASH"
@@ -30,6 +32,9 @@ class Status(str, Enum):
 
 # Statuses that fail a run without an expectation file (exit code 1).
 BAD = (Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.CRASH)
+# Statuses of a case that was not judged: the engine lacks a feature it needs (NOT_SUPPORTED),
+# or the run's config is below what it is written for (NOT_APPLICABLE). Neither fails a run.
+UNJUDGED = (Status.NOT_SUPPORTED, Status.NOT_APPLICABLE)
 
 
 class Coverage(BaseModel):
@@ -138,7 +143,8 @@ class Report(BaseModel):
 
     @property
     def ok(self) -> bool:
-        """Every case passed or was not supported; with an expectation file, every case ended
+        """Every case passed or was not judged (NOT_SUPPORTED, NOT_APPLICABLE); with an
+        expectation file, every case ended
         as the file expects (a known failure that now passes is a difference too)."""
         if self.run_info.expectations is not None:
             return all(r.expectation == "expected" for r in self.results)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.config import EngineConfig, Requires
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles import MEMORY_ORACLES, STEP_ORACLES, Oracle
 from kvconf.conformance.reporting.report import CaseResult, Status
@@ -30,6 +30,7 @@ class Case:
     run: Callable[[RunContext], CaseResult]  # runs ``ctx.unit`` of the case
     fuzz: bool = False  # generated traces, not a hand-written scenario
     doc: str = ""  # a fuzz case's PASS message
+    requires: Requires = field(default_factory=Requires)  # the least EngineConfig it needs
 
 
 def engine_traceback(err: BaseException | None, limit: int = 60) -> str | None:

@@ -1,12 +1,13 @@
 """The runner: plays the scenario cases and the fuzz cases against one engine into a report.
 
 A result is PASS only when the case ran and every oracle held; a case that needs a feature the
-engine lacks is NOT_SUPPORTED; a rule broken is FAIL with its minimal trace saved; a fault of the
-kit or of the engine's setup is ERROR; an engine that ends its process is CRASH and one that stops
-answering is TIMEOUT (spec chapter faults). Cases run in worker processes
-(``kvconf.conformance.running.pool``) unless the caller asks for the kit's own process; either way a
-case is cut into units (``kvconf.conformance.running.units``) and its result is the same. An
-interrupted run still writes what it found."""
+engine lacks is NOT_SUPPORTED, and one written for a larger config than the run's is NOT_APPLICABLE
+(both decided before the case runs, from what it declares); a rule broken is FAIL with its minimal
+trace saved; a fault of the kit or of the engine's setup is ERROR; an engine that ends its process
+is CRASH and one that stops answering is TIMEOUT (spec chapter faults). Cases run in worker
+processes (``kvconf.conformance.running.pool``) unless the caller asks for the kit's own process;
+either way a case is cut into units (``kvconf.conformance.running.units``) and its result is the
+same. An interrupted run still writes what it found."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def scenario_case(sc) -> Case:
             message=sc.doc,
         )
 
-    return Case(sc.name, sc.behaviours, sc.needs | {Feature.CACHE}, run)
+    return Case(sc.name, sc.behaviours, sc.needs | {Feature.CACHE}, run, requires=sc.requires)
 
 
 def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
@@ -464,6 +465,25 @@ def not_supported(case: Case, features: frozenset[Feature],
     )
 
 
+def not_applicable(case: Case, config: EngineConfig) -> CaseResult | None:
+    """The NOT_APPLICABLE result of a case the run's config is too small for (its declared
+    ``requires``), or None when it applies. Decided before the case runs, from the config
+    alone: an outcome never makes a case NOT_APPLICABLE, so it cannot hide a failure."""
+    reason = case.requires.reason(config)
+    if reason is None:
+        return None
+    return CaseResult(case=case.name, status=Status.NOT_APPLICABLE,
+                      behaviours=list(case.behaviours), message=reason, duration_s=0.0)
+
+
+def unjudged(case: Case, features: frozenset[Feature], unavailable: dict[Feature, str],
+             config: EngineConfig) -> CaseResult | None:
+    """Why ``case`` is not run here: NOT_SUPPORTED (the engine lacks what it needs; said first,
+    being about the engine) or NOT_APPLICABLE (the config is below what it is written for);
+    None when it runs."""
+    return not_supported(case, features, unavailable) or not_applicable(case, config)
+
+
 class Campaign:
     """The parent's side of a run: the units to run, their results as they come, and the report
     rewritten (atomically) each time a case is settled. Cases settle in any order; the report
@@ -668,7 +688,7 @@ def run_suite(
                               memory_only=memory_only, jobs=jobs, shard=shard,
                               call_timeout=call_timeout, database=database)
         skipped = {c.name: r for c in cases
-                   if (r := not_supported(c, features, unavailable)) is not None}
+                   if (r := unjudged(c, features, unavailable, config)) is not None}
         streams = max(1, jobs) * (shard.count if shard else 1)
         units = plan(((c.name, c.fuzz and c.name not in skipped) for c in cases), budget,
                      streams, shard)
