@@ -571,6 +571,11 @@ def _print_results(report, console: Console | None = None) -> None:
         else:
             where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
             detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}")
+            if len(r.findings) > 1:
+                detail += escape(f"; {len(r.findings)} distinct findings: "
+                                 + ", ".join(f.signature for f in r.findings))
+            if r.unexpected:
+                detail += escape(f"; new: {', '.join(r.unexpected)}")
         status = f"[{style}]{r.status.value}[/]"
         if r.expectation is not None and r.expectation != "expected":
             status += f" [bold]({r.expectation})[/]"

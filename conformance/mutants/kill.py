@@ -97,6 +97,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
         f"mutant:{mutant.name}", factory if level is Feature.CACHE else None, EngineConfig(),
         seed_value, profile, budget, out_dir / mutant.name if out_dir else None,
         sched_factory=factory if level is Feature.SCHEDULER else None, features=features,
+        first_only=True,  # one finding decides the verdict; the rest would only cost time
     )
     t0 = time.perf_counter()
     cat = list(mutant.cites(catalog))

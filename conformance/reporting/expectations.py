@@ -15,6 +15,23 @@ A run compared with it says, per case, whether the result was expected, a regres
 than expected: a case that should pass failed) or an improvement (a known failure now passes);
 any difference, either way, fails the run, so a fixed gap gets its line removed.
 
+An entry may name one finding of a case instead of the whole case, by its signature (spec
+chapter faults, "Findings and their signatures"; the report lists each finding's):
+
+    [[known]]
+    case = "fuzz-scheduler"
+    signature = "faults/HOST-4/workload"
+    reason = "failed writebacks are treated as done"
+    reference = "https://github.com/example/tokenspeed/issues/40"
+
+Its status is FAIL (it may be left out). A case with such entries is as expected when it fails
+and every finding it made is named; a finding the file does not name is a regression, named in
+the result's ``unexpected``, even beside known ones: a known defect no longer hides a new one.
+A named finding the run did not make this time is no difference (a search within a budget need
+not meet every defect every run), but a case that passes is an improvement. A whole-case entry
+(no signature) is judged as before, on the status alone, and cannot be mixed with signature
+entries for the same case.
+
 A NOT_APPLICABLE case is always as expected, listed or not: the run's config, not the engine,
 kept it from running, so it neither shows a known gap fixed nor a new one, and its line stays for
 the runs it applies to. For the same reason a file cannot list a case as NOT_APPLICABLE.
@@ -39,7 +56,8 @@ class Known(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     case: str
-    status: Status
+    status: Status = Status.FAIL  # required for a whole-case entry (checked on loading)
+    signature: str | None = None  # one finding of the case, not the whole case
     reason: str
     reference: str
 
@@ -75,7 +93,16 @@ class Expectations(BaseModel):
     known: list[Known] = []
 
     def by_case(self) -> dict[str, Known]:
-        return {k.case: k for k in self.known}
+        """The whole-case entries."""
+        return {k.case: k for k in self.known if k.signature is None}
+
+    def signatures(self) -> dict[str, dict[str, Known]]:
+        """The finding entries: case -> signature -> entry."""
+        out: dict[str, dict[str, Known]] = {}
+        for k in self.known:
+            if k.signature is not None:
+                out.setdefault(k.case, {})[k.signature] = k
+        return out
 
 
 class Verdict(str, Enum):
@@ -124,12 +151,26 @@ def load_expectations(path: Path) -> Expectations:
         line = _toml_line(text, loc)
         place = f"{path}:{line}" if line else str(path)
         raise KitError(f"{place}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
-    seen: set[str] = set()
+    seen: set[tuple[str, str | None]] = set()
+    kinds: dict[str, bool] = {}  # case -> named by signature entries
     for i, k in enumerate(exp.known):
-        if k.case in seen:
+        if k.signature is None and "status" not in data["known"][i]:
+            line = _toml_line(text, ("known", i))
+            raise KitError(f"{path}:{line}: known[{i}].status: a whole-case entry (no "
+                           "signature) must name the status the case is known to end in")
+        if k.signature is not None and k.status is not Status.FAIL:
+            line = _toml_line(text, ("known", i, "status"))
+            raise KitError(f"{path}:{line}: known[{i}].status: an entry naming a signature "
+                           "is a known finding, so its status is FAIL")
+        if (k.case, k.signature) in seen:
             line = _toml_line(text, ("known", i, "case"))
-            raise KitError(f"{path}:{line}: known[{i}].case: {k.case} is listed twice")
-        seen.add(k.case)
+            what = k.case if k.signature is None else f"{k.case} {k.signature}"
+            raise KitError(f"{path}:{line}: known[{i}].case: {what} is listed twice")
+        if kinds.setdefault(k.case, k.signature is not None) != (k.signature is not None):
+            line = _toml_line(text, ("known", i, "case"))
+            raise KitError(f"{path}:{line}: known[{i}].case: {k.case} has both a whole-case "
+                           "entry and entries naming signatures; keep one kind")
+        seen.add((k.case, k.signature))
     return exp
 
 
@@ -162,6 +203,21 @@ def judge(status: Status, known: Known | None) -> Verdict:
     return Verdict.IMPROVEMENT if status is Status.PASS else Verdict.REGRESSION
 
 
+def judge_findings(status: Status, findings: list[str],
+                   known: dict[str, Known]) -> tuple[Verdict, list[str]]:
+    """A case named by signature entries: its verdict, and the signatures of its findings the
+    entries do not name (its regressions). A FAIL with every finding named is expected; a PASS
+    is an improvement; any other status (ERROR, CRASH, ...) is not a finding the file knows."""
+    if status is Status.NOT_APPLICABLE:
+        return Verdict.EXPECTED, []
+    if status is Status.PASS:
+        return Verdict.IMPROVEMENT, []
+    if status is not Status.FAIL:
+        return Verdict.REGRESSION, []
+    new = [f for f in findings if f not in known]
+    return (Verdict.REGRESSION if new else Verdict.EXPECTED), new
+
+
 def compare(report: Report, exp: Expectations, path: Path,
             selected: list[str] | None = None, partial: bool = False) -> dict[str, list[str]]:
     """Stamp every result with its verdict; returns the cases per verdict (for the summary).
@@ -172,10 +228,12 @@ def compare(report: Report, exp: Expectations, path: Path,
         raise KitError(f"{path}: engine: the file is for {exp.engine}, the run is of "
                        f"{report.run_info.engine}")
     known = exp.by_case()
+    named = exp.signatures()
     if selected is not None:
         known = {c: k for c, k in known.items() if c in set(selected)}
+        named = {c: k for c, k in named.items() if c in set(selected)}
     ran = {r.case for r in report.results}
-    missing = sorted(set(known) - ran)
+    missing = sorted((set(known) | set(named)) - ran)
     if (missing and not partial and not report.run_info.interrupted
             and report.run_info.shard is None):
         selected = len(ran)
@@ -183,11 +241,22 @@ def compare(report: Report, exp: Expectations, path: Path,
                        "cases; a --case selection must include every listed case)")
     out: dict[str, list[str]] = {v.value: [] for v in Verdict}
     for r in report.results:
-        k = known.get(r.case)
-        verdict = judge(r.status, k)
+        if r.case in named:
+            sigs = named[r.case]
+            findings = [f.signature for f in r.findings]
+            if not findings and r.status is Status.FAIL:  # a report without findings (/3)
+                findings = ["(a failure without a signature)"]
+            verdict, new = judge_findings(r.status, findings, sigs)
+            r.unexpected = new or None
+            hit = [sigs[f] for f in findings if f in sigs]
+            if hit and r.status is not Status.NOT_APPLICABLE:
+                r.known = "; ".join(f"{k.signature}: {k.reason} ({k.reference})" for k in hit)
+        else:
+            k = known.get(r.case)
+            verdict = judge(r.status, k)
+            if k is not None and r.status is not Status.NOT_APPLICABLE:
+                r.known = f"{k.reason} ({k.reference})"
         r.expectation = verdict.value
-        if k is not None and r.status is not Status.NOT_APPLICABLE:
-            r.known = f"{k.reason} ({k.reference})"
         out[verdict.value].append(r.case)
     report.run_info.expectations = {"file": str(path), **out}
     return out

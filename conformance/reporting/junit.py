@@ -50,6 +50,16 @@ def _details(r: CaseResult, engine: str, base: Path) -> str:
         lines += [f"trace: {trace}", f"replay: kvconf replay {trace} --engine {engine}"]
     if r.known:
         lines.append(f"known: {r.known}")
+    if r.unexpected:
+        lines.append(f"new findings (not in the expectation file): {', '.join(r.unexpected)}")
+    if len(r.findings) > 1 or (r.findings and r.unexpected):
+        lines.append(f"findings ({len(r.findings)} distinct"
+                     + (f", {r.repeats} repeats skipped" if r.repeats else "") + "):")
+        for f in r.findings:
+            ftrace = _trace_path(base, f.trace)
+            lines.append(f"  {f.signature}: {f.message}"
+                         + (f" (trace {ftrace}; kvconf replay {ftrace} --engine {engine})"
+                            if ftrace else ""))
     if r.exit_code is not None:
         lines.append(f"exit code: {r.exit_code}")
     if r.signal:

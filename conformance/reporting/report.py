@@ -13,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvconf.conformance.errors import KitError, read_input
 from kvconf.conformance.trace import is_stream, parse_json, validation_error, write_atomic
 
-FORMAT = "kvconf-report/3"
-# /2 added CRASH, units, coverage, shards; /3 NOT_APPLICABLE. Earlier ones still read.
-FORMATS = ("kvconf-report/1", "kvconf-report/2", FORMAT)
+FORMAT = "kvconf-report/4"
+# /2 added CRASH, units, coverage, shards; /3 NOT_APPLICABLE; /4 findings (each distinct
+# defect a fuzz case found, by signature). Earlier ones still read.
+FORMATS = ("kvconf-report/1", "kvconf-report/2", "kvconf-report/3", FORMAT)
 
 
 class Status(str, Enum):
@@ -61,6 +62,26 @@ class UnitResult(BaseModel):
     coverage: Coverage | None = None
 
 
+class Finding(BaseModel):
+    """One distinct defect a case found, named by its signature (spec chapter faults,
+    "Findings and their signatures"), with its own shrunk trace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    signature: str
+    oracle: str | None = None
+    behaviours: list[str] = []
+    message: str = ""
+    step: int | None = None
+    kind: str | None = None  # the kind of step it was raised at (an operation, rest, workload)
+    error: str | None = None  # the engine's exception behind it: ErrorType@function
+    trace: str | None = None  # its shrunk trace, relative to the report
+    steps: int | None = None  # steps (requests) of the shrunk trace
+    found_steps: int | None = None  # steps before shrinking
+    example: int | None = None  # the unit's example it was found in (1: the first)
+    unit: int | None = None  # the fuzz unit that found it
+
+
 class CaseResult(BaseModel):
     """One case's outcome: its status, the rules it checks, and for a failure the message,
     oracle, step and saved trace."""
@@ -95,6 +116,13 @@ class CaseResult(BaseModel):
     coverage: Coverage | None = Field(None, description=(
         "scheduler level: the request table's (state, event) pairs this case took and the "
         "illegal ones it tried"))
+    findings: list[Finding] = Field([], description=(
+        "a fuzz case's distinct findings, one per signature, in the order found (units in "
+        "index order); the first is the case's status, message and trace"))
+    repeats: int | None = Field(None, description=(
+        "failing examples skipped because their signature was already a finding"))
+    unexpected: list[str] | None = Field(None, description=(
+        "with an expectation file naming signatures: the findings it does not name"))
 
 
 class RunInfo(BaseModel):

@@ -45,6 +45,10 @@ def fail_result(name, behaviours, v: Violation, t0: float, trace_path, **kw) -> 
     """A FAIL result for violation ``v``, with the engine's traceback where an exception of
     the engine caused it."""
     cause = v.__cause__  # an engine's exception turned into a FAULT-2 violation keeps its trace
+    if "findings" not in kw:  # a case that plays no trace: one finding, of no kind of step
+        from kvconf.conformance.running.findings import finding
+
+        kw["findings"] = [finding(v, None, trace_path)]
     return CaseResult(
         case=name,
         status=Status.FAIL,
@@ -79,6 +83,8 @@ class RunContext:
     database: object | None = None  # Hypothesis example database (conformance.examples_db)
     deferred: dict[str, str] | None = None  # a worker's saved traces, for the parent to write
     meter: progress.Meter | None = None  # the running fuzz unit's progress notes (display only)
+    # Stop a fuzz case at its first finding (the kill matrix needs one finding, not all).
+    first_only: bool = False
 
     def stream(self) -> tuple[Budget, int]:
         """The budget and seed stream of the running unit."""
@@ -100,13 +106,19 @@ class RunContext:
         return MEMORY_ORACLES if self.memory_only else STEP_ORACLES
 
     def save_trace(self, case: str, trace: Trace | SchedTrace) -> str | None:
+        """Save ``trace`` as ``traces/<case>.json`` (``case`` is a case's name, or a finding's
+        trace name, ``kvconf.conformance.running.findings.trace_name``). The first save of a
+        path in a run wins: units run in index order, so the lowest unit's trace is kept, as
+        the workers' parent keeps it."""
         text = trace_text(trace)
         if self.deferred is not None:  # a worker: the parent writes the one the report keeps
-            self.deferred[case] = text
+            self.deferred.setdefault(case, text)
             return f"traces/{case}.json"
         if self.out_dir is None:
             return None
         path = self.out_dir / "traces" / f"{case}.json"
+        if path in self.saved:
+            return str(path.relative_to(self.out_dir))
         write_atomic(path, text)
         self.saved.append(path)
         return str(path.relative_to(self.out_dir))

@@ -189,7 +189,7 @@ class Pool:
         self.workers: list[Worker] = []
         self.shrinker: Worker | None = None
         self.spawned = 0
-        self.written: dict[str, int] = {}  # case -> lowest failing unit whose trace is saved
+        self.written: dict[str, int] = {}  # trace name -> lowest failing unit that saved it
 
     # ----------------------------------------------------------------- processes
     def _spawn(self, probe: bool) -> Worker:
@@ -485,17 +485,28 @@ class Pool:
 
     def _unit_done(self, unit: Unit, doc: dict) -> None:
         """A worker's answer to a unit: its result, and the trace it saved."""
-        self._add(unit, CaseResult.model_validate(doc["result"]), doc.get("trace"))
+        self._add(unit, CaseResult.model_validate(doc["result"]), doc.get("trace"),
+                  doc.get("traces") or {})
 
-    def _add(self, unit: Unit, result: CaseResult, trace: str | None) -> None:
-        if trace is not None and failed(result.status) and self.campaign.wanted(unit):
-            best = self.written.get(unit.case)
-            if best is None or unit.index < best:
-                self.written[unit.case] = unit.index
-                if self.out_dir is not None:
-                    write_atomic(self.out_dir / "traces" / f"{unit.case}.json", trace)
+    def _add(self, unit: Unit, result: CaseResult, trace: str | None,
+             more: dict[str, str] | None = None) -> None:
+        """A unit's result, and the traces it saved: ``trace`` the case's
+        (``traces/<case>.json``), ``more`` its findings' by name. Of a path several units
+        saved, the lowest unit's is kept, whichever finished first."""
+        if failed(result.status) and self.campaign.wanted(unit):
+            saved = dict(more or {})
+            if trace is not None:
+                saved[unit.case] = trace
+            for name, text in sorted(saved.items()):
+                best = self.written.get(name)
+                if best is None or unit.index < best:
+                    self.written[name] = unit.index
+                    if self.out_dir is not None:
+                        write_atomic(self.out_dir / "traces" / f"{name}.json", text)
         if self.out_dir is None:
             result.trace = None
+            for f in result.findings:
+                f.trace = None
         self.campaign.add(unit, result)
 
     # ----------------------------------------------------------------- interrupts

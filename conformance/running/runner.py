@@ -53,6 +53,7 @@ from kvconf.conformance.running.cases import (
     engine_traceback,
     fail_result,
 )
+from kvconf.conformance.running.findings import Collector, finding
 from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.seeding import (
     fuzz_settings,
@@ -62,7 +63,16 @@ from kvconf.conformance.running.seeding import (
 )
 from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
 from kvconf.conformance.running.shrink import reset_interrupted, shrink
-from kvconf.conformance.running.units import Shard, Unit, combine, failed, plan, split, union
+from kvconf.conformance.running.units import (
+    Shard,
+    Unit,
+    combine,
+    ends,
+    failed,
+    plan,
+    split,
+    union,
+)
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
@@ -101,7 +111,9 @@ def scenario_case(sc) -> Case:
         try:
             log = play(ctx.factory, trace, memory=ctx.memory, oracles=ctx.oracles)
         except Violation as v:
-            return fail_result(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, trace))
+            path = ctx.save_trace(sc.name, trace)
+            return fail_result(sc.name, sc.behaviours, v, t0, path,
+                               findings=[finding(v, trace, path, len(trace.steps))])
         except KitError as e:
             if not ctx.memory_only:
                 raise
@@ -124,28 +136,45 @@ def scenario_case(sc) -> Case:
 def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
              base_seed: int, memory: MemoryFactory = shadow_memory,
              oracles: Sequence[type[Oracle]] = STEP_ORACLES, *, stream: int = 0,
-             database=None) -> None:
-    """Run the stateful generator under the budget; raises the first Violation found.
-    ``stream`` picks the seeds (a unit's index); ``database`` is Hypothesis's example store."""
+             database=None, on_finding: Callable[[Trace, Violation], None] | None = None
+             ) -> None:
+    """Run the stateful generator under the budget. Without ``on_finding`` the first Violation
+    found is raised; with it, each failing example's (trace, violation) goes to ``on_finding``
+    and the search resumes with the next seed for the rest of the budget, so one defect that
+    every example reaches cannot hide the others. ``stream`` picks the seeds (a unit's index);
+    ``database`` is Hypothesis's example store (only the first batch replays from it: a saved
+    failure would otherwise be found again at the start of every resumed batch)."""
     with import_independent_draws():
         _run_fuzz(factory, config, holder, budget, steps, base_seed, memory, oracles, stream,
-                  database)
+                  database, on_finding)
 
 
 def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
               base_seed: int, memory: MemoryFactory,
-              oracles: Sequence[type[Oracle]], stream: int, database) -> None:
+              oracles: Sequence[type[Oracle]], stream: int, database, on_finding) -> None:
     machine = cache_machine(factory, config, holder, memory=memory, oracles=oracles)
-    if budget.examples is not None:
-        batches: Iterator[int] = iter([budget.examples])
-        deadline = None
-    else:
-        batches = iter(lambda: 25, None)
-        deadline = time.perf_counter() + (budget.seconds or 0)
-    for k, n in enumerate(batches):
+    deadline = (None if budget.examples is not None
+                else time.perf_counter() + (budget.seconds or 0))
+    k = 0
+    while True:
+        n = budget.examples - holder.examples if budget.examples is not None else 25
+        if n <= 0:
+            return
         test = get_state_machine_test(machine, settings=fuzz_settings(n, steps, database))
-        seeded(test, stream_seed(base_seed, stream, k), database)()
-        if deadline is None or time.perf_counter() >= deadline:
+        try:
+            seeded(test, stream_seed(base_seed, stream, k), database)()
+            found = False
+        except Violation as v:
+            if on_finding is None:
+                raise
+            on_finding(holder.last or Trace(config=config), v)
+            found, database = True, None
+            if shrink_interrupted():
+                return
+        k += 1
+        if deadline is None and not found:
+            return  # the whole budget of examples ran without a failure
+        if deadline is not None and time.perf_counter() >= deadline:
             return
 
 
@@ -161,30 +190,44 @@ def _unit(ctx: RunContext, status: Status, examples: int | None, steps: int | No
                        ops=dict(sorted((ops or {}).items())))]
 
 
+def _findings_result(name: str, behaviours: Sequence[str], found: Collector, t0: float,
+                     examples: int | None, units: list[UnitResult], steps_of) -> CaseResult:
+    """A fuzz case's FAIL result: its first finding is the status, message and trace (as
+    before findings), every finding is listed."""
+    assert found.first is not None
+    trace, v, found_steps = found.first
+    return fail_result(name, behaviours, v, t0, found.first_path,
+                       examples=examples, steps=steps_of(trace), found_steps=found_steps,
+                       units=units, findings=found.findings, repeats=found.repeats)
+
+
 def fuzz_case(name: str, tweak: Callable[[EngineConfig], EngineConfig], doc: str) -> Case:
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
         config = tweak(ctx.config)
         holder = TraceHolder(meter=ctx.meter)
         budget, stream = ctx.stream()
+        replay = _counted(ctx, lambda t: play(ctx.factory, t, memory=ctx.memory,
+                                              oracles=ctx.oracles))
+        found = Collector(name, lambda t, v: shrink(t, v, replay,
+                                                    max_replays=ctx.profile.shrink_replays),
+                          ctx.save_trace, lambda t: len(t.steps), lambda: holder.examples,
+                          stream)
         try:
             run_fuzz(ctx.factory, config, holder, budget, ctx.profile.steps, ctx.seed,
-                     ctx.memory, ctx.oracles, stream=stream, database=ctx.db(name))
-        except Violation as v:
-            trace = holder.last or Trace(config=config)
-            found = len(trace.steps)
-            replay = _counted(ctx, lambda t: play(ctx.factory, t, memory=ctx.memory,
-                                                  oracles=ctx.oracles))
-            trace, v = shrink(trace, v, replay, max_replays=ctx.profile.shrink_replays)
-            return fail_result(name, FUZZ_BEHAVIOURS, v, t0, ctx.save_trace(name, trace),
-                         examples=holder.examples, steps=len(trace.steps),
-                         found_steps=found,
-                         units=_unit(ctx, Status.FAIL, holder.examples, holder.steps,
-                                     holder.seen_ops))
+                     ctx.memory, ctx.oracles, stream=stream, database=ctx.db(name),
+                     on_finding=found.add if not ctx.first_only else None)
+        except Violation as v:  # the first finding ends the search (``first_only``)
+            found.add(holder.last or Trace(config=config), v)
         except HypothesisException as e:
             return CaseResult(case=name, status=Status.ERROR, behaviours=list(FUZZ_BEHAVIOURS),
                               message=f"generator: {e}", duration_s=time.perf_counter() - t0,
                               units=_unit(ctx, Status.ERROR, holder.examples, holder.steps))
+        if found.first is not None:
+            return _findings_result(
+                name, FUZZ_BEHAVIOURS, found, t0, holder.examples,
+                _unit(ctx, Status.FAIL, holder.examples, holder.steps, holder.seen_ops),
+                lambda t: len(t.steps))
         return CaseResult(
             case=name, status=Status.PASS, behaviours=list(FUZZ_BEHAVIOURS),
             duration_s=round(time.perf_counter() - t0, 4), examples=holder.examples,
@@ -215,7 +258,9 @@ def sched_scenario_case(sc) -> Case:
         try:
             log = _sched_play(ctx, sc.trace)
         except Violation as v:
-            return fail_result(sc.name, sc.behaviours, v, t0, ctx.save_trace(sc.name, sc.trace))
+            path = ctx.save_trace(sc.name, sc.trace)
+            return fail_result(sc.name, sc.behaviours, v, t0, path,
+                               findings=[finding(v, sc.trace, path, len(sc.trace.arrivals))])
         return CaseResult(case=sc.name, status=Status.PASS, behaviours=list(sc.behaviours),
                           duration_s=round(time.perf_counter() - t0, 4), steps=len(log),
                           message=sc.doc)
@@ -257,21 +302,23 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
             return _sched_play(ctx, t)
 
         budget, stream = ctx.stream()
+        found = Collector(name, lambda t, v: shrink_sched(t, v, _counted(ctx, replay),
+                                                          ctx.profile.shrink_replays // 2),
+                          ctx.save_trace, lambda t: len(t.arrivals),
+                          lambda: holder.get("examples"), stream)
         try:
             with import_independent_draws():
                 fuzz_sched(ctx.sched_factory, config, budget.examples, budget.seconds,
                            ctx.seed, holder, ctx,
                            namespaces=fuzz_namespaces(config, ctx.features), stream=stream,
-                           database=ctx.db(name))
-        except Violation as v:
-            trace = holder["trace"]
-            found = len(trace.arrivals)
-            trace, v = shrink_sched(trace, v, _counted(ctx, replay),
-                                    ctx.profile.shrink_replays // 2)
-            return fail_result(name, behaviours, v, t0, ctx.save_trace(name, trace),
-                         examples=holder.get("examples"), steps=len(trace.arrivals),
-                         found_steps=found,
-                         units=_unit(ctx, Status.FAIL, holder.get("examples"), None))
+                           database=ctx.db(name),
+                           on_finding=found.add if not ctx.first_only else None)
+        except Violation as v:  # the first finding ends the search (``first_only``)
+            found.add(holder["trace"], v)
+        if found.first is not None:
+            return _findings_result(name, behaviours, found, t0, holder.get("examples"),
+                                    _unit(ctx, Status.FAIL, holder.get("examples"), None),
+                                    lambda t: len(t.arrivals))
         return CaseResult(case=name, status=Status.PASS, behaviours=list(behaviours),
                           duration_s=round(time.perf_counter() - t0, 4),
                           examples=holder.get("examples"), message=doc,
@@ -442,11 +489,12 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
 
 
 def run_case(ctx: RunContext, case: Case) -> CaseResult:
-    """Every unit of ``case`` in this process, in order, until one fails (the kill matrix)."""
+    """Every unit of ``case`` in this process, in order, until one ends the case; with
+    ``ctx.first_only`` (the kill matrix) until one fails."""
     results = []
     for unit in split(case.name, case.fuzz, ctx.budget, 1):
         results.append(run_unit(ctx, case, unit))
-        if failed(results[-1].status):
+        if (failed if ctx.first_only else ends)(results[-1].status):
             break
     return results[0] if not case.fuzz else combine(results, case.doc)
 
@@ -514,7 +562,7 @@ class Campaign:
             self.on_progress(doc)
 
     def wanted(self, unit: Unit) -> bool:
-        """False once the case is settled (a lower unit failed): the unit need not run."""
+        """False once the case is settled (a lower unit ended it): the unit need not run."""
         return unit.case not in self.settled
 
     def start(self, unit: Unit) -> None:
@@ -536,7 +584,7 @@ class Campaign:
         for k in self.expected[unit.case]:
             if k not in have:
                 return
-            if failed(have[k].status):
+            if ends(have[k].status):
                 break
         self._settle(combine(got, case.doc, self.expected[unit.case]))
 
@@ -598,6 +646,8 @@ def clear_traces(out_dir: Path, cases: Sequence[Case]) -> None:
     trace beside the report never passes for one of this run's findings."""
     for case in cases:
         (out_dir / "traces" / f"{case.name}.json").unlink(missing_ok=True)
+        for old in (out_dir / "traces").glob(f"{case.name}~*.json"):  # findings' traces
+            old.unlink(missing_ok=True)
 
 
 def start_report(engine: str, config: EngineConfig, version: str,

@@ -4,7 +4,8 @@ Hypothesis finds failing traces quickly but can spend minutes shrinking a statef
 gives no knob for that. So the generators run without Hypothesis's shrink phase and a failure is
 reduced here instead, on the trace itself, within a budget of seconds: whole steps are removed
 (chunks first, then one at a time, delta-debugging style), then token lists are cut by whole pages.
-A candidate counts only when it fails with the same oracle and behaviours as the original; the
+A candidate counts only when it fails with the same finding signature as the original (oracle,
+rules, kind of step, the engine's error: ``kvconf.conformance.running.findings``); the
 best trace found so far is kept when the budget runs out, so a deadline never loses the finding.
 The budget is a number of replays, so the same failure always shrinks to the same trace; a cap in
 seconds is only a safety net for very slow engines.
@@ -19,9 +20,8 @@ from pydantic import ValidationError
 
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.oracles import Violation
+from kvconf.conformance.running.findings import signature
 from kvconf.conformance.trace import Trace
-
-Signature = tuple[str, tuple[str, ...]]
 
 _interrupted = False  # an interrupt arrived while shrinking: the caller stops after this case
 
@@ -35,10 +35,6 @@ def reset_interrupted() -> None:
     """A new run starts with no interrupt pending."""
     global _interrupted
     _interrupted = False
-
-
-def signature(v: Violation) -> Signature:
-    return (v.oracle, tuple(sorted(v.behaviours)))
 
 
 def _without(trace: Trace, drop: set[int]) -> Trace | None:
@@ -88,7 +84,7 @@ class Attempts:
 
     def __init__(self, trace, violation: Violation, replay: Callable, max_replays: int,
                  max_seconds: float) -> None:
-        self.want = signature(violation)
+        self.want = signature(violation, trace)
         self.best, self.best_v = trace, violation
         self.replay = replay
         self.left = max_replays
@@ -111,7 +107,7 @@ class Attempts:
             self.left = 0
             return False
         except Violation as v:
-            if signature(v) == self.want:
+            if signature(v, candidate) == self.want:
                 self.best, self.best_v = candidate, v
                 return True
         except KitError:

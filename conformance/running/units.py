@@ -4,10 +4,12 @@ A hand-written case is one unit. A fuzz case with a budget of examples is cut in
 ``UNIT_EXAMPLES`` examples, each with a seed derived from the run's seed and its index, so the
 cut depends on the budget alone: one worker or eight, one machine or a CI matrix of shards, the
 same units run with the same seeds. The case's result is its units' results in index order up to
-the first that did not pass (spec chapter faults, "Statuses of a run"): a unit past that one is
-never part of it, whichever finished first. A budget in seconds is cut into one unit per worker
-of the whole campaign (``--jobs`` times the shard count), each with its share of the seconds;
-such a run is bounded by time, so its results depend on the machine anyway.
+the first that ended in ERROR, TIMEOUT or CRASH (spec chapter faults, "Statuses of a run"): a
+unit past that one is never part of it, whichever finished first. A FAIL does not end it: the
+case's findings are every unit's, one per signature (``kvconf.conformance.running.findings``).
+A budget in seconds is cut into one unit per worker of the whole campaign (``--jobs`` times the
+shard count), each with its share of the seconds; such a run is bounded by time, so its results
+depend on the machine anyway.
 """
 
 from __future__ import annotations
@@ -79,8 +81,15 @@ def plan(cases: Iterable[tuple[str, bool]], budget: Budget, streams: int,
 
 
 def failed(status: Status) -> bool:
-    """A unit that did not pass ends its case's result (the statuses that fail a run)."""
+    """A unit that did not pass (the statuses that fail a run)."""
     return status in BAD
+
+
+def ends(status: Status) -> bool:
+    """A unit whose result ends its case's: ERROR, TIMEOUT or CRASH (the units past it are not
+    part of the case). A FAIL does not: its findings are kept and the later units' findings
+    join them, so one defect found early cannot hide another found later."""
+    return status in BAD and status is not Status.FAIL
 
 
 def union(covers: Iterable[Coverage | None]) -> Coverage | None:
@@ -101,28 +110,37 @@ def union(covers: Iterable[Coverage | None]) -> Coverage | None:
 def combine(results: Sequence[CaseResult], passed_message: str,
             expected: Sequence[int] | None = None) -> CaseResult:
     """A fuzz case's result from results that carry its units (one each from the workers, or
-    several each from shard reports): the units in index order up to the first that failed;
-    that one's finding is the case's. ``expected`` are the unit indexes this run owns (a shard
-    owns some); a unit missing from them ends nothing: an interrupted run keeps a finding made
-    after it."""
+    several each from shard reports): the units in index order up to the first that ended
+    the case (``ends``); the first of them that did not pass gives the case's status, message
+    and trace, and the findings of all of them are merged, one per signature, in unit order.
+    ``expected`` are the unit indexes this run owns (a shard owns some); a unit missing from
+    them ends nothing: an interrupted run keeps a finding made after it."""
+    from kvconf.conformance.running.findings import merge
+
     have = {u.index: (u, r) for r in results for u in (r.units or [])}
     order = list(expected) if expected is not None else sorted(have)
     taken: list[tuple[UnitResult, CaseResult]] = []
     for k in order:
         if k in have:
             taken.append(have[k])
-            if failed(have[k][0].status):
+            if ends(have[k][0].status):
                 break
-    last_unit, last = taken[-1]
     units = [u for u, _ in taken]
     examples = [u.examples for u in units if u.examples is not None]
     update = {"examples": sum(examples) if examples else None, "units": units,
               "duration_s": round(sum(u.duration_s for u in units), 4),
               "coverage": union(u.coverage for u in units)}
-    if failed(last_unit.status):
+    bad = next(((u, r) for u, r in taken if failed(u.status)), None)
+    if bad is not None:
+        findings, dropped = merge(r.findings for _, r in taken)
+        repeats = [r.repeats for _, r in taken if r.repeats is not None]
+        if findings:
+            update["findings"] = findings
+            update["repeats"] = sum(repeats) + dropped
         if not examples:
-            update["examples"] = last.examples
-        return last.model_copy(update=update)
+            update["examples"] = bad[1].examples
+        return bad[1].model_copy(update=update)
+    last = taken[-1][1]
     ops: dict[str, int] = {}
     for u in units:
         for k, v in u.ops.items():

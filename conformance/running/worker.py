@@ -81,7 +81,8 @@ def _unit(state: State, case: str, unit) -> None:
     ctx = state.opened.ctx
     ctx.deferred = {}
     result = run_unit(ctx, state.cases[case], unit)
-    answer(b"R", {"result": result.model_dump(mode="json"), "trace": ctx.deferred.get(case)})
+    answer(b"R", {"result": result.model_dump(mode="json"), "trace": ctx.deferred.get(case),
+                  "traces": {k: v for k, v in ctx.deferred.items() if k != case}})
 
 
 def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):

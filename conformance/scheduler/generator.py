@@ -116,19 +116,31 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
 
 def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: float | None,
                base_seed: int, holder: dict, ctx=None, namespaces: int = 2, stream: int = 0,
-               database=None) -> None:
-    """Generate workloads until the budget is spent; raise the first Violation (unshrunk).
-    ``stream`` picks the seeds (a unit's index); ``database`` is Hypothesis's example store.
+               database=None, on_finding: Callable[[SchedTrace, Violation], None] | None = None
+               ) -> None:
+    """Generate workloads until the budget is spent. Without ``on_finding`` the first
+    Violation is raised (unshrunk); with it, each failing workload's (trace, violation) goes to
+    ``on_finding`` and the search resumes with the next seed for the rest of the budget, so a
+    defect every workload reaches cannot hide the others (only the first batch replays from
+    the example ``database``). ``stream`` picks the seeds (a unit's index).
 
     A probe's finding (the engine accepted an event it must reject) never ends the search: it
-    is kept, later workloads are played without probes, and it is raised only when the budget
+    is kept, later workloads are played without probes, and it is reported only when the budget
     is spent with nothing else found, so an engine that fails a probe on every workload is
     still searched for every other rule."""
+    from kvconf.conformance.running.seeding import seeded, stream_seed
+    from kvconf.conformance.running.shrink import interrupted
+
     deadline = None if seconds is None else time.perf_counter() + seconds
-    batches = [examples] if examples is not None else iter(lambda: 25, None)
     meter = getattr(ctx, "meter", None)  # progress notes for the display only
     played = 0  # scheduling steps of the workloads that ran to the end (for the notes)
-    for k, n in enumerate(batches):
+    reported = False  # a finding went to ``on_finding``
+    k = 0
+    while True:
+        n = examples - holder.get("examples", 0) if examples is not None else 25
+        if n <= 0:
+            break
+
         @settings(max_examples=n, deadline=None, database=database, print_blob=False,
                   suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
@@ -159,14 +171,26 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
             if meter is not None:
                 played += sum(1 for entry in driver.log if entry[0] == "plan")
 
-        from kvconf.conformance.running.seeding import seeded, stream_seed
-
-        seeded(test, stream_seed(base_seed, stream, k), database)()
-        if deadline is None or time.perf_counter() >= deadline:
+        try:
+            seeded(test, stream_seed(base_seed, stream, k), database)()
+            found = False
+        except Violation as v:
+            if on_finding is None:
+                raise
+            on_finding(holder["trace"], v)
+            found, reported, database = True, True, None
+            if interrupted():
+                return
+        k += 1
+        if deadline is None and not found:
+            break  # the whole budget of examples ran without a failure
+        if deadline is not None and time.perf_counter() >= deadline:
             break
-    if "probe" in holder:  # nothing else found: the probe's finding is the case's
+    if "probe" in holder and not reported:  # nothing else found: the probe's finding is it
         holder["trace"], v = holder["probe"]
-        raise v
+        if on_finding is None:
+            raise v
+        on_finding(holder["trace"], v)
 
 
 def shrink_sched(trace: SchedTrace, v: Violation, replay, max_replays: int = 300) -> tuple[

@@ -130,6 +130,7 @@ def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Bu
         f"variant:{variant.name}", factory if cache else None, EngineConfig(), seed_value,
         profile, budget, out_dir / variant.name if out_dir else None,
         sched_factory=None if cache else factory, features=features,
+        first_only=True,  # one finding decides the verdict; the rest would only cost time
     )
     level = Feature.CACHE if cache else Feature.SCHEDULER
     res = VariantResult(id=variant.name, level=variant.level, rules=list(variant.rules),

@@ -1,0 +1,131 @@
+"""Findings: the distinct defects one fuzz case found, each named by a signature.
+
+A fuzz case does not stop at its first failure: one known defect that every workload reaches
+first would otherwise hide every other defect the case could find. After a failing example the
+case shrinks it (``kvconf.conformance.running.shrink``), keeps it as a finding, and goes on
+searching for the rest of its budget; a later failure with a signature already found is a
+repeat (counted, not shrunk again), a new signature is a new finding with its own shrunk trace.
+
+The signature (spec chapter faults, "Findings and their signatures") is
+
+    <oracle>/<RULE-1+RULE-2>/<kind of step>[/<ErrorType>@<function>]
+
+the oracle and the sorted rule IDs of the violation, the kind of step it was raised at (a
+cache-level operation such as ``ack``, ``rest`` at the end of a trace, ``workload`` at the
+scheduler level, whose steps are all of one kind; ``-`` for a case that plays no trace), and,
+where an exception of the engine caused it, the exception's type and the innermost function it
+was raised in (no file or line, so a revision that only moves code keeps its signatures). It
+depends on the violation and the trace alone, so the same seed gives the same findings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from kvconf.conformance.reporting.report import Finding
+from kvconf.conformance.scheduler.trace import SchedTrace
+from kvconf.conformance.trace import Trace
+from kvconf.conformance.violation import Violation
+
+
+def step_kind(v: Violation, trace: Trace | SchedTrace | None) -> str:
+    """The kind of step ``v`` was raised at: the cache-level operation at ``v.step``, ``rest``
+    past the trace's last step (the drain, or a comparison of two runs' lengths), ``workload``
+    at the scheduler level, ``-`` for a case that plays no trace."""
+    if isinstance(trace, SchedTrace):
+        return "workload"
+    if trace is None:
+        return "-"  # a case that plays no trace
+    if v.step is None or not 0 <= v.step < len(trace.steps):
+        return "rest"
+    return str(trace.steps[v.step].op)
+
+
+def engine_error(v: Violation) -> str | None:
+    """``<ErrorType>@<function>`` of the engine's exception behind ``v`` (a FAULT-2), or None.
+    The innermost frame's function, not its file or line: stable across unrelated edits."""
+    cause = v.__cause__
+    if cause is None or isinstance(cause, Violation):
+        return None
+    frames = traceback.extract_tb(cause.__traceback__)
+    where = f"@{frames[-1].name}" if frames else ""
+    return f"{type(cause).__name__}{where}"
+
+
+def signature(v: Violation, trace: Trace | SchedTrace | None) -> str:
+    """The finding signature of ``v`` raised while playing ``trace`` (module docstring)."""
+    parts = [v.oracle or "-", "+".join(sorted(v.behaviours)) or "-", step_kind(v, trace)]
+    error = engine_error(v)
+    if error:
+        parts.append(error)
+    return "/".join(parts)
+
+
+def trace_name(case: str, sig: str) -> str:
+    """The file of a finding's shrunk trace, beside ``traces/<case>.json`` (the case's first
+    finding): ``<case>~<8 hex digits of the signature's SHA-1>``. Named by the signature, not
+    by the order of finding, so every unit and worker names a finding's trace the same."""
+    return f"{case}~{hashlib.sha1(sig.encode()).hexdigest()[:8]}"
+
+
+def merge(groups: Iterable[Iterable[Finding]]) -> tuple[list[Finding], int]:
+    """Findings of several units (in unit order), one per signature, the first kept; and how
+    many were dropped as repeats."""
+    out: list[Finding] = []
+    seen: set[str] = set()
+    dropped = 0
+    for group in groups:
+        for f in group:
+            if f.signature in seen:
+                dropped += 1
+                continue
+            seen.add(f.signature)
+            out.append(f)
+    return out, dropped
+
+
+@dataclass
+class Collector:
+    """What one fuzz unit found: each new signature shrunk and saved, repeats counted.
+
+    ``shrink`` reduces a failing trace to (trace, violation) keeping the signature; ``save``
+    writes a trace under a name (without ``.json``) and returns its path for the report."""
+
+    case: str
+    shrink: Callable[[object, Violation], tuple[object, Violation]]
+    save: Callable[[str, object], str | None]
+    steps_of: Callable[[object], int]
+    example: Callable[[], int | None] = lambda: None  # how many examples the unit has played
+    unit: int | None = None
+    findings: list[Finding] = field(default_factory=list)
+    repeats: int = 0
+    first: tuple[object, Violation, int] | None = None  # shrunk trace, violation, found steps
+    first_path: str | None = None  # traces/<case>.json: the first finding's trace
+
+    def add(self, trace, v: Violation) -> None:
+        sig = signature(v, trace)
+        example = self.example()
+        if any(f.signature == sig for f in self.findings):
+            self.repeats += 1
+            return
+        found = self.steps_of(trace)
+        trace, v = self.shrink(trace, v)
+        if self.first is None:
+            self.first = (trace, v, found)
+            self.first_path = self.save(self.case, trace)
+        path = self.save(trace_name(self.case, sig), trace)
+        self.findings.append(Finding(
+            signature=sig, oracle=v.oracle, behaviours=list(v.behaviours), message=v.message,
+            step=v.step, kind=step_kind(v, trace), error=engine_error(v), trace=path,
+            steps=self.steps_of(trace), found_steps=found, example=example,
+            unit=self.unit))
+
+
+def finding(v: Violation, trace, path: str | None, steps: int | None = None) -> Finding:
+    """The one finding of a hand-written case's failure (its trace as written)."""
+    return Finding(signature=signature(v, trace), oracle=v.oracle, behaviours=list(v.behaviours),
+                   message=v.message, step=v.step, kind=step_kind(v, trace),
+                   error=engine_error(v), trace=path, steps=steps)

@@ -1,0 +1,30 @@
+"""A cache engine with two independent defects that one fuzz case reaches, for the findings'
+tests (class 10 of issue 21: one finding must not mask the rest).
+
+``TwoDefects`` is the reference with the mutant ``MUTANT`` planted and, beside it, an insert
+that raises on six pages in namespace 1 (FAULT-2). A fuzz case that stopped at its first
+failure would report only one of them. Run it as ``kvconf run --engine two_defects:TwoDefects``
+with this folder on the import path.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.mutants import cache as mutants
+
+MUTANT = getattr(mutants, os.environ.get("TWO_DEFECTS_MUTANT", "EvictsPinned"))
+
+
+class TwoDefects(ReferenceCacheAdapter):
+    name = "two-defects"
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config, cache_cls=MUTANT)
+
+    def insert(self, namespace, tokens, pages):
+        if namespace == 1 and len(tokens) >= 6 * self.page_size:
+            raise RuntimeError("the engine's own bug on long inserts")
+        return super().insert(namespace, tokens, pages)
