@@ -251,6 +251,24 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
                       + (f" ([trace]({trace}))" if trace else "") + replay)
             known = (f"<br><i>known ({escape(x.expectation or '')}): {escape(x.known)}</i>"
                      if x.known else "")
+            if x.unexpected:
+                md.append(f"  - new findings (not in the expectation file): "
+                          f"{', '.join(x.unexpected)}")
+                known += (f"<br><b>new findings (not in the expectation file): "
+                          f"{escape(', '.join(x.unexpected))}</b>")
+            if len(x.findings) > 1 or x.unexpected:  # every distinct finding, with its trace
+                items = []
+                for f in x.findings:
+                    link = (trace_link(p, f.trace, out_dir, copy_traces, run_key(p, inputs.runs))
+                            if f.trace else None)
+                    md.append(f"  - finding `{f.signature}`: {f.message}"
+                              + (f" ([trace]({link}))" if link else ""))
+                    items.append(f"<li><code>{escape(f.signature)}</code>: {escape(f.message)}"
+                                 + (f" (<a href='{escape(link)}'>trace</a>)" if link else "")
+                                 + "</li>")
+                repeats = f", {x.repeats} repeats skipped" if x.repeats else ""
+                known += (f"<br>{len(x.findings)} distinct findings{repeats}:"
+                          f"<ul>{''.join(items)}</ul>")
             html.append(
                 f"<tr><td><b>{escape(col)}</b> / {escape(x.case)}</td>"
                 f"<td class='{x.status.value}'>{x.status.value}</td>"

@@ -4,8 +4,9 @@ whole run, as one machine would have written it.
 The shards must be slices of the same run (engine, version, kvconf, seed, profile, budget, config)
 and all N of them must be there. A hand-written case was run by one shard; a fuzz case's units are
 spread over all of them, and its result is rebuilt from every shard's units exactly as a single run
-settles it (``kvconf.conformance.running.units.combine``): up to the first unit that failed. The
-traces the shards saved are copied next to the merged report."""
+settles it (``kvconf.conformance.running.units.combine``): up to the first unit that ended it,
+its findings merged by signature. The traces the shards saved (the case's and each finding's)
+are copied next to the merged report."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting.report import CaseResult, Report, load_report
-from kvconf.conformance.running.units import combine, union
+from kvconf.conformance.running.units import combine, failed, union
 
 SAME = ("engine", "version", "kvconf", "seed", "profile", "budget", "config", "features")
 
@@ -65,6 +66,7 @@ def merge_reports(paths: list[Path], out: Path | None = None) -> Report:
             by_case.setdefault(res.case, []).append((path, res))
     results: list[CaseResult] = []
     source: dict[str, Path] = {}  # case -> the shard report whose trace the result keeps
+    found_in: dict[tuple[str, str], Path] = {}  # (case, a finding's trace) -> its shard report
     for name, entries in by_case.items():
         if all(res.units is None for _, res in entries):
             path, res = entries[0]
@@ -74,8 +76,12 @@ def merge_reports(paths: list[Path], out: Path | None = None) -> Report:
         else:
             doc = cases[name].doc if name in cases else ""
             res = combine([res for _, res in entries if res.units], doc)
-            last = res.units[-1].index
-            path = next(p for p, e in entries if e.units and last in {u.index for u in e.units})
+            # The shard of the unit whose result is the case's: the first that did not pass.
+            first = next((u.index for u in res.units if failed(u.status)), res.units[-1].index)
+            path = _holding(entries, first)
+            for f in res.findings:  # each finding's trace is in the shard of its unit
+                if f.trace and f.unit is not None:
+                    found_in[(name, f.trace)] = _holding(entries, f.unit)
         results.append(res)
         source[name] = path
     results.sort(key=lambda r: (order.get(r.case, len(order)), r.case))
@@ -94,11 +100,20 @@ def merge_reports(paths: list[Path], out: Path | None = None) -> Report:
     merged = Report(run_info=info, results=results).summarize()
     if out is not None:
         for r in merged.results:
-            if r.trace:
-                src = source[r.case].parent / r.trace
+            wanted = [(r.trace, source[r.case])] if r.trace else []
+            wanted += [(f.trace, found_in.get((r.case, f.trace), source[r.case]))
+                       for f in r.findings if f.trace]
+            for trace, shard in wanted:
+                src = shard.parent / trace
                 if src.exists():
-                    dest = out.parent / r.trace
+                    dest = out.parent / trace
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     if src.resolve() != dest.resolve():
                         shutil.copyfile(src, dest)
     return merged
+
+
+def _holding(entries: list[tuple[Path, CaseResult]], unit: int) -> Path:
+    """The shard report among ``entries`` that ran ``unit`` (the first, if none says)."""
+    return next((p for p, e in entries if e.units and unit in {u.index for u in e.units}),
+                entries[0][0])

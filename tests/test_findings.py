@@ -1,0 +1,176 @@
+"""One finding must not mask the rest (issue 21, class 10).
+
+A fuzz case keeps searching after a failure for the rest of its budget; each distinct finding
+(by signature: oracle, rules, kind of step, the engine's error) is shrunk and reported with its
+own trace; an expectation file may name a finding's signature, so a known defect no longer hides
+a new one; the findings are the same with one worker or two.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.reporting.compliance import build, load_inputs
+from kvconf.conformance.reporting.expectations import compare, load_expectations
+from kvconf.conformance.reporting.junit import junit_xml
+from kvconf.conformance.reporting.report import (
+    FORMAT,
+    CaseResult,
+    Finding,
+    Status,
+    UnitResult,
+    load_report,
+)
+from kvconf.conformance.running.findings import signature, trace_name
+from kvconf.conformance.running.profiles import PROFILES, Budget
+from kvconf.conformance.running.runner import play, run_suite, select_cases
+from kvconf.conformance.running.units import combine
+from kvconf.conformance.trace import load_trace
+from kvconf.conformance.violation import Violation
+
+ENGINE = "two_defects:TwoDefects"  # EvictsPinned planted, and inserts of six pages raise
+
+
+def _run(tmp_path: Path, jobs: int = 0, name: str = "r.json"):
+    return run_suite(ENGINE, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                     budget=Budget(examples=60), report_path=tmp_path / name,
+                     cases=select_cases(["fuzz-cache"]), jobs=jobs)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two")
+    return out, _run(out)
+
+
+def _rules(r: CaseResult) -> set[tuple[str, ...]]:
+    return {tuple(sorted(f.behaviours)) for f in r.findings}
+
+
+@pytest.mark.behaviours("FAULT-2", "EVICT-1")
+def test_two_independent_defects_are_two_findings_of_one_case(two):
+    out, report = two
+    r = report.results[0]
+    assert r.status is Status.FAIL
+    assert {("FAULT-2",), ("EVICT-1", "PIN-2")} <= _rules(r)
+    sigs = [f.signature for f in r.findings]
+    assert len(sigs) == len(set(sigs)) >= 2 and r.repeats
+    # The case's status, message and trace stay its first finding's (back-compatible).
+    first = r.findings[0]
+    assert (r.oracle, r.message) == (first.oracle, first.message)
+    assert load_trace(out / r.trace) == load_trace(out / first.trace)
+    # Each finding has its own shrunk trace, named by its signature, that still breaks the same
+    # rule at the same kind of step.
+    for f in r.findings:
+        assert f.trace == f"traces/{trace_name('fuzz-cache', f.signature)}.json"
+        trace = load_trace(out / f.trace)
+        assert f.steps == len(trace.steps) <= f.found_steps
+        with pytest.raises(Violation) as got:
+            play(lambda c: __import__("two_defects").TwoDefects(c), trace)
+        assert signature(got.value, trace) == f.signature
+    assert json.loads((out / "r.json").read_text())["format"] == FORMAT
+
+
+def test_a_signature_names_oracle_rules_kind_of_step_and_the_engines_error(two):
+    _, report = two
+    by = {tuple(sorted(f.behaviours)): f for f in report.results[0].findings}
+    raised = by[("FAULT-2",)]
+    assert raised.signature.startswith("faults/FAULT-2/")
+    assert raised.signature.endswith("/RuntimeError@insert") and raised.error
+    assert raised.kind in ("insert", "extend")
+    pinned = by[("EVICT-1", "PIN-2")]
+    assert pinned.signature == f"{pinned.oracle}/EVICT-1+PIN-2/{pinned.kind}"
+    assert pinned.error is None
+
+
+def test_an_expectation_naming_one_finding_still_reports_the_other(two, tmp_path):
+    _, report = two
+    r = report.results[0]
+    known = [f for f in r.findings if f.behaviours == ["FAULT-2"]]
+    entries = "".join(f'[[known]]\ncase = "fuzz-cache"\nsignature = "{f.signature}"\n'
+                      'reason = "long inserts raise"\nreference = "example/engine#1"\n\n'
+                      for f in known)
+    path = tmp_path / "known.toml"
+    path.write_text(f'engine = "{ENGINE}"\n\n{entries}')
+    out = compare(report.model_copy(deep=True), load_expectations(path), path)
+    assert out["regression"] == ["fuzz-cache"]
+    judged = report.model_copy(deep=True)
+    compare(judged, load_expectations(path), path)
+    new = judged.results[0].unexpected
+    assert new and all("EVICT-1+PIN-2" in s or "FAULT-2" not in s for s in new)
+    assert any("EVICT-1+PIN-2" in s for s in new)
+    assert "EVICT-1+PIN-2" in junit_xml(judged, tmp_path)
+    # Naming every finding: as expected. A whole-case entry still works as before.
+    every = "".join(f'[[known]]\ncase = "fuzz-cache"\nsignature = "{f.signature}"\n'
+                    'reason = "known"\nreference = "example/engine#1"\n\n' for f in r.findings)
+    path.write_text(f'engine = "{ENGINE}"\n\n{every}')
+    assert compare(report.model_copy(deep=True), load_expectations(path),
+                   path)["expected"] == ["fuzz-cache"]
+    path.write_text(f'engine = "{ENGINE}"\n\n[[known]]\ncase = "fuzz-cache"\nstatus = "FAIL"\n'
+                    'reason = "known"\nreference = "example/engine#1"\n')
+    assert compare(report.model_copy(deep=True), load_expectations(path),
+                   path)["expected"] == ["fuzz-cache"]
+
+
+@pytest.mark.parametrize("text, where", [
+    ('[[known]]\ncase = "fuzz-cache"\nreason = "r"\nreference = "a/b#1"\n', "status"),
+    ('[[known]]\ncase = "fuzz-cache"\nsignature = "x/A-1/insert"\nstatus = "ERROR"\n'
+     'reason = "r"\nreference = "a/b#1"\n', "FAIL"),
+    ('[[known]]\ncase = "fuzz-cache"\nsignature = "x/A-1/insert"\nreason = "r"\n'
+     'reference = "a/b#1"\n[[known]]\ncase = "fuzz-cache"\nstatus = "FAIL"\nreason = "r"\n'
+     'reference = "a/b#1"\n', "keep one kind"),
+])
+def test_signature_entries_are_checked_on_loading(tmp_path, text, where):
+    from kvconf.conformance.errors import KitError
+
+    path = tmp_path / "bad.toml"
+    path.write_text(f'engine = "e"\n\n{text}')
+    with pytest.raises(KitError, match=where):
+        load_expectations(path)
+
+
+def test_the_findings_are_the_same_with_one_worker_or_two(two, tmp_path):
+    out, report = two
+    want = [(f.signature, (out / f.trace).read_text()) for f in report.results[0].findings]
+    for jobs in (1, 2):
+        got = _run(tmp_path / str(jobs), jobs=jobs).results[0]
+        assert [(f.signature, (tmp_path / str(jobs) / f.trace).read_text())
+                for f in got.findings] == want
+
+
+def test_units_merge_their_findings_by_signature():
+    def unit(index: int, status: Status, *sigs: str) -> CaseResult:
+        return CaseResult(case="c", status=status, behaviours=[], duration_s=0.0,
+                          message=sigs[0] if sigs else "", repeats=1 if sigs else None,
+                          findings=[Finding(signature=s, unit=index) for s in sigs],
+                          units=[UnitResult(index=index, of=3, status=status)])
+
+    merged = combine([unit(2, Status.FAIL, "a", "c"), unit(0, Status.PASS),
+                      unit(1, Status.FAIL, "b", "a")], "passed")
+    assert merged.status is Status.FAIL and merged.message == "b"  # the first failing unit's
+    assert [(f.signature, f.unit) for f in merged.findings] == [("b", 1), ("a", 1), ("c", 2)]
+    assert merged.repeats == 3  # two skipped inside units, one across them
+    # A unit that ends the case (ERROR, CRASH, TIMEOUT) still cuts off the ones after it.
+    cut = combine([unit(0, Status.FAIL, "a"), unit(1, Status.CRASH), unit(2, Status.FAIL, "z")],
+                  "passed")
+    assert [f.signature for f in cut.findings] == ["a"] and len(cut.units) == 2
+
+
+def test_reports_list_every_finding_and_older_formats_load(two, tmp_path):
+    out, report = two
+    inputs = load_inputs([out / "r.json"])
+    md, html = build(inputs, tmp_path / "site")
+    text = md.read_text()
+    for f in report.results[0].findings:
+        assert f.signature in text and f.signature in html.read_text()
+    old = json.loads((out / "r.json").read_text())
+    old["format"] = "kvconf-report/3"
+    for r in old["results"]:
+        for key in ("findings", "repeats", "unexpected"):
+            r.pop(key, None)
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert load_report(tmp_path / "old.json").results[0].findings == []
