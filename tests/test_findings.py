@@ -174,3 +174,30 @@ def test_reports_list_every_finding_and_older_formats_load(two, tmp_path):
             r.pop(key, None)
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert load_report(tmp_path / "old.json").results[0].findings == []
+
+
+@pytest.mark.behaviours("REQ-4", "REQ-5")
+def test_a_scheduler_defect_every_workload_meets_first_no_longer_hides_another(tmp_path):
+    """TokenSpeed's radix-era revisions: failed writebacks treated as done fail nearly every
+    workload first; the refused Abort behind them must be a finding of the same run."""
+    from functools import partial
+
+    from two_defects import FailedWritebackAndAbortRaises
+
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.engine.features import Feature
+    from kvconf.conformance.running.runner import RunContext, run_case
+
+    profile = PROFILES["ci"]
+    ctx = RunContext("t", None, EngineConfig(), 0, profile, Budget(examples=60), tmp_path,
+                     sched_factory=partial(ReferenceSchedulerAdapter,
+                                           scheduler_cls=FailedWritebackAndAbortRaises),
+                     features=frozenset({Feature.SCHEDULER}))
+    r = run_case(ctx, select_cases(["fuzz-scheduler"])[0])
+    assert r.status is Status.FAIL
+    assert {("REQ-5",), ("FAULT-2", "REQ-4")} <= _rules(r)
+    for f in r.findings:
+        assert (tmp_path / f.trace).is_file() and f.kind == "workload"
+    # The kill matrix still stops at the first finding.
+    ctx.first_only = True
+    assert len(run_case(ctx, select_cases(["fuzz-scheduler"])[0]).findings) == 1

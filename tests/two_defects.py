@@ -14,6 +14,7 @@ import os
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.mutants import cache as mutants
+from kvconf.conformance.mutants.scheduler import AbortRaisesWhileWritingBack, FailedWritebackIsDone
 
 MUTANT = getattr(mutants, os.environ.get("TWO_DEFECTS_MUTANT", "EvictsPinned"))
 
@@ -28,3 +29,9 @@ class TwoDefects(ReferenceCacheAdapter):
         if namespace == 1 and len(tokens) >= 6 * self.page_size:
             raise RuntimeError("the engine's own bug on long inserts")
         return super().insert(namespace, tokens, pages)
+
+
+class FailedWritebackAndAbortRaises(FailedWritebackIsDone, AbortRaisesWhileWritingBack):
+    """The scheduler level's two defects of TokenSpeed's radix-era revisions (issue 21): a
+    failed writeback taken as done (REQ-5, E-1), met first by nearly every workload, and an
+    Abort refused while the request's writeback is in flight (REQ-4, E-2)."""
