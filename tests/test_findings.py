@@ -201,3 +201,22 @@ def test_a_scheduler_defect_every_workload_meets_first_no_longer_hides_another(t
     # The kill matrix still stops at the first finding.
     ctx.first_only = True
     assert len(run_case(ctx, select_cases(["fuzz-scheduler"])[0]).findings) == 1
+
+
+def test_shards_merge_to_the_same_findings_with_their_traces(two, tmp_path):
+    from kvconf.conformance.reporting.merge import merge_reports
+    from kvconf.conformance.running.units import Shard
+
+    out, report = two
+    paths = []
+    for i in (1, 2):
+        part = run_suite(ENGINE, EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                         budget=Budget(examples=60), report_path=tmp_path / f"s{i}" / "r.json",
+                         cases=select_cases(["fuzz-cache"]), jobs=0, shard=Shard(i, 2))
+        assert part.results
+        paths.append(tmp_path / f"s{i}" / "r.json")
+    merged = merge_reports(paths, tmp_path / "m" / "r.json").results[0]
+    assert [f.signature for f in merged.findings] == [
+        f.signature for f in report.results[0].findings]
+    for f in merged.findings:
+        assert (tmp_path / "m" / f.trace).read_text() == (out / f.trace).read_text()
