@@ -310,7 +310,7 @@ def test_a_fuzz_failure_shrinks_to_a_short_trace_that_replays(tmp_path: Path):
     assert (v.oracle, v.behaviours) == ("eviction", ("EVICT-1", "PIN-2"))
 
     shrunk, v2 = shrink(found, v, lambda t: play(planted, t), max_replays=400)
-    assert signature(v2) == signature(v)
+    assert signature(v2, shrunk) == signature(v, found)
     assert len(shrunk.steps) <= min(12, len(found.steps)), [s.op for s in shrunk.steps]
 
     path = tmp_path / "shrunk.json"
@@ -319,5 +319,5 @@ def test_a_fuzz_failure_shrinks_to_a_short_trace_that_replays(tmp_path: Path):
     assert dump_trace(again) == dump_trace(shrunk)
     with pytest.raises(Violation) as e:
         play(planted, again)
-    assert signature(e.value) == signature(v) and e.value.step == v2.step
+    assert signature(e.value, again) == signature(v, found) and e.value.step == v2.step
     play(ReferenceCacheAdapter, again)
