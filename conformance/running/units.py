@@ -86,6 +86,7 @@ def failed(status: Status) -> bool:
 def union(covers: Iterable[Coverage | None]) -> Coverage | None:
     exercised: set[tuple[str, str]] = set()
     illegal: set[tuple[str, str]] = set()
+    pairs: set[tuple[str, str]] = set()
     seen = False
     for c in covers:
         if c is None:
@@ -93,9 +94,10 @@ def union(covers: Iterable[Coverage | None]) -> Coverage | None:
         seen = True
         exercised |= {tuple(p) for p in c.exercised}
         illegal |= {tuple(p) for p in c.illegal}
+        pairs |= {tuple(p) for p in c.pairs}
     if not seen:
         return None
-    return Coverage(exercised=sorted(exercised), illegal=sorted(illegal))
+    return Coverage(exercised=sorted(exercised), illegal=sorted(illegal), pairs=sorted(pairs))
 
 
 def combine(results: Sequence[CaseResult], passed_message: str,
@@ -128,6 +130,11 @@ def combine(results: Sequence[CaseResult], passed_message: str,
         for k, v in u.ops.items():
             ops[k] = ops.get(k, 0) + v
     steps = [u.steps for u in units if u.steps is not None]
-    message = passed_message + (f"; ops played: {dict(sorted(ops.items()))}" if ops else "")
+    # What a unit added to the case's doc: rules its workloads could not judge, said once.
+    notes = dict.fromkeys(n for _u, r in taken if r.message.startswith(passed_message + "; ")
+                          for n in r.message[len(passed_message) + 2:].split("; ")
+                          if n.endswith(" not judged") or " not judged:" in n)
+    message = "; ".join([passed_message, *notes]) + (
+        f"; ops played: {dict(sorted(ops.items()))}" if ops else "")
     return last.model_copy(update={**update, "steps": sum(steps) if steps else None,
                                    "message": message})
