@@ -275,7 +275,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         "A loadback in flight keeps its host source pinned after the caller's own lock on it "
         "is released (E-21): a host eviction before the ack frees nothing.",
-        requires=Requires(device_pages=2, host_pages=2),  # the 2-page prompt on each tier
+        requires=Requires(device_pages=4, host_pages=4),  # a 4-page prompt on each tier
     ),
     Scenario(
         "failed-writeback-is-not-success",
