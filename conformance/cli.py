@@ -586,6 +586,12 @@ def _print_results(report, console: Console | None = None) -> None:
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
     console.print(summary)
+    pairs = (report.run_info.coverage or {}).get("feature_pairs")
+    if pairs:  # the swarm's goal: every pair of declared switches played together
+        missed = pairs["missed"]
+        console.print(f"feature pairs: {pairs['reached']}/{pairs['total']} reached"
+                      + (f"; NEVER REACHED: {', '.join(missed)}" if missed else ""),
+                      highlight=False)
     exp = report.run_info.expectations
     if exp is not None:
         console.print(f"against {exp['file']}: {len(exp['expected'])} as expected, "

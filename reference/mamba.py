@@ -43,6 +43,7 @@ class MambaEntryView:
     host: int | None
     protect: int
     busy: int
+    tokens: tuple[int, ...] = ()  # the prefix the state summarises (MAMBA-10 reads it)
 
 
 @dataclass(slots=True, frozen=True)
@@ -167,6 +168,7 @@ class MambaCache:
         return MambaView(
             {t: tuple(o) for t, o in self.owners.items()},
             {t: tuple(f) for t, f in self.free_slots.items()},
-            tuple(MambaEntryView(e.id, e.namespace, e.depth, e.device, e.host, e.protect, e.busy)
+            tuple(MambaEntryView(e.id, e.namespace, e.depth, e.device, e.host, e.protect, e.busy,
+                                 e.tokens)
                   for e in sorted(self.entries.values(), key=lambda e: e.id)),
         )

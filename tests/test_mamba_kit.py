@@ -31,6 +31,7 @@ CATCHES = {
     "SharedResumeSource": ("sched-mamba-reuse", "mamba-content", "MAMBA-6"),
     "FinishKeepsCheckpoint": ("sched-mamba-reuse", "mamba-ownership", "MAMBA-8"),
     "NoWorkingFallback": ("sched-mamba-finish-fallback", "mamba-ownership", "MAMBA-7"),
+    "NoReuseWithMamba": ("sched-mamba-reuse", "hybrid-reuse", "MAMBA-10"),
 }
 
 
@@ -48,7 +49,7 @@ def test_every_planted_mamba_defect_has_an_expected_catch() -> None:
 
 
 @pytest.mark.behaviours("MAMBA-1", "MAMBA-2", "MAMBA-3", "MAMBA-4", "MAMBA-5", "MAMBA-6",
-                        "MAMBA-8")
+                        "MAMBA-8", "MAMBA-10")
 @pytest.mark.parametrize("name", sorted(PLANTED_MAMBA))
 def test_a_mamba_workload_catches_planted_defect(name: str) -> None:
     workload, oracle, behaviour = CATCHES[name]
@@ -108,3 +109,23 @@ def test_shadow_states_follow_the_copy_rule() -> None:
 def test_mamba_and_l3_are_not_combined() -> None:
     with pytest.raises(ValueError, match=r"config\.mamba"):
         SchedTrace(config=SchedConfig(mamba=True, l3_store=True))
+
+
+@pytest.mark.behaviours("MAMBA-10")
+def test_hybrid_reuse_is_judged_white_box_and_said_unjudged_black_box() -> None:
+    """MAMBA-10 is active with Mamba on: the reference reuses every prefix whose KV and state
+    its cache holds; without a snapshot the driver says the rule was not judged."""
+    from kvconf.conformance.scheduler.driver import SchedulerDriver
+
+    sc = scenario("sched-mamba-reuse")
+    driver = play_sched(factory(), sc.trace)
+    assert driver.hybrid_reuse is not None and not driver.unjudged
+
+    class BlackBox(ReferenceSchedulerAdapter):
+        @property
+        def features(self):
+            from kvconf.conformance.engine.features import Feature
+            return super().features - {Feature.SNAPSHOT}
+
+    d = SchedulerDriver(BlackBox(sc.trace.config), sc.trace)
+    assert d.hybrid_reuse is None and d.unjudged and "MAMBA-10" in d.unjudged[0]

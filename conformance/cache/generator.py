@@ -261,6 +261,41 @@ def cache_machine(
             self._transfer(LoadbackStep, Tier.HOST, k, later, success)
 
         @precondition(lambda self: self.later)
+        @rule(k=pick, what=st.sampled_from(["unlock", "evict", "match", "all", "all"]),
+              pages=st.integers(1, 4), ack=st.booleans())
+        def race(self, k: int, what: str, pages: int, ack: bool) -> None:
+            """Races on purpose: while a held-back copy is in flight, act on its own prefix:
+            release the caller's lock on it before the ack, evict on its source tier, match it
+            again (locked on the other tier), or all of these; then perhaps the ack lands.
+            Left to the other rules, the three meet only at budgets far above ``ci``."""
+            i = k % len(self.later)
+            ref = self.later[i]
+            copy = self.trace.steps[ref]
+            src = Tier.DEVICE if isinstance(copy, WritebackStep) else Tier.HOST
+            held = copy.step  # the caller's lock the copy was started from
+            found = self.trace.steps[held]
+            if what in ("match", "all") and isinstance(found, MatchStep):
+                self.match(found.ns, found.tokens,
+                           Tier.HOST if src is Tier.DEVICE else Tier.DEVICE)
+            if what in ("unlock", "all") and held in self.live[src]:
+                self._release(held)
+            if what in ("evict", "all"):
+                self.evict(src, pages)
+            if ack and ref in self.later:
+                self.later.remove(ref)
+                self._do(AckStep(step=ref, success=True))
+
+        @precondition(lambda self: self.prompts)
+        @rule(k=pick, offload=st.booleans(), what=st.sampled_from(["unlock", "evict", "all"]),
+              pages=st.integers(1, 4))
+        def loadback_race(self, k: int, offload: bool, what: str, pages: int) -> None:
+            """A loadback held back, then a race on its prefix (``race``) before its ack."""
+            before = len(self.later)
+            self.reload(k, True, offload)
+            if len(self.later) > before:
+                self.race(len(self.later) - 1, what, pages, False)
+
+        @precondition(lambda self: self.later)
         @rule(k=pick, success=st.sampled_from([True, True, True, False]))
         def ack(self, k: int, success: bool) -> None:
             ref = self.later.pop(k % len(self.later))

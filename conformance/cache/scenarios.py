@@ -257,6 +257,27 @@ SCENARIOS: tuple[Scenario, ...] = (
         requires=Requires(device_pages=4, host_pages=4),  # a 4-page prompt on each tier
     ),
     Scenario(
+        "loadback-keeps-host-source",
+        ("HOST-3", "PIN-2", "PIN-1"),
+        frozenset({Feature.HOST_TIER}),
+        (
+            InsertStep(tokens=[1, 2, 3, 4]),
+            MatchStep(tokens=[1, 2, 3, 4, 42], lock=D),
+            WritebackStep(step=1, expect=E(started=True)),
+            UnlockStep(step=1),
+            EvictStep(tier=D, pages=100),
+            MatchStep(tokens=[1, 2, 3, 4, 42], lock=H, expect=E(device_len=0, host_len=4)),
+            LoadbackStep(step=5, ack="later", expect=E(started=True)),
+            UnlockStep(step=5),
+            EvictStep(tier=H, pages=100, expect=E(evicted=0)),
+            AckStep(step=6),
+            MatchStep(tokens=[1, 2, 3, 4], expect=E(device_len=4, host_len=4)),
+        ),
+        "A loadback in flight keeps its host source pinned after the caller's own lock on it "
+        "is released (E-21): a host eviction before the ack frees nothing.",
+        requires=Requires(device_pages=4, host_pages=4),  # a 4-page prompt on each tier
+    ),
+    Scenario(
         "failed-writeback-is-not-success",
         ("HOST-4",),
         frozenset({Feature.HOST_TIER}),

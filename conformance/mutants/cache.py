@@ -286,6 +286,24 @@ class EvictableOffByOne(PrefixCache):
         return freed
 
 
+class UnlockDropsTransferPin(PrefixCache):
+    """PIN-2 / HOST-3 / E-21: releasing a caller's host lock on a node whose loadback is still in
+    flight also releases the loadback's own pin on its host source: a host eviction that then
+    reaches the path frees the pages the copy still reads. Only a race shows it: a loadback held
+    back, the caller's lock released before its ack, and a host eviction, together."""
+
+    def unlock(self, handle: int) -> None:
+        lock = dict(self._locks.items()).get(handle)
+        super().unlock(handle)
+        if lock is None or lock.internal:
+            return
+        for t in self._transfers.values():
+            if t.kind == "loadback" and t.node is lock.node and t.locks \
+                    and lock.tier is t.src_tier:
+                for n in self._locks.release(t.locks.pop(0), internal=True).path():
+                    self._victims.offer(n)
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
@@ -294,6 +312,6 @@ PLANTED = {
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
         NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages, EvictionDropsHostCopy,
-        WritebackNeverRetired, EvictableOffByOne,
+        WritebackNeverRetired, EvictableOffByOne, UnlockDropsTransferPin,
     )
 }

@@ -125,3 +125,16 @@ PLANTED_MAMBA = {
                 RetractStateUnprotected, SharedResumeSource, FinishKeepsCheckpoint,
                 NoWorkingFallback)
 }
+
+
+class NoReuseWithMamba(Scheduler):
+    """MAMBA-10 / E-20: with state slots configured, no cached prefix is ever reused (only a
+    retracted request's own protected state): every hybrid request prefills from scratch."""
+
+    def _mamba_reuse(self, r, m):
+        if r.mstate is not None:
+            return super()._mamba_reuse(r, m)
+        return self.cache.match(r.spec.namespace, r.tokens[:0]), (None, None)
+
+
+PLANTED_MAMBA["NoReuseWithMamba"] = NoReuseWithMamba

@@ -16,6 +16,7 @@ from kvconf.conformance.oracles.pinned import PinnedHostOracle
 from kvconf.conformance.oracles.pinning import PinOracle
 from kvconf.conformance.oracles.process import ProcessOracle
 from kvconf.conformance.oracles.scheduler import (
+    HybridReuseOracle,
     LivenessOracle,
     PlanOracle,
     RequestStateOracle,
@@ -49,9 +50,9 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
 MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, PageHashOracle)
 # Oracles of the scheduler-level driver (conformance.sched_driver).
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
-    PlanOracle, RequestStateOracle, ReuseOracle, RuntimeEventOracle, LivenessOracle,
-    SchedContentOracle, SchedEventOracle, L3Oracle, MambaContentOracle, MambaOwnershipOracle,
-    TransferOracle, CounterOracle, RestOracle,
+    PlanOracle, RequestStateOracle, ReuseOracle, HybridReuseOracle, RuntimeEventOracle,
+    LivenessOracle, SchedContentOracle, SchedEventOracle, L3Oracle, MambaContentOracle,
+    MambaOwnershipOracle, TransferOracle, CounterOracle, RestOracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = tuple(dict.fromkeys((
     *STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle, WindowConfigOracle, PinnedHostOracle,

@@ -289,6 +289,68 @@ class ReuseOracle(Oracle):
                             f"published {best} of its prefix before it was scheduled")
 
 
+def _kv_depth(cache, ns: int, tokens, page_size: int) -> int:
+    """How deep ``tokens`` is cached in ``cache`` (a CacheSnapshot) in namespace ``ns``, on
+    device or host, by whole pages, through nodes with no transfer pending."""
+    root = cache.roots.get(ns)
+    if root is None:
+        return 0
+    children: dict[int, list] = {}
+    for n in cache.nodes:
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(n)
+    def common(n) -> int:
+        k = 0
+        while k < len(n.key) and depth + k < len(tokens) and n.key[k] == tokens[depth + k]:
+            k += 1
+        return k
+
+    node, depth = root, 0
+    while True:
+        best = max(children.get(node, ()), key=common, default=None)
+        if best is None or best.pending is not None or (best.device is None
+                                                        and best.host is None):
+            break
+        k = common(best)
+        depth += k
+        if k == 0 or k < len(best.key):
+            break
+        node = best.id
+    return (depth // page_size) * page_size
+
+
+class HybridReuseOracle(Oracle):
+    """MAMBA-10: with Mamba on, a request's first chunk reuses the deepest prefix of its prompt
+    whose KV and a state of exactly that depth the cache held, unprotected and idle, from before
+    the plan that admitted it to after it (white-box: the snapshots tell what was held)."""
+
+    name = "hybrid-reuse"
+    behaviours = ("MAMBA-10",)
+
+    def check_admit(self, row, req: Live, page_size: int, before, after) -> None:
+        if before is None or after is None or before.mamba is None or after.mamba is None:
+            return
+        kept = {e.id: e for e in after.mamba.entries}
+        limit = len(req.tokens) - 1  # the last token is always computed (PLAN-4)
+        best = 0
+        for e in before.mamba.entries:
+            late = kept.get(e.id)
+            if late is None or e.namespace != req.ns or not e.tokens or e.depth > limit \
+                    or e.depth <= best or tuple(req.tokens[: e.depth]) != tuple(e.tokens):
+                continue
+            if e.protect or late.protect or e.busy or (e.device is None and e.host is None) \
+                    or (late.device is None and late.host is None):
+                continue
+            if min(_kv_depth(before.cache, req.ns, req.tokens, page_size),
+                   _kv_depth(after.cache, req.ns, req.tokens, page_size)) < e.depth:
+                continue
+            best = e.depth
+        if row.reused < best:
+            raise self.fail("MAMBA-10", f"{req.rid} reuses {row.reused} tokens but the cache held "
+                            f"the KV and the state of depth {best} of its prompt before and "
+                            "after the plan that admitted it")
+
+
 class LivenessOracle(Oracle):
     name = "liveness"
     behaviours = ("LIVE-1", "L3-2", "PLAN-9", "MAMBA-9")

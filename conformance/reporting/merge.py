@@ -95,7 +95,7 @@ def merge_reports(paths: list[Path], out: Path | None = None) -> Report:
         "interrupted": any(i.interrupted for i in infos),
         "not_run": sorted({c for i in infos for c in i.not_run}),
         "expectations": None,
-        "coverage": transition_coverage(union(r.coverage for r in results)),
+        "coverage": transition_coverage(union(r.coverage for r in results), infos[0].features),
     })
     merged = Report(run_info=info, results=results).summarize()
     if out is not None:

@@ -45,6 +45,7 @@ class Coverage(BaseModel):
 
     exercised: list[tuple[str, str]] = []
     illegal: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str]] = []  # configuration switches played together (swarm)
 
 
 class UnitResult(BaseModel):

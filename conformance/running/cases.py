@@ -77,6 +77,7 @@ class RunContext:
     features: frozenset[Feature] = frozenset()
     exercised: set[tuple[str, str]] = field(default_factory=set)
     illegal: set[tuple[str, str]] = field(default_factory=set)
+    pairs: set[tuple[str, str]] = field(default_factory=set)  # switches played together
     memory: MemoryFactory = shadow_memory  # the runtime's KV: a dict, or gpu_harness's tensors
     memory_only: bool = False  # judge by the memory oracles alone
     unit: Unit | None = None  # the slice of a fuzz case being run (None: the whole budget)

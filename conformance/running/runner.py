@@ -287,12 +287,15 @@ def fuzz_namespaces(config: SchedConfig, features: frozenset[Feature]) -> int:
     return config.max_adapters + 2 if config.max_adapters else 2
 
 
-def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
+def sched_fuzz_case(name: str, config: SchedConfig | None, doc: str,
                     needs: frozenset[Feature] = frozenset()) -> Case:
-    behaviours = tuple(b for b in SCHED_FUZZ_BEHAVIOURS
-                       if (config.l3_store or not b.startswith("L3-"))
-                       and (config.mamba or not b.startswith("MAMBA-"))
-                       and (config.max_adapters or b != "PLAN-9"))
+    """A scheduler fuzz case at one configuration, or with ``config`` None the swarm: each
+    workload draws its configuration from the switches the engine declares."""
+    behaviours = SCHED_FUZZ_BEHAVIOURS if config is None else tuple(
+        b for b in SCHED_FUZZ_BEHAVIOURS
+        if (config.l3_store or not b.startswith("L3-"))
+        and (config.mamba or not b.startswith("MAMBA-"))
+        and (config.max_adapters or b != "PLAN-9"))
 
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
@@ -310,8 +313,8 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
             with import_independent_draws():
                 fuzz_sched(ctx.sched_factory, config, budget.examples, budget.seconds,
                            ctx.seed, holder, ctx,
-                           namespaces=fuzz_namespaces(config, ctx.features), stream=stream,
-                           database=ctx.db(name),
+                           namespaces=fuzz_namespaces(config, ctx.features) if config else 1,
+                           stream=stream, database=ctx.db(name),
                            on_finding=found.add if not ctx.first_only else None)
         except Violation as v:  # the first finding ends the search (``first_only``)
             found.add(holder["trace"], v)
@@ -319,9 +322,11 @@ def sched_fuzz_case(name: str, config: SchedConfig, doc: str,
             return _findings_result(name, behaviours, found, t0, holder.get("examples"),
                                     _unit(ctx, Status.FAIL, holder.get("examples"), None),
                                     lambda t: len(t.arrivals))
+        notes = sorted(holder.get("unjudged", ()))  # rules the workloads could not judge
         return CaseResult(case=name, status=Status.PASS, behaviours=list(behaviours),
                           duration_s=round(time.perf_counter() - t0, 4),
-                          examples=holder.get("examples"), message=doc,
+                          examples=holder.get("examples"),
+                          message="; ".join([doc, *notes]),
                           units=_unit(ctx, Status.PASS, holder.get("examples"), None))
 
     return Case(name, behaviours, needs | {Feature.SCHEDULER}, run, fuzz=True, doc=doc)
@@ -368,6 +373,11 @@ def all_cases() -> list[Case]:
         "workloads over an L3 store with a 4-page host tier: every prefetch must make room on "
         "host, so the order of pinning and eviction shows", frozenset({Feature.L3_STORE})))
     cases.append(sched_fuzz_case(
+        "fuzz-scheduler-swarm", None,
+        "workloads each on a configuration of its own, drawn from the switches the engine "
+        "declares (Mamba, L3, window, namespaces, adapter cap, host tier, mid-flight publish, "
+        "mixed batches) and from page, pool and batch sizes: every pair of switches together"))
+    cases.append(sched_fuzz_case(
         "fuzz-scheduler-mamba", MAMBA_FUZZ,
         "workloads with Mamba state slots under a 4-token sliding window, on a small device "
         "with few state slots: retraction, eviction and recovery of states",
@@ -386,11 +396,27 @@ def select_cases(names: list[str] | None) -> list[Case]:
     return [known[n] for n in names]
 
 
-def transition_coverage(cover: Coverage | None) -> dict | None:
+def transition_coverage(cover: Coverage | None, features=None) -> dict | None:
     """Which (state, event) pairs of the request table the run took, and which illegal runtime
-    events it tried (and saw rejected) in which state."""
+    events it tried (and saw rejected) in which state; with the engine's ``features`` (names),
+    which pairs of the configuration switches it declares the fuzz cases played together."""
     if cover is None:
         return None
+    out = _state_coverage(cover)
+    if features is not None and cover.pairs:
+        from kvconf.conformance.engine.features import parse_features
+        from kvconf.conformance.scheduler.generator import declared_pairs
+
+        known = {f.value for f in Feature}
+        want = declared_pairs(parse_features([f for f in features if f in known]))
+        reached = {tuple(p) for p in cover.pairs}
+        out["feature_pairs"] = {
+            "reached": sum(1 for p in want if p in reached), "total": len(want),
+            "missed": [f"{a}+{b}" for a, b in want if (a, b) not in reached]}
+    return out
+
+
+def _state_coverage(cover: Coverage) -> dict:
     exercised = {tuple(p) for p in cover.exercised}
     tried_any = {tuple(p) for p in cover.illegal}
     legal = sorted((s.value, e.value) for s, e in TRANSITIONS)
@@ -461,7 +487,7 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     """Run one unit of ``case`` in this process. An exception of the engine outside any driver
     call (its factory, say) is ERROR with its traceback; a kit error propagates."""
     ctx.unit = unit
-    ctx.exercised, ctx.illegal = set(), set()
+    ctx.exercised, ctx.illegal, ctx.pairs = set(), set(), set()
     if case.fuzz:
         ctx.meter = progress.Meter(case.name, unit.label if unit else case.name,
                                    unit.budget if unit else ctx.budget)
@@ -479,8 +505,9 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     finally:
         ctx.unit = None
         ctx.meter = None
-    if ctx.exercised or ctx.illegal:
-        result.coverage = Coverage(exercised=sorted(ctx.exercised), illegal=sorted(ctx.illegal))
+    if ctx.exercised or ctx.illegal or ctx.pairs:
+        result.coverage = Coverage(exercised=sorted(ctx.exercised), illegal=sorted(ctx.illegal),
+                                   pairs=sorted(ctx.pairs))
         if result.units:
             result.units[0].coverage = result.coverage
     if result.units:
@@ -599,7 +626,7 @@ class Campaign:
         self.partial.pop(result.case, None)
         self.report.results = sorted(self.settled.values(), key=lambda r: self.order[r.case])
         self.report.run_info.coverage = transition_coverage(
-            union(r.coverage for r in self.report.results))
+            union(r.coverage for r in self.report.results), self.report.run_info.features)
         self.write()
         if self.on_result:
             self.on_result(result)

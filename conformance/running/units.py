@@ -95,6 +95,7 @@ def ends(status: Status) -> bool:
 def union(covers: Iterable[Coverage | None]) -> Coverage | None:
     exercised: set[tuple[str, str]] = set()
     illegal: set[tuple[str, str]] = set()
+    pairs: set[tuple[str, str]] = set()
     seen = False
     for c in covers:
         if c is None:
@@ -102,9 +103,10 @@ def union(covers: Iterable[Coverage | None]) -> Coverage | None:
         seen = True
         exercised |= {tuple(p) for p in c.exercised}
         illegal |= {tuple(p) for p in c.illegal}
+        pairs |= {tuple(p) for p in c.pairs}
     if not seen:
         return None
-    return Coverage(exercised=sorted(exercised), illegal=sorted(illegal))
+    return Coverage(exercised=sorted(exercised), illegal=sorted(illegal), pairs=sorted(pairs))
 
 
 def combine(results: Sequence[CaseResult], passed_message: str,
@@ -132,7 +134,10 @@ def combine(results: Sequence[CaseResult], passed_message: str,
               "coverage": union(u.coverage for u in units)}
     bad = next(((u, r) for u, r in taken if failed(u.status)), None)
     if bad is not None:
-        findings, dropped = merge(r.findings for _, r in taken)
+        # A shard's result carries several units' findings: each is taken with its own unit,
+        # so where units share a signature the lowest unit's finding (and trace) is kept.
+        findings, dropped = merge([f for f in r.findings if f.unit in (None, u.index)]
+                                  for u, r in taken)
         repeats = [r.repeats for _, r in taken if r.repeats is not None]
         if findings:
             update["findings"] = findings
@@ -146,6 +151,11 @@ def combine(results: Sequence[CaseResult], passed_message: str,
         for k, v in u.ops.items():
             ops[k] = ops.get(k, 0) + v
     steps = [u.steps for u in units if u.steps is not None]
-    message = passed_message + (f"; ops played: {dict(sorted(ops.items()))}" if ops else "")
+    # What a unit added to the case's doc: rules its workloads could not judge, said once.
+    notes = dict.fromkeys(n for _u, r in taken if r.message.startswith(passed_message + "; ")
+                          for n in r.message[len(passed_message) + 2:].split("; ")
+                          if n.endswith(" not judged") or " not judged:" in n)
+    message = "; ".join([passed_message, *notes]) + (
+        f"; ops played: {dict(sorted(ops.items()))}" if ops else "")
     return last.model_copy(update={**update, "steps": sum(steps) if steps else None,
                                    "message": message})

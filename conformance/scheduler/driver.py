@@ -20,6 +20,7 @@ from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, Tra
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
 from kvconf.conformance.oracles.scheduler import (
+    HybridReuseOracle,
     Live,
     LivenessOracle,
     PlanOracle,
@@ -90,8 +91,24 @@ class SchedulerDriver:
         # PLAN-7 holds every engine to mid-flight publish while the workload's switch is on
         # (D381-1): an engine that publishes at finish only fails it, whatever it declares.
         c = trace.config
-        self.reuse = (ReuseOracle() if not memory_only and c.publish_mid_flight
-                      and not c.sliding_window and not c.mamba else None)
+        # Black-box, a publisher is known pushed off the device only by its retraction's copy:
+        # with no host tier there is none, so PLAN-7 needs a snapshot there (said, not skipped).
+        owed = not memory_only and c.publish_mid_flight and not c.sliding_window and not c.mamba
+        self.reuse = ReuseOracle() if owed and (self.white or c.host_pages) else None
+        # MAMBA-10: with Mamba on, states are published at finish (MAMBA-7), so the reuse owed
+        # is the deepest prefix whose KV and state of that depth the cache holds; judged from
+        # the snapshots before and after the admitting plan. Black-box it cannot be judged: the
+        # driver says so (``unjudged``) and the case's message carries it.
+        self.hybrid_reuse = (HybridReuseOracle() if not memory_only and c.mamba and self.white
+                             else None)
+        self.unjudged: list[str] = (
+            ["MAMBA-10 (hybrid reuse) not judged: the engine offers no snapshot, so which "
+             "states and KV its cache held is unknown"]
+            if c.mamba and not self.white and not memory_only else [])
+        if owed and self.reuse is None:
+            self.unjudged.append("PLAN-7 (mid-flight reuse) not judged: with no host tier and "
+                                 "no snapshot, a publisher retracted without a copy is unknown")
+        self.before_plan = None  # the snapshot before the current plan (MAMBA-10)
         self.events = RuntimeEventOracle()
         # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
         # EVENT-8: an engine that announces only reusable boundaries names parents it never
@@ -221,6 +238,8 @@ class SchedulerDriver:
         taken = getattr(self.engine, "transitions", None)
         if taken is not None:
             self.exercised.update(taken())
+        if phase == "plan":
+            self.before_plan = self.snap
         self.snap = after
         self._account(phase)
 
@@ -395,6 +414,9 @@ class SchedulerDriver:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
                 self.reuse.check_admit(row, req, self.live, self.p, step, self.snap)
+            if row.kind == "prefill" and row.rid not in self.started \
+                    and self.hybrid_reuse is not None:
+                self.hybrid_reuse.check_admit(row, req, self.p, self.before_plan, self.snap)
             if row.kind == "prefill" and self.l3 is not None:
                 self.l3.first_chunk(row)
             self.started.add(row.rid)

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
-from kvconf.conformance.scheduler.driver import SchedulerDriver
+from kvconf.conformance.scheduler.driver import SchedulerDriver, sample
 from kvconf.conformance.scheduler.trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 
 ACKS = st.lists(st.sampled_from(["now", "now", "later", "fail"]), max_size=6)
@@ -26,14 +27,30 @@ L3_ACKS = st.lists(st.sampled_from(["now", "now", "later", "partial", "lose"]), 
 
 @st.composite
 def workloads(draw, config: SchedConfig, max_requests: int = 6,
-              namespaces: int = 2) -> SchedTrace:
+              namespaces: int = 2, sequences: bool = False, gap: int = 2) -> SchedTrace:
+    """With ``sequences``, a prompt may also extend an earlier request's whole sequence (its
+    prompt and the tokens the runtime will sample for it, known from the seed), the prefix a
+    finished request publishes with its state (MAMBA-7, MAMBA-10); ``gap`` bounds the plans
+    between two arrivals."""
+    seed = draw(st.integers(0, 1000)) if sequences else None
     n = draw(st.integers(1, max_requests))
     prompts: list[list[int]] = []
+    # What later prompts are cut from: (tokens, the request whose sequence it is, or None for
+    # a prompt; the plan by which that request has likely finished).
+    bases: list[tuple[list[int], int | None, int]] = []
     arrivals = []
     at = 0
     for i in range(n):
         suffix = draw(st.lists(st.integers(0, 2), min_size=1, max_size=3 * config.page_size))
-        if prompts and draw(st.booleans()):
+        owner, ready = None, 0
+        # With sequences, half the later requests extend an earlier request's whole sequence:
+        # the depth it published at finish, arriving once it has likely finished, in its
+        # namespace; a quarter cut an earlier prompt, a quarter are fresh.
+        kind = (draw(st.integers(0, 3)) if sequences else draw(st.booleans())) if prompts else 0
+        if kind >= 2:
+            base, owner, ready = draw(st.sampled_from([b for b in bases if b[1] is not None]))
+            tokens = base + suffix
+        elif kind:
             base = draw(st.sampled_from(prompts))
             tokens = base[: draw(st.integers(0, len(base)))] + suffix
         else:
@@ -45,8 +62,15 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
             room = (config.device_pages - 1) * config.page_size - new_tokens
             tokens = tokens[: max(1, room)]
         prompts.append(tokens)
-        at += draw(st.integers(0, 2))
+        at = max(at + draw(st.integers(0, gap)), ready)
         ns = draw(st.integers(0, namespaces - 1)) if i else 0
+        if owner is not None:
+            ns = arrivals[owner].ns
+        if seed is not None:
+            done = at + -(-len(tokens) // config.max_tokens) + new_tokens + 3
+            bases.append((tokens, None, 0))
+            bases.append((tokens + [sample(seed, f"r{i}", len(tokens) + j)
+                                    for j in range(new_tokens)], i, done))
         arrivals.append(Arrival(at=at, rid=f"r{i}", ns=ns,
                                 tokens=tokens, new_tokens=new_tokens))
     aborts = [
@@ -67,8 +91,106 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
                 ns = a.ns if draw(st.integers(0, 3)) else draw(st.integers(0, namespaces - 1))
                 preload.append(Preload(ns=ns, tokens=a.tokens[:cut] + more))
         l3 = {"l3_preload": preload, "l3_acks": draw(L3_ACKS)}
-    return SchedTrace(name="fuzz-scheduler", config=config, seed=draw(st.integers(0, 1000)),
+    seed = seed if seed is not None else draw(st.integers(0, 1000))
+    return SchedTrace(name="fuzz-scheduler", config=config, seed=seed,
                       arrivals=arrivals, aborts=aborts, acks=draw(ACKS), **l3)
+
+
+# Swarm testing: the switches of the scheduler's configuration drawn per workload, each with the
+# engine feature that offers it (None: every scheduler engine has it). A workload's switches are
+# read off its trace (``switches``), so every fuzz case records the pairs it played together.
+SWARM_SWITCHES: dict[str, Feature | None] = {
+    "mamba": Feature.MAMBA,
+    "l3_store": Feature.L3_STORE,
+    "sliding_window": Feature.SLIDING_WINDOW,
+    "namespaces": Feature.NAMESPACES,
+    "adapter_cap": Feature.ADAPTER_CAP,
+    "host_tier": Feature.HOST_TIER,
+    "publish_mid_flight": None,
+    "mixed": None,
+}
+# Pairs no configuration holds: the L3 store keeps KV only, so it is never combined with Mamba
+# (chapter mamba, "Left open to engines").
+EXCLUDED_PAIRS = frozenset({("l3_store", "mamba")})
+
+
+def offered(features: frozenset[Feature]) -> list[str]:
+    """The switches an engine declaring ``features`` offers, in a fixed order."""
+    return [name for name, f in SWARM_SWITCHES.items() if f is None or f in features]
+
+
+def declared_pairs(features: frozenset[Feature]) -> list[tuple[str, str]]:
+    """Every pair of offered switches a configuration can hold together (the swarm's goal)."""
+    names = sorted(offered(features))
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+            if (a, b) not in EXCLUDED_PAIRS]
+
+
+def switches(trace: SchedTrace) -> frozenset[str]:
+    """The switches a workload really played: on in its config (namespaces: some request
+    arrives outside the base namespace)."""
+    c = trace.config
+    on = {"mamba": c.mamba, "l3_store": c.l3_store, "sliding_window": c.sliding_window > 0,
+          "namespaces": any(a.ns for a in trace.arrivals), "adapter_cap": c.max_adapters > 0,
+          "host_tier": c.host_pages > 0, "publish_mid_flight": c.publish_mid_flight,
+          "mixed": c.mixed}
+    return frozenset(k for k, v in on.items() if v)
+
+
+def pairs_of(trace: SchedTrace) -> set[tuple[str, str]]:
+    on = sorted(switches(trace))
+    return {(a, b) for i, a in enumerate(on) for b in on[i + 1:]}
+
+
+@st.composite
+def swarm_configs(draw, features: frozenset[Feature]) -> tuple[SchedConfig, int]:
+    """A configuration drawn from what the engine declares, and the namespaces to draw from:
+    each offered switch on or off (swarm testing: every pair of switches is played together,
+    and each one without the others), sizes of pages, pools and batches drawn too, small enough
+    that eviction, retraction and transfers happen. Deterministic under the seed."""
+    on = {name for name in offered(features) if draw(st.booleans())}
+    if {"mamba", "l3_store"} <= on:
+        on.discard(draw(st.sampled_from(["mamba", "l3_store"])))
+    if {"mamba", "sliding_window"} <= on and draw(st.booleans()):
+        on.discard("sliding_window")  # a window publishes nothing: leave Mamba's reuse room
+    if "adapter_cap" in on:
+        on.add("namespaces")  # a cap over one namespace binds nothing
+    if "l3_store" in on:
+        if "host_tier" in offered(features):
+            on.add("host_tier")  # prefetches land on host
+        else:
+            on.discard("l3_store")
+    host = "host_tier" in on
+    page = draw(st.sampled_from([1, 2, 2, 4]))
+    config = SchedConfig(
+        page_size=page,
+        # Tight pools evict and retract; roomy ones keep what finished requests published.
+        device_pages=draw(st.one_of(st.integers(8, 16), st.integers(24, 48))),
+        host_pages=draw(st.integers(4, 12)) if host else 0,
+        max_tokens=draw(st.integers(4, 12)),
+        max_batch=draw(st.integers(1, 4)),
+        max_slots=draw(st.integers(2, 6)),
+        mixed="mixed" in on,
+        publish_mid_flight="publish_mid_flight" in on,
+        sliding_window=draw(st.integers(2, 6)) if "sliding_window" in on else 0,
+        l3_store="l3_store" in on,
+        prefetch_threshold=draw(st.integers(1, 2)) if "l3_store" in on else 1,
+        max_adapters=draw(st.integers(1, 2)) if "adapter_cap" in on else 0,
+        mamba="mamba" in on,
+        mamba_slots=draw(st.integers(3, 12)) if "mamba" in on else 16,
+        mamba_host_slots=(draw(st.integers(1, 4)) if host else 0) if "mamba" in on else 16,
+    )
+    namespaces = (config.max_adapters + 2 if config.max_adapters
+                  else 2 if "namespaces" in on else 1)
+    return config, namespaces
+
+
+@st.composite
+def swarm_workloads(draw, features: frozenset[Feature]) -> SchedTrace:
+    """A workload on a configuration of its own (``swarm_configs``)."""
+    config, namespaces = draw(swarm_configs(features))
+    trace = draw(workloads(config, namespaces=namespaces, sequences=True, gap=4))
+    return trace.model_copy(update={"name": "fuzz-scheduler-swarm"})
 
 
 def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
@@ -114,15 +236,18 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
     return driver
 
 
-def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: float | None,
-               base_seed: int, holder: dict, ctx=None, namespaces: int = 2, stream: int = 0,
-               database=None, on_finding: Callable[[SchedTrace, Violation], None] | None = None
-               ) -> None:
+def fuzz_sched(factory, config: SchedConfig | None, examples: int | None,
+               seconds: float | None, base_seed: int, holder: dict, ctx=None,
+               namespaces: int = 2, stream: int = 0, database=None,
+               on_finding: Callable[[SchedTrace, Violation], None] | None = None,
+               features: frozenset[Feature] | None = None) -> None:
     """Generate workloads until the budget is spent. Without ``on_finding`` the first
     Violation is raised (unshrunk); with it, each failing workload's (trace, violation) goes to
     ``on_finding`` and the search resumes with the next seed for the rest of the budget, so a
     defect every workload reaches cannot hide the others (only the first batch replays from
-    the example ``database``). ``stream`` picks the seeds (a unit's index).
+    the example ``database``). ``stream`` picks the seeds (a unit's index). With no
+    ``config``, each workload draws its own from ``features`` (or the context's): the swarm
+    (``swarm_workloads``).
 
     A probe's finding (the engine accepted an event it must reject) never ends the search: it
     is kept, later workloads are played without probes, and it is reported only when the budget
@@ -134,6 +259,11 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
     deadline = None if seconds is None else time.perf_counter() + seconds
     meter = getattr(ctx, "meter", None)  # progress notes for the display only
     played = 0  # scheduling steps of the workloads that ran to the end (for the notes)
+    if config is None:
+        offer = features if features is not None else getattr(ctx, "features", frozenset())
+        strategy = swarm_workloads(frozenset(offer))
+    else:
+        strategy = workloads(config, namespaces=namespaces)
     reported = False  # a finding went to ``on_finding``
     k = 0
     while True:
@@ -144,7 +274,7 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
         @settings(max_examples=n, deadline=None, database=database, print_blob=False,
                   suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
-        @given(trace=workloads(config, namespaces=namespaces))
+        @given(trace=strategy)
         def test(trace: SchedTrace) -> None:
             nonlocal played
             if meter is not None:
@@ -165,9 +295,12 @@ def fuzz_sched(factory, config: SchedConfig, examples: int | None, seconds: floa
                     raise
                 holder["probe"] = (trace, v)
                 return
-            if ctx is not None:  # transition coverage for the report
+            holder.setdefault("pairs", set()).update(pairs_of(trace))
+            holder.setdefault("unjudged", set()).update(driver.unjudged)
+            if ctx is not None:  # transition and switch-pair coverage for the report
                 ctx.exercised |= driver.exercised
                 ctx.illegal |= driver.illegal
+                ctx.pairs |= pairs_of(trace)
             if meter is not None:
                 played += sum(1 for entry in driver.log if entry[0] == "plan")
 
