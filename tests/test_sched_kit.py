@@ -72,6 +72,8 @@ CATCHES = {
     "AckAfterAbortDropped": ("sched-abort-everywhere", "transfers", "HOST-10"),
     # Nothing is wrong until the workload is done: at rest a lock is still held.
     "AbortKeepsPin": ("sched-abort-everywhere", "at-rest", "POOL-5"),
+    # Its declared hash recomputes (EVENT-4 holds): only comparing namespaces tells (EVENT-5).
+    "HashIgnoresNamespace": ("sched-mid-flight-reuse", "sched-events", "EVENT-5"),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvconf.reference.kv_events import block_hash, chain_hashes
 from kvconf.reference.l3 import rolling_keys, seed_key
 from kvconf.reference.plan import ExtendResult, Plan, WritebackDone
 from kvconf.reference.prefix_cache import PrefixCache
@@ -373,3 +374,28 @@ class AbortKeepsPin(Scheduler):
 
 PLANTED_SCHED[AckAfterAbortDropped.__name__] = AckAfterAbortDropped
 PLANTED_SCHED[AbortKeepsPin.__name__] = AbortKeepsPin
+
+
+class _NamespaceBlindHashCache(PrefixCache):
+    """A cache whose block hash leaves the namespace out, and says so: the hash it declares is
+    the one its events carry, so EVENT-4 holds and only EVENT-5 tells."""
+
+    @staticmethod
+    def block_hash(parent, namespace, tokens):
+        return block_hash(parent, 0, tokens)
+
+    def _new_node(self, namespace, parent, key, hashes):
+        if parent is not None and hashes:
+            hashes = chain_hashes(parent.last_hash(), 0, key, self.page_size)
+        return super()._new_node(namespace, parent, key, hashes)
+
+
+class HashIgnoresNamespace(Scheduler):
+    """EVENT-5 / D268-7: the scheduler's cache hashes blocks without their namespace, with the
+    hash function it declares: an adapter's prefix announces the base model's hashes, and a
+    KV-aware router sends base-model requests to a worker that holds the adapter's KV."""
+
+    cache_cls = _NamespaceBlindHashCache
+
+
+PLANTED_SCHED[HashIgnoresNamespace.__name__] = HashIgnoresNamespace

@@ -13,6 +13,7 @@ from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.oracles.event_stream import StoredBlocks
 from kvconf.conformance.oracles.tree_view import TreeView
 from kvconf.conformance.runtime.memory import POISON, ZEROED
 from kvconf.reference.plan import Plan
@@ -445,72 +446,51 @@ def _short(entry, limit: int = 160) -> str:
 
 
 class SchedEventOracle(Oracle):
-    """KV events as a scheduler-level runtime reads them (drained after every plan and every
-    advance): EVENT-1..EVENT-3 on the stream itself, EVENT-4 where the engine offers its block
-    hash, and EVENT-7: a prefix a prefill row reuses from the device cache is announced. An
-    engine that announces only reusable boundaries (EVENT-8) may name a parent that is not
-    stored; ``resolve`` then says which prefix a parent hash names (None: no prefix the runtime
-    knows), and a reuse needs only its last block announced."""
+    """KV events as a scheduler-level runtime reads them (drained after every call): the same
+    event-by-event checks as the cache level (``event_stream.StoredBlocks``): EVENT-1..EVENT-3
+    on the stream itself, EVENT-4 where the engine offers its block hash, EVENT-5 across every
+    pair of namespaces the trace used; EVENT-6 (a removal leaves no stored block under it, and
+    with a snapshot the stored hashes are the device tier's blocks); and EVENT-7: a prefix a
+    prefill row reuses from the device cache is announced. An engine that announces only
+    reusable boundaries (EVENT-8) may name a parent that is not stored; ``resolve`` then says
+    which prefix a parent hash names (None: no prefix the runtime knows), a reuse needs only
+    its last block announced, and the stored hashes are not the tree's."""
 
     name = "sched-events"
-    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-7", "EVENT-8")
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-5", "EVENT-6", "EVENT-7",
+                  "EVENT-8")
     needs = frozenset({Feature.KV_EVENTS})
 
     def __init__(self, block_hash=None, resolve=None) -> None:
-        self.block_hash = block_hash  # (parent, namespace, tokens) -> hash, when offered
-        # EVENT-8: (parent hash) -> (namespace, the prefix it names), for an engine that
-        # declares sparse_prefix_events; None holds every parent to EVENT-3 as it stands.
         self.resolve = resolve
-        self.stored: dict[int, tuple[int, tuple[int, ...]]] = {}  # hash -> (ns, whole prefix)
-        self.announced: dict[tuple[int, tuple[int, ...]], int] = {}  # (ns, prefix) -> hashes
+        self.blocks = StoredBlocks(self, block_hash, resolve)
+
+    @property
+    def announced(self) -> dict[tuple[int, tuple[int, ...]], int]:
+        return self.blocks.announced
+
+    def use(self, namespace: int) -> None:
+        """A namespace the trace uses (a request's, or a row's): EVENT-5 compares it."""
+        self.blocks.use(namespace)
 
     def take(self, events: Sequence[Any]) -> None:
-        from kvconf.reference.kv_events import EventKind
+        removed = self.blocks.take(events)
+        if self.resolve is not None:
+            return  # EVENT-8: a stored block's parent may be unstored, so may a removed one
+        orphan = self.blocks.orphaned(removed)
+        if orphan is not None:
+            h, below = orphan
+            raise self.fail("EVENT-6", f"BlockRemoved for {h:#x} while {below:#x}, stored "
+                            "under it, stays stored")
 
-        for ev in events:
-            if ev.kind is EventKind.CLEARED:
-                self.stored.clear()
-                self.announced.clear()
-                continue
-            if ev.kind is EventKind.REMOVED:
-                for h in ev.block_hashes:
-                    if h not in self.stored:
-                        raise self.fail("EVENT-2", f"BlockRemoved for {h:#x}, which is not stored")
-                    key = self.stored.pop(h)
-                    self.announced[key] -= 1
-                    if not self.announced[key]:
-                        del self.announced[key]
-                continue
-            parent = ev.parent_hash
-            named = None  # the prefix an unstored parent names (EVENT-8)
-            if parent is not None and parent not in self.stored:
-                named = self.resolve(parent) if self.resolve is not None else None
-                if named is None:
-                    raise self.fail("EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names "
-                                    f"parent {parent:#x}, which is not stored"
-                                    + ("" if self.resolve is None else " and is the hash of no "
-                                       "prefix the runtime submitted or sampled (EVENT-8)"))
-            bs = ev.block_size
-            if bs <= 0 or len(ev.tokens) != bs * len(ev.block_hashes):
-                raise self.fail("EVENT-4", f"BlockStored carries {len(ev.tokens)} tokens for "
-                                f"{len(ev.block_hashes)} blocks of {bs}")
-            whole = (() if parent is None else named[1] if named is not None
-                     else self.stored[parent][1])
-            for i, h in enumerate(ev.block_hashes):
-                toks = tuple(ev.tokens[i * bs : (i + 1) * bs])
-                if h in self.stored:
-                    raise self.fail("EVENT-1", f"BlockStored for {h:#x}, which is already stored")
-                if self.block_hash is not None:
-                    want = self.block_hash(parent, ev.namespace, toks)
-                    if h != want:
-                        raise self.fail("EVENT-4", f"block {i} of a BlockStored has hash "
-                                        f"{h:#x}; recomputed from its parent and tokens it is "
-                                        f"{want:#x}")
-                whole = whole + toks
-                key = (ev.namespace, whole)
-                self.stored[h] = key
-                self.announced[key] = self.announced.get(key, 0) + 1
-                parent = h
+    def device(self, snap, where: str) -> None:
+        """With a snapshot: the stored hashes are the blocks the tree holds on the device
+        (EVENT-6); not for an engine that announces only reusable boundaries (EVENT-8)."""
+        if self.resolve is not None or snap is None:
+            return
+        drift = self.blocks.drift(snap.cache)
+        if drift is not None:
+            raise self.fail("EVENT-6", f"{where}: {drift}")
 
     def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
         """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block

@@ -93,7 +93,7 @@ class SchedulerDriver:
         self.reuse = (ReuseOracle() if not memory_only and c.publish_mid_flight
                       and not c.sliding_window and not c.mamba else None)
         self.events = RuntimeEventOracle()
-        # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
+        # KV events as the runtime reads them (EVENT-1..7), drained after every call.
         # EVENT-8: an engine that announces only reusable boundaries names parents it never
         # stored; the driver tells which prefix such a hash names (with the engine's hash).
         sparse = (Feature.SPARSE_PREFIX_EVENTS in feats
@@ -210,6 +210,10 @@ class SchedulerDriver:
 
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
+        if self.kv is not None:  # the events up to now against the device tier (EVENT-6)
+            self.kv.take(self.engine.drain_events())
+            self.kv.device(after, f"after the {phase} of plan {self._at}"
+                           if phase != "submit" else "after a submit")
         if self.states is not None and after is not None:
             self.states.check(phase, self.snap, after, self.live, self.p, external,
                               self.config.sliding_window)
@@ -353,6 +357,8 @@ class SchedulerDriver:
         specs = []
         for a in arrivals:
             self.live[a.rid] = Live(a.rid, a.ns, list(a.tokens), len(a.tokens))
+            if self.kv is not None:  # EVENT-5 compares every namespace the trace uses
+                self.kv.use(a.ns)
             self.tags[a.rid] = []
             self.left[a.rid] = a.new_tokens
             hits = self.l3.hits(a.rid) if self.l3 is not None else 0
@@ -369,6 +375,8 @@ class SchedulerDriver:
             self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
                                   self.abandoned_pages)
         if self.kv is not None:
+            for row in plan.rows:
+                self.kv.use(row.namespace)
             self.kv.take(self.engine.drain_events())
             for row in plan.rows:
                 if row.kind == "prefill" and row.start == row.reused and row.reused:
