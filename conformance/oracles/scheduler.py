@@ -260,15 +260,28 @@ class RequestStateOracle(Oracle):
 
 
 class ReuseOracle(Oracle):
-    """PLAN-7 (D381-1): a request arriving while another with its prefix decodes reuses it."""
+    """PLAN-7 (D381-1): a request arriving while another with its prefix decodes reuses it.
+
+    With a snapshot the publishers are those it shows Decoding. Black-box, the driver knows who
+    published when and who was retracted with a copy, but not who was pushed off the device
+    without one (PLAN-6: its pins, and with them its published nodes, may go at once, and the
+    runtime sees no copy). So the black-box obligation demands only the reuse the runtime can
+    know was possible: a publisher that decodes in the admission's own plan (its decode row
+    reads the prefix from the device in that forward) is judged at once; one that does not is
+    judged when its next row comes: a decode row shows it was never pushed off (a retracted
+    request is prefilled again, or its retraction's copy is seen), anything else drops the
+    obligation."""
 
     name = "reuse"
     behaviours = ("PLAN-7",)
 
+    def __init__(self) -> None:
+        # Black-box obligations waiting for the publisher's next row:
+        # publisher -> [(request, tokens reused, tokens owed, plan of the admission)].
+        self.pending: dict[str, list[tuple[str, int, int, int]]] = {}
+
     def check_admit(self, row, req: Live, live: dict[str, Live], page_size: int,
-                    step: int, snap=None) -> None:
-        """Black-box, the driver knows who published when and who was retracted with a copy;
-        with a snapshot, a publisher pushed off the device without a copy is known too."""
+                    step: int, snap=None, running: frozenset[str] = frozenset()) -> None:
         decoding = None if snap is None else {
             v.rid for v in snap.requests if v.state is State.DECODING
         }
@@ -284,10 +297,31 @@ class ReuseOracle(Oracle):
             limit = min(other.prompt, len(req.tokens) - 1)
             while common < limit and other.tokens[common] == req.tokens[common]:
                 common += 1
-            best = max(best, (common // page_size) * page_size)
+            owed = (common // page_size) * page_size
+            if decoding is None and other.rid not in running:
+                if row.reused < owed:  # judged at the publisher's next row
+                    self.pending.setdefault(other.rid, []).append(
+                        (req.rid, row.reused, owed, step))
+                continue
+            best = max(best, owed)
         if row.reused < best:
             raise self.fail("PLAN-7", f"{req.rid} reuses {row.reused} tokens but a live request "
                             f"published {best} of its prefix before it was scheduled")
+
+    def next_rows(self, plan, step: int) -> None:
+        """A plan's rows settle the obligations waiting on their publishers (black-box)."""
+        for row in plan.rows:
+            waiting = self.pending.pop(row.rid, None)
+            if not waiting or row.kind != "decode":
+                continue  # prefilled again: it was pushed off the device, owing nothing
+            rid, reused, owed, at = min(waiting, key=lambda w: (w[1] - w[2], w[3]))
+            raise self.fail("PLAN-7", f"{rid} reuses {reused} tokens at plan {at} but "
+                            f"{row.rid}, which published {owed} of its prefix, was decoding "
+                            f"then: it decodes again at plan {step} with no retraction seen")
+
+    def retracted(self, rid: str) -> None:
+        """Pushed off the device with a copy: what it owed waits for nothing more."""
+        self.pending.pop(rid, None)
 
 
 class LivenessOracle(Oracle):

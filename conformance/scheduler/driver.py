@@ -399,10 +399,13 @@ class SchedulerDriver:
         if w and not self.window_table:  # no row of this plan reads these again (WIN-4)
             for row in plan.rows:
                 self._drop_behind(row.rid, row.start - w + 1)
+        running = frozenset(r.rid for r in plan.rows if r.kind == "decode")  # PLAN-7
+        if self.reuse is not None and self.snap is None:
+            self.reuse.next_rows(plan, step)
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
-                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap)
+                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap, running)
             if row.kind == "prefill" and self.l3 is not None:
                 self.l3.first_chunk(row)
             self.started.add(row.rid)
@@ -711,6 +714,8 @@ class SchedulerDriver:
                 self.live[op.rid].copying.add(op.op_id)
                 if op.retract:  # pushed off the device: its pins are gone
                     self.live[op.rid].published_at = None
+                    if self.reuse is not None:
+                        self.reuse.retracted(op.rid)
             modes = self.trace.acks or ["now"]
             mode = modes[self.acks % len(modes)]
             self.acks += 1
