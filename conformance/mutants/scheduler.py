@@ -399,3 +399,23 @@ class HashIgnoresNamespace(Scheduler):
 
 
 PLANTED_SCHED[HashIgnoresNamespace.__name__] = HashIgnoresNamespace
+
+
+class PublishesBeforeForward(Scheduler):
+    """PLAN-12 / PLAN-7 / E-20: a prompt is published when the plan that computes its last chunk is
+    built, not when that chunk's result is reported: a request admitted later in the same plan
+    reuses pages the forward is still computing, and on a device reads garbage."""
+
+    def _prefill_row(self, r, budget, loadbacks):
+        row = super()._prefill_row(r, budget, loadbacks)
+        mid_flight = self.config.publish_mid_flight and not self.config.sliding_window
+        if row is None or not row.samples or not mid_flight or self.mamba is not None:
+            return row
+        full = r.computed // self.p
+        m = self.cache.match(r.spec.namespace, r.tokens[: full * self.p])
+        if m.device_len <= r.shared * self.p:  # the row's own pages go into the tree as they are
+            self._publish(r, r.computed)
+        return row
+
+
+PLANTED_SCHED[PublishesBeforeForward.__name__] = PublishesBeforeForward

@@ -55,8 +55,8 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> b
 
 class PlanOracle(Oracle):
     name = "plan"
-    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10", "NS-3",
-                  "REQ-3")
+    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10",
+                  "PLAN-12", "NS-3", "REQ-3")
 
     def table_covers(self, step: int, r, page_size: int) -> None:
         """PLAN-10: a row's page table has a page for every position it reads or computes."""
@@ -130,9 +130,12 @@ class PlanOracle(Oracle):
     def own_pages(self, plan: Plan, page_size: int, window: int, window_table: bool) -> None:
         """REQ-3, black-box: a page a row computes into is no other row's in that forward (no
         other row reads or computes through it), whatever a window let go of behind it (WIN-4):
-        a page handed to another request while the window still reads it shows here."""
+        a page handed to another request while the window still reads it shows here. Where the
+        other row reads positions of that page, it reuses what the forward is still computing
+        (PLAN-12)."""
         p = page_size
         used: dict[int, set[str]] = {}
+        read: dict[int, set[str]] = {}  # pages holding positions a row reads (before its start)
         written: dict[int, str] = {}
         for r in plan.rows:
             end = r.start + len(r.input_tokens)
@@ -143,9 +146,17 @@ class PlanOracle(Oracle):
             for table, lo in spans:
                 for k in range(lo // p, -(-end // p)):
                     used.setdefault(table[k], set()).add(r.rid)
+                for k in range(lo // p, -(-r.start // p)):
+                    read.setdefault(table[k], set()).add(r.rid)
                 for k in range(r.start // p, -(-end // p)):
                     written[table[k]] = r.rid
         for page, rid in sorted(written.items()):
+            readers = sorted(read.get(page, set()) - {rid})
+            if readers:
+                raise self.fail(("PLAN-12", "REQ-3"), f"plan {plan.step}: the row of "
+                                f"{readers[0]} reads device page {page}, which the row of "
+                                f"{rid} computes into in the same forward: the rows run at "
+                                "once, so it reads the page before that KV is there")
             others = sorted(used.get(page, set()) - {rid})
             if others:
                 raise self.fail("REQ-3", f"plan {plan.step}: the row of {rid} computes into "
@@ -432,7 +443,16 @@ class SchedContentOracle(Oracle):
 
     name = "content"
     behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "WIN-3", "WIN-4", "PLAN-11",
-                  "REQ-5", "HOST-4")
+                  "PLAN-12", "REQ-5", "HOST-4")
+
+    def same_forward(self, row, i: int, page: int, rid: str, at: int) -> Violation:
+        """PLAN-12: the row reads KV that another row of its own forward computes; the rows of
+        a forward run at once, so on a device it reads what the page held before."""
+        whose = "itself" if rid == row.rid else rid
+        return self.fail(("PLAN-12", "TREE-2"), f"{row.kind} row of {row.rid} reads position "
+                         f"{i} from device page {page}, which the row of {whose} computes "
+                         f"(position {at}) in the same forward: the rows of a forward run at "
+                         "once, so it reads what the page held before it")
 
     def zeroed(self, row, page: int) -> Violation:
         return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -119,6 +120,11 @@ class SchedulerDriver:
         # Under a sliding window (no window table), the KV each request computed and has not
         # yet dropped: position -> (device page, tag), where its row wrote it (WIN-4).
         self.own: dict[str, dict[int, tuple[int, int]]] = {}
+        # PLAN-12: a forward is one step. Its rows' reads see the memory as it was before it;
+        # what they compute is written once every row has read: (page, slot) -> (request,
+        # position) this forward computes, and the writes (and drops) waiting for its end.
+        self.computing: dict[tuple[int, int], tuple[str, int]] = {}
+        self.after_forward: list[Any] = []
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
         # HOST-9: an engine whose acknowledgement carries no success flag never hears of a
@@ -412,6 +418,9 @@ class SchedulerDriver:
             self._forward(row, req)
             if self.mstates is not None:
                 self._forward_state(row, req)
+        for write in self.after_forward:  # the forward's end: what it computed lands (PLAN-12)
+            write()
+        self.after_forward, self.computing = [], {}
         events: list = []
         if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
             events.extend(self._ack_loads(plan.loadbacks))
@@ -557,7 +566,11 @@ class SchedulerDriver:
                 raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
                                        f"{row.rid} computes position {i} into the null page "
                                        f"{self.null} of its table {list(table)}")
-            self.memory.write(Tier.DEVICE, pages, [i % p for i in writes], tags)
+            slots = [i % p for i in writes]
+            self.computing.update(((pg, sl), (row.rid, i))
+                                  for pg, sl, i in zip(pages, slots, writes, strict=True))
+            self.after_forward.append(partial(self.memory.write, Tier.DEVICE, pages, slots,
+                                              tags))
         if w and not self.window_table:
             own = self.own.setdefault(row.rid, {})
             if row.kind == "prefill" and row.start == row.reused:  # an admission: a new table
@@ -566,7 +579,7 @@ class SchedulerDriver:
             keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
             own.update((i, (row.page_table[i // p], t))
                        for i, t in zip(writes, tags, strict=True) if i >= keep)
-            self._drop_behind(row.rid, row.start + n - w)
+            self.after_forward.append(partial(self._drop_behind, row.rid, row.start + n - w))
 
     def _drop_behind(self, rid: str, upto: int) -> None:
         """The runtime drops the request's own KV before position ``upto``, each position once,
@@ -597,6 +610,9 @@ class SchedulerDriver:
         for i, tag in zip(reads, got, strict=True):
             if tag != self._tag(row.rid, i):
                 page = table[i // p]
+                other = self.computing.get((page, i % p))
+                if other is not None:
+                    raise self.content.same_forward(row, i, page, *other)
                 if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
                 raise self.content.wrong(row, ns, i, page, tag, window,
@@ -686,10 +702,12 @@ class SchedulerDriver:
                 own = {self._tag(row.rid, i): i + 1 for i in range(len(req.tokens))}
                 raise self.mamba_content.wrong(row, row.start, src, got, own)
         end = row.start + len(row.input_tokens)
-        self.mstates.write_states(Tier.DEVICE, [mamba], [self._state_tag(row, req, end)])
+        later = self.after_forward  # written at the forward's end, as its KV is (PLAN-12)
+        later.append(partial(self.mstates.write_states, Tier.DEVICE, [mamba],
+                             [self._state_tag(row, req, end)]))
         if row.checkpoint >= 0:
-            self.mstates.write_states(Tier.DEVICE, [row.checkpoint],
-                                      [self._state_tag(row, req, row.checkpoint_depth)])
+            later.append(partial(self.mstates.write_states, Tier.DEVICE, [row.checkpoint],
+                                 [self._state_tag(row, req, row.checkpoint_depth)]))
 
     def _computed(self, row, req: Live, writes: range) -> list[int]:
         """The KV a row computes: with the adapter the row names, so a continuation in another
