@@ -73,7 +73,7 @@ CATCHES = {
     # Nothing is wrong until the workload is done: at rest a lock is still held.
     "AbortKeepsPin": ("sched-abort-everywhere", "at-rest", "POOL-5"),
     # Its declared hash recomputes (EVENT-4 holds): only comparing namespaces tells (EVENT-5).
-    "HashIgnoresNamespace": ("sched-mid-flight-reuse", "sched-events", "EVENT-5"),
+    "HashIgnoresNamespace": ("sched-retract-and-recover", "sched-events", "EVENT-5"),
     # A request admitted after the publisher in the same plan reads pages its row computes.
     "PublishesBeforeForward": ("sched-l3-prefetch", "plan", "PLAN-12"),
 }

@@ -113,14 +113,16 @@ class StoredBlocks:
     def _distinct(self, h: int, ns: int, whole: tuple[int, ...], bs: int) -> None:
         """EVENT-5 across every pair of namespaces the trace used: the hash of a prefix is
         neither one the stream gave the same prefix in another namespace nor (with the engine's
-        hash) the hash of the same prefix in any other namespace used (or the next one)."""
+        hash) the hash of the same prefix in any other namespace used: only those, as an engine
+        without namespaces may hash them out."""
         was = self.seen.get(h)
         if was is not None and was[0] != ns and was[1] == whole:
             raise self.oracle.fail("EVENT-5", f"hash {h:#x} of a {len(whole)}-token prefix is "
                                    f"the same in namespaces {was[0]} and {ns}")
         if self.block_hash is None:
             return
-        for other in sorted(self.namespaces | {ns + 1}):
+        self.namespaces.add(ns)
+        for other in sorted(self.namespaces):
             if other != ns and self.chain(other, whole, bs) == h:
                 raise self.oracle.fail("EVENT-5", f"hash {h:#x} of a {len(whole)}-token prefix "
                                        f"is the same in namespaces {ns} and {other}")
