@@ -282,10 +282,11 @@ SCHED_ON_TENSORS = {
     "RetractsIntoBaseModel": "NS-1",  # a retracted adapter's KV served to the base model
     "ComputesInBaseModel": "NS-3",  # later chunks computed under the base model
     "ContinuesInBaseModel": "NS-1",  # mid-flight publishes into the base model's tree
+    "PublishesBeforeForward": "PLAN-12",  # reuses pages its own forward is still computing
 }
 
 
-@pytest.mark.behaviours("TREE-2", "NS-1", "NS-3", "PLAN-5")
+@pytest.mark.behaviours("TREE-2", "NS-1", "NS-3", "PLAN-5", "PLAN-12")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(SCHED_ON_TENSORS))
 def test_scheduler_defects_are_caught_on_the_tensors(name, device):

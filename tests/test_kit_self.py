@@ -139,7 +139,7 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "IgnoresFailedAck": ("failed-writeback-is-not-success", "faults", "HOST-4"),
     "NoHostRefresh": ("writeback-refreshes-host-lru", "eviction", "HOST-6"),
     "MatchOnePageLong": ("match-longest-whole-pages", "content", "TREE-2"),
-    "HashWithoutNamespace": ("namespace-isolation", "events", "EVENT-1"),
+    "HashWithoutNamespace": ("namespace-isolation", "events", "EVENT-5"),
     "UnbalancedUnlockAccepted": ("unbalanced-unlock-rejected", "faults", "PIN-3"),
     "StoresTwice": ("writeback-demote-loadback", "events", "EVENT-1"),
     "SharedNamespaces": ("namespace-isolation", "content", "NS-1"),

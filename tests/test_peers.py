@@ -155,9 +155,11 @@ def test_a_namespace_may_seed_only_the_chain_root():
     events = [_stored(seeded, 0, [[1, 2], [3, 4]]), _stored(seeded, 1, [[1, 2], [3, 4]])]
     oracle.after_step(Ctx(0, "insert", seeded, None, events=events))  # type: ignore[arg-type]
     blind = RootSeeded(ignore_namespace=True)
+    # Namespaces are compared where the trace used them (both here), every pair of them.
     with pytest.raises(Exception) as e:
         EventOracle().after_step(Ctx(0, "insert", blind, None,  # type: ignore[arg-type]
-                                     events=[_stored(blind, 0, [[1, 2], [3, 4]])]))
+                                     events=[_stored(blind, 0, [[1, 2], [3, 4]]),
+                                             _stored(blind, 1, [[1, 2], [3, 4]])]))
     assert "EVENT-5" in str(e.value)
 
 

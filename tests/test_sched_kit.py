@@ -72,6 +72,10 @@ CATCHES = {
     "AckAfterAbortDropped": ("sched-abort-everywhere", "transfers", "HOST-10"),
     # Nothing is wrong until the workload is done: at rest a lock is still held.
     "AbortKeepsPin": ("sched-abort-everywhere", "at-rest", "POOL-5"),
+    # Its declared hash recomputes (EVENT-4 holds): only comparing namespaces tells (EVENT-5).
+    "HashIgnoresNamespace": ("sched-retract-and-recover", "sched-events", "EVENT-5"),
+    # A request admitted after the publisher in the same plan reads pages its row computes.
+    "PublishesBeforeForward": ("sched-l3-prefetch", "plan", "PLAN-12"),
 }
 
 
@@ -145,6 +149,18 @@ def test_a_continuation_in_the_base_model_is_seen_in_the_kv(name: str) -> None:
     with pytest.raises(Violation) as e:
         play_sched(factory(PLANTED_SCHED[name]), sc.trace, memory_only=True)
     assert e.value.oracle == "content" and "NS-3" in e.value.behaviours, e.value
+
+
+@pytest.mark.behaviours("PLAN-12", "TREE-2")
+def test_a_reuse_within_one_forward_is_seen_in_the_kv() -> None:
+    """Judged by the KV memory alone: the rows of a forward read the memory as it was before
+    it, so a row reusing pages another row of the same forward computes reads what they held
+    (a runtime running the rows one after another would hand it the fresh KV)."""
+    sc = next(s for s in SCHED_SCENARIOS if s.name == "sched-l3-prefetch")
+    with pytest.raises(Violation) as e:
+        play_sched(factory(PLANTED_SCHED["PublishesBeforeForward"]), sc.trace, memory_only=True)
+    assert e.value.oracle == "content" and "PLAN-12" in e.value.behaviours, e.value
+    assert "same forward" in e.value.message
 
 
 @pytest.mark.behaviours("REQ-1", "REQ-2")

@@ -10,6 +10,7 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.reference.errors import CacheError
+from kvconf.reference.kv_events import block_hash
 from kvconf.reference.plan import Plan, RequestSpec, RuntimeEvent
 from kvconf.reference.scheduler import Scheduler, SchedulerConfig, SchedulerError, SchedulerSnapshot
 
@@ -51,6 +52,11 @@ class ReferenceSchedulerAdapter:
 
     def drain_events(self):
         return self.sched.drain_events()
+
+    def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
+        """The hash its events carry (EVENT-4): the reference's, or its cache's own where the
+        cache class names one."""
+        return getattr(self.sched.cache, "block_hash", block_hash)(parent, namespace, tokens)
 
     def transitions(self) -> list[tuple[str, str]]:
         """(state, event) pairs taken so far: transition coverage for the report."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvconf.reference.kv_events import block_hash, chain_hashes
 from kvconf.reference.l3 import rolling_keys, seed_key
 from kvconf.reference.plan import ExtendResult, Plan, WritebackDone
 from kvconf.reference.prefix_cache import PrefixCache
@@ -373,3 +374,48 @@ class AbortKeepsPin(Scheduler):
 
 PLANTED_SCHED[AckAfterAbortDropped.__name__] = AckAfterAbortDropped
 PLANTED_SCHED[AbortKeepsPin.__name__] = AbortKeepsPin
+
+
+class _NamespaceBlindHashCache(PrefixCache):
+    """A cache whose block hash leaves the namespace out, and says so: the hash it declares is
+    the one its events carry, so EVENT-4 holds and only EVENT-5 tells."""
+
+    @staticmethod
+    def block_hash(parent, namespace, tokens):
+        return block_hash(parent, 0, tokens)
+
+    def _new_node(self, namespace, parent, key, hashes):
+        if parent is not None and hashes:
+            hashes = chain_hashes(parent.last_hash(), 0, key, self.page_size)
+        return super()._new_node(namespace, parent, key, hashes)
+
+
+class HashIgnoresNamespace(Scheduler):
+    """EVENT-5 / D268-7: the scheduler's cache hashes blocks without their namespace, with the
+    hash function it declares: an adapter's prefix announces the base model's hashes, and a
+    KV-aware router sends base-model requests to a worker that holds the adapter's KV."""
+
+    cache_cls = _NamespaceBlindHashCache
+
+
+PLANTED_SCHED[HashIgnoresNamespace.__name__] = HashIgnoresNamespace
+
+
+class PublishesBeforeForward(Scheduler):
+    """PLAN-12 / PLAN-7 / E-22: a prompt is published when the plan that computes its last chunk is
+    built, not when that chunk's result is reported: a request admitted later in the same plan
+    reuses pages the forward is still computing, and on a device reads garbage."""
+
+    def _prefill_row(self, r, budget, loadbacks):
+        row = super()._prefill_row(r, budget, loadbacks)
+        mid_flight = self.config.publish_mid_flight and not self.config.sliding_window
+        if row is None or not row.samples or not mid_flight or self.mamba is not None:
+            return row
+        full = r.computed // self.p
+        m = self.cache.match(r.spec.namespace, r.tokens[: full * self.p])
+        if m.device_len <= r.shared * self.p:  # the row's own pages go into the tree as they are
+            self._publish(r, r.computed)
+        return row
+
+
+PLANTED_SCHED[PublishesBeforeForward.__name__] = PublishesBeforeForward

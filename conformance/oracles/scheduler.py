@@ -13,6 +13,7 @@ from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Oracle, Violation
+from kvconf.conformance.oracles.event_stream import StoredBlocks
 from kvconf.conformance.oracles.tree_view import TreeView
 from kvconf.conformance.runtime.memory import POISON, ZEROED
 from kvconf.reference.plan import Plan
@@ -54,8 +55,8 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> b
 
 class PlanOracle(Oracle):
     name = "plan"
-    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10", "NS-3",
-                  "REQ-3")
+    behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10",
+                  "PLAN-12", "NS-3", "REQ-3")
 
     def table_covers(self, step: int, r, page_size: int) -> None:
         """PLAN-10: a row's page table has a page for every position it reads or computes."""
@@ -129,9 +130,12 @@ class PlanOracle(Oracle):
     def own_pages(self, plan: Plan, page_size: int, window: int, window_table: bool) -> None:
         """REQ-3, black-box: a page a row computes into is no other row's in that forward (no
         other row reads or computes through it), whatever a window let go of behind it (WIN-4):
-        a page handed to another request while the window still reads it shows here."""
+        a page handed to another request while the window still reads it shows here. Where the
+        other row reads positions of that page, it reuses what the forward is still computing
+        (PLAN-12)."""
         p = page_size
         used: dict[int, set[str]] = {}
+        read: dict[int, set[str]] = {}  # pages holding positions a row reads (before its start)
         written: dict[int, str] = {}
         for r in plan.rows:
             end = r.start + len(r.input_tokens)
@@ -142,9 +146,17 @@ class PlanOracle(Oracle):
             for table, lo in spans:
                 for k in range(lo // p, -(-end // p)):
                     used.setdefault(table[k], set()).add(r.rid)
+                for k in range(lo // p, -(-r.start // p)):
+                    read.setdefault(table[k], set()).add(r.rid)
                 for k in range(r.start // p, -(-end // p)):
                     written[table[k]] = r.rid
         for page, rid in sorted(written.items()):
+            readers = sorted(read.get(page, set()) - {rid})
+            if readers:
+                raise self.fail(("PLAN-12", "REQ-3"), f"plan {plan.step}: the row of "
+                                f"{readers[0]} reads device page {page}, which the row of "
+                                f"{rid} computes into in the same forward: the rows run at "
+                                "once, so it reads the page before that KV is there")
             others = sorted(used.get(page, set()) - {rid})
             if others:
                 raise self.fail("REQ-3", f"plan {plan.step}: the row of {rid} computes into "
@@ -259,15 +271,28 @@ class RequestStateOracle(Oracle):
 
 
 class ReuseOracle(Oracle):
-    """PLAN-7 (D381-1): a request arriving while another with its prefix decodes reuses it."""
+    """PLAN-7 (D381-1): a request arriving while another with its prefix decodes reuses it.
+
+    With a snapshot the publishers are those it shows Decoding. Black-box, the driver knows who
+    published when and who was retracted with a copy, but not who was pushed off the device
+    without one (PLAN-6: its pins, and with them its published nodes, may go at once, and the
+    runtime sees no copy). So the black-box obligation demands only the reuse the runtime can
+    know was possible: a publisher that decodes in the admission's own plan (its decode row
+    reads the prefix from the device in that forward) is judged at once; one that does not is
+    judged when its next row comes: a decode row shows it was never pushed off (a retracted
+    request is prefilled again, or its retraction's copy is seen), anything else drops the
+    obligation."""
 
     name = "reuse"
     behaviours = ("PLAN-7",)
 
+    def __init__(self) -> None:
+        # Black-box obligations waiting for the publisher's next row:
+        # publisher -> [(request, tokens reused, tokens owed, plan of the admission)].
+        self.pending: dict[str, list[tuple[str, int, int, int]]] = {}
+
     def check_admit(self, row, req: Live, live: dict[str, Live], page_size: int,
-                    step: int, snap=None) -> None:
-        """Black-box, the driver knows who published when and who was retracted with a copy;
-        with a snapshot, a publisher pushed off the device without a copy is known too."""
+                    step: int, snap=None, running: frozenset[str] = frozenset()) -> None:
         decoding = None if snap is None else {
             v.rid for v in snap.requests if v.state is State.DECODING
         }
@@ -283,10 +308,31 @@ class ReuseOracle(Oracle):
             limit = min(other.prompt, len(req.tokens) - 1)
             while common < limit and other.tokens[common] == req.tokens[common]:
                 common += 1
-            best = max(best, (common // page_size) * page_size)
+            owed = (common // page_size) * page_size
+            if decoding is None and other.rid not in running:
+                if row.reused < owed:  # judged at the publisher's next row
+                    self.pending.setdefault(other.rid, []).append(
+                        (req.rid, row.reused, owed, step))
+                continue
+            best = max(best, owed)
         if row.reused < best:
             raise self.fail("PLAN-7", f"{req.rid} reuses {row.reused} tokens but a live request "
                             f"published {best} of its prefix before it was scheduled")
+
+    def next_rows(self, plan, step: int) -> None:
+        """A plan's rows settle the obligations waiting on their publishers (black-box)."""
+        for row in plan.rows:
+            waiting = self.pending.pop(row.rid, None)
+            if not waiting or row.kind != "decode":
+                continue  # prefilled again: it was pushed off the device, owing nothing
+            rid, reused, owed, at = min(waiting, key=lambda w: (w[1] - w[2], w[3]))
+            raise self.fail("PLAN-7", f"{rid} reuses {reused} tokens at plan {at} but "
+                            f"{row.rid}, which published {owed} of its prefix, was decoding "
+                            f"then: it decodes again at plan {step} with no retraction seen")
+
+    def retracted(self, rid: str) -> None:
+        """Pushed off the device with a copy: what it owed waits for nothing more."""
+        self.pending.pop(rid, None)
 
 
 def _kv_depth(cache, ns: int, tokens, page_size: int) -> int:
@@ -459,7 +505,16 @@ class SchedContentOracle(Oracle):
 
     name = "content"
     behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "WIN-3", "WIN-4", "PLAN-11",
-                  "REQ-5", "HOST-4")
+                  "PLAN-12", "REQ-5", "HOST-4")
+
+    def same_forward(self, row, i: int, page: int, rid: str, at: int) -> Violation:
+        """PLAN-12: the row reads KV that another row of its own forward computes; the rows of
+        a forward run at once, so on a device it reads what the page held before."""
+        whose = "itself" if rid == row.rid else rid
+        return self.fail(("PLAN-12", "TREE-2"), f"{row.kind} row of {row.rid} reads position "
+                         f"{i} from device page {page}, which the row of {whose} computes "
+                         f"(position {at}) in the same forward: the rows of a forward run at "
+                         "once, so it reads what the page held before it")
 
     def zeroed(self, row, page: int) -> Violation:
         return self.fail(("PLAN-11", "TREE-2"), f"the plan tells the runtime to zero device "
@@ -507,72 +562,51 @@ def _short(entry, limit: int = 160) -> str:
 
 
 class SchedEventOracle(Oracle):
-    """KV events as a scheduler-level runtime reads them (drained after every plan and every
-    advance): EVENT-1..EVENT-3 on the stream itself, EVENT-4 where the engine offers its block
-    hash, and EVENT-7: a prefix a prefill row reuses from the device cache is announced. An
-    engine that announces only reusable boundaries (EVENT-8) may name a parent that is not
-    stored; ``resolve`` then says which prefix a parent hash names (None: no prefix the runtime
-    knows), and a reuse needs only its last block announced."""
+    """KV events as a scheduler-level runtime reads them (drained after every call): the same
+    event-by-event checks as the cache level (``event_stream.StoredBlocks``): EVENT-1..EVENT-3
+    on the stream itself, EVENT-4 where the engine offers its block hash, EVENT-5 across every
+    pair of namespaces the trace used; EVENT-6 (a removal leaves no stored block under it, and
+    with a snapshot the stored hashes are the device tier's blocks); and EVENT-7: a prefix a
+    prefill row reuses from the device cache is announced. An engine that announces only
+    reusable boundaries (EVENT-8) may name a parent that is not stored; ``resolve`` then says
+    which prefix a parent hash names (None: no prefix the runtime knows), a reuse needs only
+    its last block announced, and the stored hashes are not the tree's."""
 
     name = "sched-events"
-    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-7", "EVENT-8")
+    behaviours = ("EVENT-1", "EVENT-2", "EVENT-3", "EVENT-4", "EVENT-5", "EVENT-6", "EVENT-7",
+                  "EVENT-8")
     needs = frozenset({Feature.KV_EVENTS})
 
     def __init__(self, block_hash=None, resolve=None) -> None:
-        self.block_hash = block_hash  # (parent, namespace, tokens) -> hash, when offered
-        # EVENT-8: (parent hash) -> (namespace, the prefix it names), for an engine that
-        # declares sparse_prefix_events; None holds every parent to EVENT-3 as it stands.
         self.resolve = resolve
-        self.stored: dict[int, tuple[int, tuple[int, ...]]] = {}  # hash -> (ns, whole prefix)
-        self.announced: dict[tuple[int, tuple[int, ...]], int] = {}  # (ns, prefix) -> hashes
+        self.blocks = StoredBlocks(self, block_hash, resolve)
+
+    @property
+    def announced(self) -> dict[tuple[int, tuple[int, ...]], int]:
+        return self.blocks.announced
+
+    def use(self, namespace: int) -> None:
+        """A namespace the trace uses (a request's, or a row's): EVENT-5 compares it."""
+        self.blocks.use(namespace)
 
     def take(self, events: Sequence[Any]) -> None:
-        from kvconf.reference.kv_events import EventKind
+        removed = self.blocks.take(events)
+        if self.resolve is not None:
+            return  # EVENT-8: a stored block's parent may be unstored, so may a removed one
+        orphan = self.blocks.orphaned(removed)
+        if orphan is not None:
+            h, below = orphan
+            raise self.fail("EVENT-6", f"BlockRemoved for {h:#x} while {below:#x}, stored "
+                            "under it, stays stored")
 
-        for ev in events:
-            if ev.kind is EventKind.CLEARED:
-                self.stored.clear()
-                self.announced.clear()
-                continue
-            if ev.kind is EventKind.REMOVED:
-                for h in ev.block_hashes:
-                    if h not in self.stored:
-                        raise self.fail("EVENT-2", f"BlockRemoved for {h:#x}, which is not stored")
-                    key = self.stored.pop(h)
-                    self.announced[key] -= 1
-                    if not self.announced[key]:
-                        del self.announced[key]
-                continue
-            parent = ev.parent_hash
-            named = None  # the prefix an unstored parent names (EVENT-8)
-            if parent is not None and parent not in self.stored:
-                named = self.resolve(parent) if self.resolve is not None else None
-                if named is None:
-                    raise self.fail("EVENT-3", f"BlockStored {ev.block_hashes[0]:#x} names "
-                                    f"parent {parent:#x}, which is not stored"
-                                    + ("" if self.resolve is None else " and is the hash of no "
-                                       "prefix the runtime submitted or sampled (EVENT-8)"))
-            bs = ev.block_size
-            if bs <= 0 or len(ev.tokens) != bs * len(ev.block_hashes):
-                raise self.fail("EVENT-4", f"BlockStored carries {len(ev.tokens)} tokens for "
-                                f"{len(ev.block_hashes)} blocks of {bs}")
-            whole = (() if parent is None else named[1] if named is not None
-                     else self.stored[parent][1])
-            for i, h in enumerate(ev.block_hashes):
-                toks = tuple(ev.tokens[i * bs : (i + 1) * bs])
-                if h in self.stored:
-                    raise self.fail("EVENT-1", f"BlockStored for {h:#x}, which is already stored")
-                if self.block_hash is not None:
-                    want = self.block_hash(parent, ev.namespace, toks)
-                    if h != want:
-                        raise self.fail("EVENT-4", f"block {i} of a BlockStored has hash "
-                                        f"{h:#x}; recomputed from its parent and tokens it is "
-                                        f"{want:#x}")
-                whole = whole + toks
-                key = (ev.namespace, whole)
-                self.stored[h] = key
-                self.announced[key] = self.announced.get(key, 0) + 1
-                parent = h
+    def device(self, snap, where: str) -> None:
+        """With a snapshot: the stored hashes are the blocks the tree holds on the device
+        (EVENT-6); not for an engine that announces only reusable boundaries (EVENT-8)."""
+        if self.resolve is not None or snap is None:
+            return
+        drift = self.blocks.drift(snap.cache)
+        if drift is not None:
+            raise self.fail("EVENT-6", f"{where}: {drift}")
 
     def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
         """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -110,7 +111,7 @@ class SchedulerDriver:
                                  "no snapshot, a publisher retracted without a copy is unknown")
         self.before_plan = None  # the snapshot before the current plan (MAMBA-10)
         self.events = RuntimeEventOracle()
-        # KV events as the runtime reads them (EVENT-1..4, EVENT-7), drained after every call.
+        # KV events as the runtime reads them (EVENT-1..7), drained after every call.
         # EVENT-8: an engine that announces only reusable boundaries names parents it never
         # stored; the driver tells which prefix such a hash names (with the engine's hash).
         sparse = (Feature.SPARSE_PREFIX_EVENTS in feats
@@ -136,6 +137,11 @@ class SchedulerDriver:
         # Under a sliding window (no window table), the KV each request computed and has not
         # yet dropped: position -> (device page, tag), where its row wrote it (WIN-4).
         self.own: dict[str, dict[int, tuple[int, int]]] = {}
+        # PLAN-12: a forward is one step. Its rows' reads see the memory as it was before it;
+        # what they compute is written once every row has read: (page, slot) -> (request,
+        # position) this forward computes, and the writes (and drops) waiting for its end.
+        self.computing: dict[tuple[int, int], tuple[str, int]] = {}
+        self.after_forward: list[Any] = []
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         self.acks = 0
         # HOST-9: an engine whose acknowledgement carries no success flag never hears of a
@@ -227,6 +233,10 @@ class SchedulerDriver:
 
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
+        if self.kv is not None:  # the events up to now against the device tier (EVENT-6)
+            self.kv.take(self.engine.drain_events())
+            self.kv.device(after, f"after the {phase} of plan {self._at}"
+                           if phase != "submit" else "after a submit")
         if self.states is not None and after is not None:
             self.states.check(phase, self.snap, after, self.live, self.p, external,
                               self.config.sliding_window)
@@ -372,6 +382,8 @@ class SchedulerDriver:
         specs = []
         for a in arrivals:
             self.live[a.rid] = Live(a.rid, a.ns, list(a.tokens), len(a.tokens))
+            if self.kv is not None:  # EVENT-5 compares every namespace the trace uses
+                self.kv.use(a.ns)
             self.tags[a.rid] = []
             self.left[a.rid] = a.new_tokens
             hits = self.l3.hits(a.rid) if self.l3 is not None else 0
@@ -388,6 +400,8 @@ class SchedulerDriver:
             self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
                                   self.abandoned_pages)
         if self.kv is not None:
+            for row in plan.rows:
+                self.kv.use(row.namespace)
             self.kv.take(self.engine.drain_events())
             for row in plan.rows:
                 if row.kind == "prefill" and row.start == row.reused and row.reused:
@@ -410,10 +424,13 @@ class SchedulerDriver:
         if w and not self.window_table:  # no row of this plan reads these again (WIN-4)
             for row in plan.rows:
                 self._drop_behind(row.rid, row.start - w + 1)
+        running = frozenset(r.rid for r in plan.rows if r.kind == "decode")  # PLAN-7
+        if self.reuse is not None and self.snap is None:
+            self.reuse.next_rows(plan, step)
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
-                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap)
+                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap, running)
             if row.kind == "prefill" and row.rid not in self.started \
                     and self.hybrid_reuse is not None:
                 self.hybrid_reuse.check_admit(row, req, self.p, self.before_plan, self.snap)
@@ -423,6 +440,9 @@ class SchedulerDriver:
             self._forward(row, req)
             if self.mstates is not None:
                 self._forward_state(row, req)
+        for write in self.after_forward:  # the forward's end: what it computed lands (PLAN-12)
+            write()
+        self.after_forward, self.computing = [], {}
         events: list = []
         if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
             events.extend(self._ack_loads(plan.loadbacks))
@@ -568,7 +588,11 @@ class SchedulerDriver:
                 raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
                                        f"{row.rid} computes position {i} into the null page "
                                        f"{self.null} of its table {list(table)}")
-            self.memory.write(Tier.DEVICE, pages, [i % p for i in writes], tags)
+            slots = [i % p for i in writes]
+            self.computing.update(((pg, sl), (row.rid, i))
+                                  for pg, sl, i in zip(pages, slots, writes, strict=True))
+            self.after_forward.append(partial(self.memory.write, Tier.DEVICE, pages, slots,
+                                              tags))
         if w and not self.window_table:
             own = self.own.setdefault(row.rid, {})
             if row.kind == "prefill" and row.start == row.reused:  # an admission: a new table
@@ -577,7 +601,7 @@ class SchedulerDriver:
             keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
             own.update((i, (row.page_table[i // p], t))
                        for i, t in zip(writes, tags, strict=True) if i >= keep)
-            self._drop_behind(row.rid, row.start + n - w)
+            self.after_forward.append(partial(self._drop_behind, row.rid, row.start + n - w))
 
     def _drop_behind(self, rid: str, upto: int) -> None:
         """The runtime drops the request's own KV before position ``upto``, each position once,
@@ -608,6 +632,9 @@ class SchedulerDriver:
         for i, tag in zip(reads, got, strict=True):
             if tag != self._tag(row.rid, i):
                 page = table[i // p]
+                other = self.computing.get((page, i % p))
+                if other is not None:
+                    raise self.content.same_forward(row, i, page, *other)
                 if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
                 raise self.content.wrong(row, ns, i, page, tag, window,
@@ -697,10 +724,12 @@ class SchedulerDriver:
                 own = {self._tag(row.rid, i): i + 1 for i in range(len(req.tokens))}
                 raise self.mamba_content.wrong(row, row.start, src, got, own)
         end = row.start + len(row.input_tokens)
-        self.mstates.write_states(Tier.DEVICE, [mamba], [self._state_tag(row, req, end)])
+        later = self.after_forward  # written at the forward's end, as its KV is (PLAN-12)
+        later.append(partial(self.mstates.write_states, Tier.DEVICE, [mamba],
+                             [self._state_tag(row, req, end)]))
         if row.checkpoint >= 0:
-            self.mstates.write_states(Tier.DEVICE, [row.checkpoint],
-                                      [self._state_tag(row, req, row.checkpoint_depth)])
+            later.append(partial(self.mstates.write_states, Tier.DEVICE, [row.checkpoint],
+                                 [self._state_tag(row, req, row.checkpoint_depth)]))
 
     def _computed(self, row, req: Live, writes: range) -> list[int]:
         """The KV a row computes: with the adapter the row names, so a continuation in another
@@ -725,6 +754,8 @@ class SchedulerDriver:
                 self.live[op.rid].copying.add(op.op_id)
                 if op.retract:  # pushed off the device: its pins are gone
                     self.live[op.rid].published_at = None
+                    if self.reuse is not None:
+                        self.reuse.retracted(op.rid)
             modes = self.trace.acks or ["now"]
             mode = modes[self.acks % len(modes)]
             self.acks += 1
