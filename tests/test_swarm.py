@@ -68,3 +68,20 @@ def test_the_swarm_catches_lost_hybrid_reuse() -> None:
         fuzz_sched(partial(R, scheduler_cls=NoReuseWithMamba), None, 120, None, 2, {},
                    features=R.features)
     assert "MAMBA-10" in e.value.behaviours
+
+
+def test_require_pairs_fails_a_run_that_never_mixed_a_declared_pair(tmp_path: Path) -> None:
+    """--require-pairs turns a blind spot into a failed run: fuzz-scheduler alone plays one
+    configuration, so most pairs are never reached and the run exits 1 naming them, though
+    every case passed; without the flag the same run exits 0."""
+    from typer.testing import CliRunner
+
+    from kvconf.conformance.cli import app
+
+    args = ["run", "--engine", "reference", "--case", "fuzz-scheduler", "--budget", "5",
+            "--quiet", "--examples-db", "none", "--report", str(tmp_path / "r.json")]
+    strict = CliRunner().invoke(app, [*args, "--require-pairs"])
+    assert strict.exit_code == 1, strict.output
+    assert "declared feature pairs never reached" in strict.output
+    assert "host_tier+mamba" in strict.output
+    assert CliRunner().invoke(app, args).exit_code == 0
