@@ -30,7 +30,9 @@ def measure(kvconf: str, engine: str, budget: int, seed: int, cases: list[str]) 
                "--seed", str(seed), "--examples-db", "none", "--quiet", "--report", str(report)]
         for c in cases:
             cmd += ["--case", c]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # run from an empty folder: a checkout's own kvconf/ on the import path would shadow
+        # the installation being measured
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if not report.exists():
             sys.exit(f"{kvconf} wrote no report (exit {done.returncode}):\n{done.stderr[-2000:]}")
         doc = json.loads(report.read_text())

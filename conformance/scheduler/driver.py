@@ -159,6 +159,7 @@ class SchedulerDriver:
         self.probes = probes
         self.ignored: list[str] = []  # unknown-id probes the engine ignored (REQ-6)
         self.probe_finding: Violation | None = None
+        self.resting = False  # playing the at-rest request (POOL-5): no REQ-2 probes then
         # Pages holding the remains of a copy the runtime acknowledged as failed, directly or
         # through later copies of them, so a read of them blames REQ-5 / HOST-4 (E-1).
         self.failed_remains: set[tuple[Tier, int]] = set()
@@ -331,6 +332,7 @@ class SchedulerDriver:
                           and Feature.MAMBA_CHECKPOINT_SLOT in self.engine.features):
             return
         rest_at = self._at
+        self.resting = True  # REQ-2 probes were played through the workload; not again here
         self._submit([Arrival(at=step + 1, rid=REST_RID, ns=0, tokens=[REST_TOKEN] * tokens,
                               new_tokens=1)])
         for k in range(step + 1, step + 1 + self.trace.max_plans):
@@ -816,7 +818,7 @@ class SchedulerDriver:
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
-        if self.memory_only or self.probes == "none":
+        if self.memory_only or self.probes == "none" or self.resting:
             return
         probes = self._probes(step)
         what, events, pair = probes[step % len(probes)]
