@@ -877,6 +877,10 @@ def replay(
         out.print(f"[green]PASS[/] {escape(str(trace))} on {escape(engine)}: {doc['steps']} "
                   "steps, every oracle held", highlight=False)
         return
+    if doc["status"] == "NOT_SUPPORTED":
+        out.print(f"[yellow]NOT_SUPPORTED[/] {escape(str(trace))} on {escape(engine)}: "
+                  f"{escape(doc['message'])}", highlight=False)
+        raise typer.Exit(EXIT_USAGE)
     step = f"step {doc['step']}" if doc.get("step") is not None else "the run"
     if doc["status"] == "FAIL":
         out.print(f"[bold red]FAIL[/] {escape(str(trace))} on {escape(engine)} at {step}: "

@@ -166,3 +166,36 @@ def test_spec_audit_names_a_test_file_it_cannot_parse(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "Traceback" not in r.output
     gaps = json.loads(r.output)["gaps"]
     assert any(g.startswith("test file test_broken.py:1: cannot parse") for g in gaps), gaps
+
+
+def _no_l3():
+    """The reference scheduler declaring no L3 store (a scheduler-level engine factory)."""
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.engine.features import Feature
+
+    class NoL3(ReferenceSchedulerAdapter):
+        features = ReferenceSchedulerAdapter.features - {Feature.L3_STORE}
+
+    return NoL3
+
+
+NoL3 = _no_l3()
+NoL3.level = "scheduler"
+
+
+def test_replay_refuses_a_trace_that_plays_a_switch_the_engine_lacks(tmp_path: Path) -> None:
+    """A scheduler trace with the L3 store on, replayed on an engine that declares none, is not
+    played (it would fail for reasons that say nothing of the engine): NOT_SUPPORTED, exit 2,
+    naming the switch. The engine that declares it plays the same trace."""
+    from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+
+    trace = SchedTrace(name="l3", config=SchedConfig(l3_store=True, host_pages=8), seed=0,
+                       arrivals=[{"at": 0, "rid": "a", "ns": 0, "tokens": [1, 2, 3, 4],
+                                  "new_tokens": 1}])
+    path = tmp_path / "t.json"
+    path.write_text(trace.model_dump_json())
+    r = kvconf("replay", str(path), "--engine", "test_cli:NoL3", "--in-process")
+    assert r.exit_code == 2, r.output
+    assert "NOT_SUPPORTED" in r.output and "l3_store" in r.output
+    ok = kvconf("replay", str(path), "--engine", "reference", "--in-process")
+    assert ok.exit_code == 0, ok.output

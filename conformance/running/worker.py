@@ -107,12 +107,35 @@ def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
                                           memory_only=memory_only).log
 
 
+def _missing_switches(engine: str, trace) -> list[str]:
+    """The configuration switches a scheduler-level trace turns on that the engine does not
+    declare (its config's mamba, l3_store, sliding_window, ...): played anyway, such a trace
+    fails for reasons that say nothing about the engine."""
+    from kvconf.conformance.adapters import sched_engine_factory
+    from kvconf.conformance.scheduler.generator import SWARM_SWITCHES, switches
+    from kvconf.conformance.trace import Trace
+
+    if isinstance(trace, Trace):
+        return []
+    factory = sched_engine_factory(engine)
+    if factory is None:
+        return []  # _player says why
+    features = factory(trace.config).features
+    return [name for name in sorted(switches(trace))
+            if SWARM_SWITCHES[name] is not None and SWARM_SWITCHES[name] not in features]
+
+
 def replay_doc(engine: str, trace, determinism: bool = True, memory_spec=None,
                memory_only: bool = False) -> dict:
     """Play one trace in this process: PASS with its steps, or FAIL with the broken rule
     (what ``kvconf replay`` prints, from a worker or, with --in-process, from itself)."""
     from kvconf.conformance.oracles import Violation
 
+    missing = _missing_switches(engine, trace)
+    if missing:
+        return {"status": "NOT_SUPPORTED",
+                "message": f"the trace plays {', '.join(missing)}, which engine {engine} does not "
+                           "declare (a case that needs it is NOT_SUPPORTED there, never run)"}
     try:
         log = _player(engine, trace, memory_spec, memory_only)(trace, determinism)
     except Violation as v:
