@@ -34,6 +34,7 @@ from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
 from kvconf.reference.plan import Abort, Plan
 from kvconf.reference.requests import TRANSITIONS
+from kvconf.reference.scheduler import Scheduler
 
 TIGHT = SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4)
 WINDOW = SchedConfig(sliding_window=3)
@@ -499,3 +500,27 @@ def test_a_later_prefill_chunk_reuses_nothing(monkeypatch) -> None:
     chunks = [(start, reused) for _rid, kind, start, _n, reused, *_ in rows if kind == "prefill"]
     assert len(chunks) >= 3 and chunks[0] == (0, 0), chunks
     assert all(reused == 0 for _start, reused in chunks[1:]), chunks
+
+
+class _ServesShortPromptsOnly(Scheduler):
+    """Admits no prompt longer than half the device: nothing leaks, but a fresh engine does not
+    serve the at-rest request either (the Mamba chunk-checkpoint defect of TokenSpeed's radix
+    era has this shape: a state slot pinned per prefill chunk)."""
+
+    def _admit(self, r, budget, loadbacks):
+        if len(r.tokens) > self.config.device_pages * self.p // 2:
+            return False
+        return super()._admit(r, budget, loadbacks)
+
+
+@pytest.mark.behaviours("POOL-5", "LIVE-1")
+def test_at_rest_request_no_fresh_engine_serves_is_liveness_not_a_leak() -> None:
+    """The at-rest request is a leak of the workload (POOL-5) only where a fresh engine of the
+    same configuration serves it; where none does it is a liveness failure (LIVE-1)."""
+    trace = SchedTrace(config=SchedConfig(device_pages=8, host_pages=0), arrivals=[],
+                       max_plans=40)
+    play_sched(factory(), trace, determinism=False)  # the reference serves it
+    with pytest.raises(Violation) as e:
+        play_sched(factory(_ServesShortPromptsOnly), trace, determinism=False)
+    assert e.value.oracle == "liveness" and e.value.behaviours == ("LIVE-1",), e.value
+    assert "a fresh engine" in e.value.message

@@ -187,6 +187,11 @@ class SchedulerDriver:
         self.counter = (CounterOracle() if Feature.COUNTERS in feats and not memory_only
                         else None)
         self.rest = RestOracle()
+        # Makes a fresh engine of this configuration (``play_sched`` sets it): a request the
+        # at-rest engine does not serve is a leak of the workload (POOL-5) only where a fresh
+        # engine serves it; where none does, the pools alone keep it out (LIVE-1).
+        self.fresh: Any = None
+        self.serve_at_rest = True
         self.sizes = {Tier.DEVICE: c.device_pages, Tier.HOST: c.host_pages}
         self.snap = self._snapshot()
 
@@ -321,7 +326,8 @@ class SchedulerDriver:
             counts = self.counter.check_sched(counts, self.snap, self.sizes,
                                               self.config.max_slots, where)
             self.rest.counts(counts, self.sizes, where, slots=self.config.max_slots)
-        self._serve_at_rest(step)
+        if self.serve_at_rest:
+            self._serve_at_rest(step)
 
     def _serve_at_rest(self, step: int) -> None:
         """Submit one request that needs all but one device page (the most LIVE-1 promises) and
@@ -341,10 +347,33 @@ class SchedulerDriver:
             self._plan(k, plan)
             if self._quiet(plan):
                 return
+        need = f"it needs {c.device_pages - 1} of the {c.device_pages} device pages"
+        if self.fresh is not None and not self._fresh_serves(tokens):
+            raise LivenessOracle().fail(
+                "LIVE-1", f"at rest after plan {rest_at}, a request of {tokens} tokens ({need}) "
+                f"was not served within {self.trace.max_plans} plans, and a fresh engine of "
+                "the same configuration does not serve it either: no leak of the workload "
+                "keeps it out, the engine does not serve a request its pools hold")
         raise self.rest.fail("POOL-5", f"at rest after plan {rest_at}, a request of {tokens} "
                              f"tokens (it needs {c.device_pages - 1} of the {c.device_pages} "
                              f"device pages) was not served within {self.trace.max_plans} "
                              "plans: the workload left pages, pins or slots held")
+
+    def _fresh_serves(self, tokens: int) -> bool:
+        """Whether a fresh engine of this configuration serves the at-rest request alone
+        (no probes, no at-rest request of its own); a run that breaks another rule counts as
+        served, so only liveness moves the finding off POOL-5."""
+        alone = SchedTrace(name=self.trace.name, config=self.config, seed=self.trace.seed,
+                           arrivals=[Arrival(at=0, rid=REST_RID, ns=0,
+                                             tokens=[REST_TOKEN] * tokens, new_tokens=1)],
+                           max_plans=self.trace.max_plans)
+        driver = SchedulerDriver(self.fresh(), alone, probes="none")
+        driver.serve_at_rest = False
+        try:
+            driver.run()
+        except Violation as v:
+            return "LIVE-1" not in v.behaviours
+        return True
 
     def _fits(self) -> bool:
         """LIVE-1 applies when every request alone fits on the device: its whole sequence

@@ -193,13 +193,22 @@ def swarm_workloads(draw, features: frozenset[Feature]) -> SchedTrace:
     return trace.model_copy(update={"name": "fuzz-scheduler-swarm"})
 
 
+def _driver(factory: Callable[[SchedConfig], object], trace: SchedTrace, *args,
+            **kwargs) -> SchedulerDriver:
+    """A driver on a fresh engine, able to make another one (the at-rest request is a leak,
+    POOL-5, only where a fresh engine serves it)."""
+    driver = SchedulerDriver(factory(trace.config), trace, *args, **kwargs)
+    driver.fresh = lambda: factory(trace.config)
+    return driver
+
+
 def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                determinism: bool = True,
                memory: MemoryFactory = shadow_memory,
                memory_only: bool = False, probes: str = "all") -> SchedulerDriver:
     """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
     flight.begin(trace)
-    driver = SchedulerDriver(factory(trace.config), trace, memory, memory_only, probes=probes)
+    driver = _driver(factory, trace, memory, memory_only, probes=probes)
     try:
         log = driver.run()
     except Violation as v:
@@ -210,7 +219,7 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
         # probes. Its own failure is the case's; if it has none, the probe's finding is.
         flight.begin(trace)
         try:
-            SchedulerDriver(factory(trace.config), trace, memory, memory_only,
+            _driver(factory, trace, memory, memory_only,
                             probes="none").run()
         except Violation as own:
             own.message += (f" (with probes, the run also had a probe's finding: "
@@ -224,11 +233,11 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
         from kvconf.conformance.oracles.determinism import DeterminismOracle
 
         flight.begin(trace)
-        again = SchedulerDriver(factory(trace.config), trace, memory, probes=probes).run()
+        again = _driver(factory, trace, memory, probes=probes).run()
         DeterminismOracle().compare(log, again)
     if driver.ignored:  # REQ-6: the same run without the events the engine ignored
         flight.begin(trace)
-        without = SchedulerDriver(factory(trace.config), trace, memory, memory_only,
+        without = _driver(factory, trace, memory, memory_only,
                                   probes="known").run()
         finding = driver.events.ignored_changed(log, without)
         if finding is not None:
