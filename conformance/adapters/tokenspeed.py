@@ -119,9 +119,13 @@ class TokenSpeedAdapter:
         c.max_batch_size = config.max_batch
         c.decode_input_tokens = 1
         c.role = ts.SchedulerConfig.Role.Fused
-        c.num_device_pages = config.device_pages + 1  # page 0 is reserved on device
-        self.page_ids = (config.device_pages + 1, config.host_pages)  # device ids start at 1
-        c.num_host_pages = config.host_pages
+        # Page 0 of each pool is reserved (PageAllocator hands out ids 1..total-1,
+        # csrc/resource/allocator/page_allocator.cpp): one more page on each tier gives the
+        # engine the kit's pool sizes, with ids starting at 1.
+        c.num_device_pages = config.device_pages + 1
+        host = config.host_pages + 1 if config.host_pages else 0
+        self.page_ids = (config.device_pages + 1, host)
+        c.num_host_pages = host
         c.disable_l2_cache = config.host_pages == 0
         c.enable_mixed_prefill_decode = config.mixed
         # Events for unknown request ids and op ids are ignored by design

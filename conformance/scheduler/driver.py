@@ -303,8 +303,12 @@ class SchedulerDriver:
             return self.log
         if self._fits():
             states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
+            # The cap can hold a request back only where the workload has more adapter
+            # namespaces than the cap allows in one forward (PLAN-9).
+            adapters = {a.ns for a in self.trace.arrivals if a.ns != 0}
             capped = ([rid for rid in left if self.live[rid].ns != 0]
-                      if self.config.max_adapters else None)
+                      if self.config.max_adapters and len(adapters) > self.config.max_adapters
+                      else None)
             raise LivenessOracle().stuck(self.trace.max_plans, left, states, capped)
         self.log.append(("unjudged", "a request needs more device pages or state slots than "
                          "the pools have"))
