@@ -24,6 +24,7 @@ from kvconf.conformance.variants import NOT_BUILT, all_variants, open_rules
 from kvconf.conformance.variants import scheduler as sched_variants
 from kvconf.conformance.variants.matrix import judge_one, run_variants, witness
 from kvconf.conformance.variants.scheduler import FailedCopyIsFatal, FreesBehindWindow
+from kvconf.reference.kv_events import EventKind
 from kvconf.reference.scheduler import Scheduler
 from kvconf.spec.audit import audit
 from kvconf.spec.registry import load_registry
@@ -104,8 +105,55 @@ def test_a_failed_copy_never_acknowledged_is_no_req5_finding() -> None:
         play_sched(adapter(FailedCopyIsFatal), trace)
 
 
+def published(driver) -> list:
+    """Every KV event the engine published in a run, in order."""
+    return [ev for drained in driver.published for ev in drained]
+
+
+@pytest.mark.behaviours("EVENT-8", "EVENT-3", "EVENT-6", "EVENT-7", "MAMBA-3")
+@pytest.mark.parametrize("name", ["sched-mamba-reuse", "sched-mamba-retract",
+                                  "sched-mamba-tight-slots", "sched-mamba-finish-fallback"])
+def test_announcing_only_reusable_boundaries_is_legal_only_when_declared(name) -> None:
+    """EVENT-8: with Mamba on, the variant announces a block only while a state of its depth
+    is cached, so its BlockStored events name parents never stored; declaring
+    sparse_prefix_events it passes, and the same engine without the declaration is caught (a
+    parent not stored, EVENT-3, or the stored hashes short of the device tier, EVENT-6)."""
+    trace = scenario(name)
+    v = VARIANTS["AnnouncesReusableBoundaries"]
+    events = published(play_sched(v.factory(), trace))
+    stored: set[int] = set()
+    unstored_parents = 0
+    for ev in events:
+        if ev.kind is EventKind.STORED:
+            unstored_parents += ev.parent_hash is not None and ev.parent_hash not in stored
+            stored.update(ev.block_hashes)
+        elif ev.kind is EventKind.REMOVED:
+            stored.difference_update(ev.block_hashes)
+    reference = published(play_sched(v.reference_factory(), trace))
+    blocks = [sum(len(ev.block_hashes) for ev in evs if ev.kind is EventKind.STORED)
+              for evs in (events, reference)]
+    assert blocks[0] < blocks[1]  # fewer boundaries announced than the tree stores
+    if name != "sched-mamba-finish-fallback":  # there a single block is ever announced
+        assert unstored_parents
+    with pytest.raises(Violation) as e:
+        play_sched(v.factory(with_features=False), trace)
+    assert e.value.oracle == "sched-events"
+    assert set(e.value.behaviours) <= {"EVENT-3", "EVENT-6"}, e.value
+
+
+def test_without_mamba_the_sparse_announcer_publishes_the_references_events() -> None:
+    """Every boundary of a KV-only cache is reusable: the variant's events are the
+    reference's, event for event."""
+    v = VARIANTS["AnnouncesReusableBoundaries"]
+    for name in ("sched-mid-flight-reuse", "sched-retract-and-recover"):
+        trace = scenario(name)
+        assert not trace.config.mamba
+        assert published(play_sched(v.factory(), trace)) == published(
+            play_sched(v.reference_factory(), trace))
+
+
 @pytest.mark.behaviours("TREE-7", "EVICT-6", "POOL-3", "WIN-2", "WIN-3", "WIN-4", "REQ-6",
-                        "HOST-5", "HOST-8", "HOST-9", "MAMBA-9")
+                        "HOST-5", "HOST-8", "HOST-9", "MAMBA-9", "EVENT-8")
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_variant_passes_the_scenarios_of_its_level(name) -> None:
     """The hand-written cases, fast; the whole suite with its fuzz cases is ``kvconf variants``
@@ -129,6 +177,13 @@ def test_each_variant_passes_the_scenarios_of_its_level(name) -> None:
 def test_each_variant_behaves_unlike_the_reference(name) -> None:
     """A variant the reference's traces cannot tell from the reference proves nothing."""
     assert witness(VARIANTS[name]) is not None
+
+
+@pytest.mark.behaviours("EVENT-8")
+def test_the_witness_reads_the_events_a_scheduler_publishes() -> None:
+    """The sparse announcer plans exactly as the reference does; what it announces tells it
+    apart, declaring what it declares (not only by failing without the declaration)."""
+    assert witness(VARIANTS["AnnouncesReusableBoundaries"]) == "sched-mamba-reuse"
 
 
 def test_a_variant_that_is_the_reference_has_no_witness(monkeypatch) -> None:
@@ -186,8 +241,9 @@ def test_kvconf_variants_writes_the_matrix(tmp_path: Path) -> None:
     assert by["FreesBehindWindow"]["passed"] >= 20 and by["FreesBehindWindow"]["witness"]
     assert by["MatchLeavesLast"]["features"] == ["match_leaves_last"]
     rules = {r["rule"]: r for r in data["rules"]}
-    assert rules["EVENT-8"]["variants"] == [] and rules["EVENT-8"]["not_built"]
-    assert "no variant yet" in res.output and data["summary"]["false_alarms"] == []
+    assert rules["EVENT-8"]["variants"] == ["AnnouncesReusableBoundaries"]
+    assert not any(r["not_built"] for r in data["rules"])
+    assert "no variant yet" not in res.output and data["summary"]["false_alarms"] == []
 
 
 def test_an_unknown_variant_is_a_usage_error(tmp_path: Path) -> None:

@@ -164,6 +164,9 @@ class SchedulerDriver:
         # through later copies of them, so a read of them blames REQ-5 / HOST-4 (E-1).
         self.failed_remains: set[tuple[Tier, int]] = set()
         self.log: list[Any] = []
+        # The KV events as drained, a tuple per drain: not part of ``log`` (DET-1 compares
+        # that), but what the engine visibly announced (the variant matrix's witness reads it).
+        self.published: list[tuple[Any, ...]] = []
         self.exercised: set[tuple[str, str]] = set()  # (state, event) taken
         self.illegal: set[tuple[str, str]] = set()  # (state, event) tried and rejected
         # The L3 store and its transfers (spec chapter l3_store), when the config has one.
@@ -219,6 +222,12 @@ class SchedulerDriver:
             self.content.origin.update(dict.fromkeys(new, req.ns))
         return tags[i]
 
+    def _drain(self) -> list[Any]:
+        """The KV events published since the last drain, kept in ``published``."""
+        events = list(self.engine.drain_events())
+        self.published.append(tuple(events))
+        return events
+
     def _prefix_named(self, h: int) -> tuple[int, tuple[int, ...]] | None:
         """The (namespace, prefix) whose block hash is ``h``: the whole blocks of every request
         the runtime submitted, its sampled tokens included, hashed with the engine's function
@@ -240,7 +249,7 @@ class SchedulerDriver:
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
         if self.kv is not None:  # the events up to now against the device tier (EVENT-6)
-            self.kv.take(self.engine.drain_events())
+            self.kv.take(self._drain())
             self.kv.device(after, f"after the {phase} of plan {self._at}"
                            if phase != "submit" else "after a submit")
         if self.states is not None and after is not None:
@@ -437,7 +446,7 @@ class SchedulerDriver:
         if self.kv is not None:
             for row in plan.rows:
                 self.kv.use(row.namespace)
-            self.kv.take(self.engine.drain_events())
+            self.kv.take(self._drain())
             for row in plan.rows:
                 if row.kind == "prefill" and row.start == row.reused and row.reused:
                     self.kv.reused(plan, row, self.live[row.rid].tokens, self.p)
@@ -525,7 +534,7 @@ class SchedulerDriver:
         self._call("advance", self.engine.advance, [e for e in events if not isinstance(e, Abort)])
         self._acknowledged(events)
         if self.kv is not None:
-            self.kv.take(self.engine.drain_events())
+            self.kv.take(self._drain())
         self._states("advance", external)
         after = self.snap
         if not self.memory_only:

@@ -26,13 +26,7 @@ ID = re.compile(r"\b[A-Z][A-Z0-9]*-[0-9]+\b")
 Level = Literal["cache", "scheduler"]
 
 # Rules the spec leaves open for which no variant is built yet, with the reason.
-NOT_BUILT: dict[str, str] = {
-    "EVENT-8": "the reference's reusable prefixes are closed under shortening (every whole-page "
-               "boundary of a cached prefix is reusable), so an engine built from it has no "
-               "boundary to leave unannounced; the Mamba cut-back (MAMBA-3) would give one, but "
-               "announcing only the depths that hold a state needs a state-aware event filter "
-               "that is not built",
-}
+NOT_BUILT: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)

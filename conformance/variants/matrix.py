@@ -161,7 +161,7 @@ def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Bu
 
 def _outcome(level: str, factory, trace) -> tuple:
     """What an engine visibly does with a trace: the driver's log (every call's result, every
-    plan), or the rule the run broke."""
+    plan) and, at the scheduler level, the KV events it published; or the rule the run broke."""
     from kvconf.conformance.oracles.base import Violation
 
     try:
@@ -172,7 +172,7 @@ def _outcome(level: str, factory, trace) -> tuple:
         from kvconf.conformance.scheduler.generator import play_sched
 
         driver = play_sched(factory, trace, determinism=False)
-        return ("log", repr(driver.log), tuple(driver.ignored))
+        return ("log", repr(driver.log), tuple(driver.ignored), repr(driver.published))
     except Violation as v:
         return ("violation", v.oracle, tuple(v.behaviours))
 

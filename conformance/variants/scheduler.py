@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.variants.cache import LowestFreePageFirst
+from kvconf.reference.kv_events import EventKind, KVEvent
 from kvconf.reference.plan import (
     Abort,
     BackupDone,
@@ -148,6 +149,69 @@ class WindowTable(Scheduler):
 
 
 # ----------------------------------------------------------------------------- events
+class AnnouncesReusableBoundaries(Scheduler):
+    """EVENT-8: with Mamba state beside the KV, a cached prefix is reused only up to a depth
+    that holds a state (MAMBA-3), so the KV events announce exactly those boundaries: a device
+    block is announced (naming as parent the hash of its own prefix, stored or not) while a
+    state of exactly its depth is cached on either tier, and removed as soon as that state
+    or the block is gone. Without Mamba every boundary is reusable: the reference's events."""
+
+    features = frozenset({Feature.SPARSE_PREFIX_EVENTS})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        # The reference's own stream, block by block: each device block it stored and has not
+        # removed (hash -> its one-block BlockStored), in the order stored; and the prefix each
+        # hash it ever stored names (namespace, tokens), which its children's prefixes extend.
+        self._held: dict[int, KVEvent] = {}
+        self._prefix: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._shown: dict[int, None] = {}  # the blocks announced and not removed, in order
+
+    def _reusable(self, h: int) -> bool:
+        """Whether a request could reuse the block's prefix to its end (``_mamba_reuse``): a
+        state entry of exactly that depth holds a state on some tier."""
+        assert self.mamba is not None
+        e = self.mamba.get(*self._prefix[h])
+        return e is not None and (e.device is not None or e.host is not None)
+
+    def drain_events(self):
+        events = super().drain_events()
+        if self.mamba is None:
+            return events
+        out: list[KVEvent] = []
+        for ev in events:
+            if ev.kind is EventKind.CLEARED:  # what was announced is gone with it
+                self._held.clear()
+                if self._shown:
+                    self._shown.clear()
+                    out = [ev]
+            elif ev.kind is EventKind.REMOVED:
+                for h in ev.block_hashes:
+                    self._held.pop(h, None)
+            else:
+                self._take_stored(ev)
+        for h in [h for h in self._shown if h not in self._held or not self._reusable(h)]:
+            del self._shown[h]
+            out.append(KVEvent(EventKind.REMOVED, (h,), self._prefix[h][0]))
+        for h, ev in self._held.items():
+            if h not in self._shown and self._reusable(h):
+                self._shown[h] = None
+                out.append(ev)
+        return out
+
+    def _take_stored(self, ev: KVEvent) -> None:
+        """A BlockStored of the reference's cache, split into its blocks."""
+        parent, bs, ns = ev.parent_hash, ev.block_size, ev.namespace
+        whole = () if parent is None else self._prefix[parent][1]
+        for i, h in enumerate(ev.block_hashes):
+            toks = tuple(ev.tokens[i * bs : (i + 1) * bs])
+            whole = whole + toks
+            self._prefix[h] = (ns, whole)
+            self._held.pop(h, None)  # stored again: last in the order
+            self._held[h] = KVEvent(EventKind.STORED, (h,), ns, parent, toks, bs)
+            parent = h
+
+
 class IgnoresUnknownEvents(Scheduler):
     """REQ-6: an event naming a request the scheduler does not hold, or a transfer not in
     flight, is ignored instead of rejected; the rest of the call is applied as usual."""
@@ -254,7 +318,8 @@ class ReservesCheckpointSlot(Scheduler):
 
 
 SCHED_VARIANTS: tuple[type, ...] = (
-    FreesBehindWindow, KeepsWindowPrefix, WindowTable, IgnoresUnknownEvents,
+    FreesBehindWindow, KeepsWindowPrefix, WindowTable, AnnouncesReusableBoundaries,
+    IgnoresUnknownEvents,
     AcknowledgesLoadbacks, FailedCopyIsFatal, DeclinesWritebackWithoutRoom,
     SchedulerLowestFreePageFirst, ReservesCheckpointSlot,
 )
