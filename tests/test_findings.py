@@ -154,10 +154,18 @@ def test_units_merge_their_findings_by_signature():
     assert merged.status is Status.FAIL and merged.message == "b"  # the first failing unit's
     assert [(f.signature, f.unit) for f in merged.findings] == [("b", 1), ("a", 1), ("c", 2)]
     assert merged.repeats == 3  # two skipped inside units, one across them
-    # A unit that ends the case (ERROR, CRASH, TIMEOUT) still cuts off the ones after it.
-    cut = combine([unit(0, Status.FAIL, "a"), unit(1, Status.CRASH), unit(2, Status.FAIL, "z")],
-                  "passed")
-    assert [f.signature for f in cut.findings] == ["a"] and len(cut.units) == 2
+    # A unit that ends the case (ERROR, TIMEOUT) still cuts off the ones after it.
+    for ending in (Status.ERROR, Status.TIMEOUT):
+        cut = combine([unit(0, Status.FAIL, "a"), unit(1, ending), unit(2, Status.FAIL, "z")],
+                      "passed")
+        assert [f.signature for f in cut.findings] == ["a"] and len(cut.units) == 2
+    # A CRASH does not: it is a finding (its signature names how the process ended), and the
+    # units after it count; the case's status is its first bad unit's.
+    crash = "worker/FAULT-3/insert/SIGSEGV"
+    on = combine([unit(2, Status.FAIL, "z"), unit(0, Status.PASS), unit(1, Status.CRASH, crash)],
+                 "passed")
+    assert on.status is Status.CRASH and len(on.units) == 3
+    assert [(f.signature, f.unit) for f in on.findings] == [(crash, 1), ("z", 2)]
 
 
 def test_reports_list_every_finding_and_older_formats_load(two, tmp_path):
@@ -220,3 +228,61 @@ def test_shards_merge_to_the_same_findings_with_their_traces(two, tmp_path):
         f.signature for f in report.results[0].findings]
     for f in merged.findings:
         assert (tmp_path / "m" / f.trace).read_text() == (out / f.trace).read_text()
+
+
+CRASHY = "two_defects:CrashesAndEvictsPinned"  # SIGSEGV on long inserts, EvictsPinned planted
+
+
+def _crash_run(tmp_path: Path, seed: int, jobs: int):
+    return run_suite(CRASHY, EngineConfig(), seed_value=seed, profile=PROFILES["ci"],
+                     budget=Budget(examples=100), report_path=tmp_path / "r.json",
+                     cases=select_cases(["fuzz-cache"]), jobs=jobs).results[0]
+
+
+@pytest.mark.behaviours("FAULT-3", "EVICT-1")
+@pytest.mark.parametrize("seed, first", [(0, Status.FAIL), (1, Status.CRASH)])
+def test_a_crash_is_a_finding_and_does_not_end_its_case(tmp_path, seed, first):
+    """A known crash no longer hides the rest: the units after the crashing one run and count,
+    the crash is a finding with its own signature and shrunk trace, and the case's status is
+    its first bad unit's, whichever of the two comes first."""
+    one = _crash_run(tmp_path / "1", seed, jobs=1)
+    assert one.status is first
+    assert {u.status for u in one.units} == {Status.FAIL, Status.CRASH}
+    assert len(one.units) == 4  # every unit, those after a crash too
+    sigs = [f.signature for f in one.findings]
+    crashes = [f for f in one.findings if f.oracle == "worker"]
+    assert crashes and all(f.signature.startswith("worker/FAULT-3/") for f in crashes)
+    assert all(f.signature.endswith("/SIGSEGV") and f.error == "SIGSEGV" for f in crashes)
+    assert any(s.startswith("eviction/EVICT-1+PIN-2/") for s in sigs)
+    assert one.findings[0].oracle == ("worker" if first is Status.CRASH else "eviction")
+    for f in crashes:  # the crash's shrunk trace, named by its signature, still crashes
+        assert f.trace == f"traces/{trace_name('fuzz-cache', f.signature)}.json"
+        trace = json.loads((tmp_path / "1" / f.trace).read_text())
+        assert f.steps == len(trace["steps"]) <= f.found_steps
+        assert f.unit is not None and one.units[f.unit].status is Status.CRASH
+    # One worker or two: the same findings, the same traces.
+    two = _crash_run(tmp_path / "2", seed, jobs=2)
+    assert [f.model_dump() for f in two.findings] == [f.model_dump() for f in one.findings]
+    for f in one.findings:
+        assert (tmp_path / "2" / f.trace).read_text() == (tmp_path / "1" / f.trace).read_text()
+    # An expectation file naming every signature: as expected; naming all but one: that one
+    # is a regression (a known crash does not hide a FAIL, nor a known FAIL a crash).
+    report = load_report(tmp_path / "1" / "r.json")
+    path = tmp_path / "known.toml"
+
+    def entries(named: list[str], status: str = "") -> str:
+        return f'engine = "{CRASHY}"\n\n' + "".join(
+            f'[[known]]\ncase = "fuzz-cache"\nsignature = "{s}"\n{status}'
+            'reason = "known"\nreference = "example/engine#1"\n\n' for s in named)
+
+    path.write_text(entries(sigs))
+    assert compare(report.model_copy(deep=True), load_expectations(path),
+                   path)["expected"] == ["fuzz-cache"]
+    path.write_text(entries(sigs, 'status = "CRASH"\n'))  # a CRASH status is accepted too
+    assert compare(report.model_copy(deep=True), load_expectations(path),
+                   path)["expected"] == ["fuzz-cache"]
+    for left in (crashes[0].signature, next(s for s in sigs if s.startswith("eviction/"))):
+        path.write_text(entries([s for s in sigs if s != left]))
+        judged = report.model_copy(deep=True)
+        assert compare(judged, load_expectations(path), path)["regression"] == ["fuzz-cache"]
+        assert judged.results[0].unexpected == [left]

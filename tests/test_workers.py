@@ -187,11 +187,17 @@ def _unit_result(i: int, status: Status, examples: int = 5) -> CaseResult:
                                         duration_s=1.0, ops={"match": 1})])
 
 
-def test_a_case_is_its_units_up_to_the_first_failing_one():
+def test_a_case_is_its_units_up_to_the_first_that_ends_it():
+    # A CRASH is a finding: it does not end the case, the first bad unit gives its status.
     results = [_unit_result(3, Status.FAIL), _unit_result(0, Status.PASS),
                _unit_result(1, Status.CRASH), _unit_result(2, Status.PASS)]
     r = combine(results, "doc")
     assert r.status is Status.CRASH and r.message == "u1"  # unit 3's FAIL came later in index
+    assert [u.index for u in r.units] == [0, 1, 2, 3] and r.examples == 20
+    # An ERROR or a TIMEOUT ends it: the units past it are not part of the case.
+    results[2] = _unit_result(1, Status.TIMEOUT)
+    r = combine(results, "doc")
+    assert r.status is Status.TIMEOUT and r.message == "u1"
     assert [u.index for u in r.units] == [0, 1] and r.examples == 10 and r.duration_s == 2.0
     ok = combine([_unit_result(i, Status.PASS) for i in (1, 0)], "doc")
     assert ok.status is Status.PASS and ok.message == "doc; ops played: {'match': 2}"

@@ -24,9 +24,20 @@ chapter faults, "Findings and their signatures"; the report lists each finding's
     reason = "failed writebacks are treated as done"
     reference = "https://github.com/example/tokenspeed/issues/40"
 
-Its status is FAIL (it may be left out). A case with such entries is as expected when it fails
-and every finding it made is named; a finding the file does not name is a regression, named in
-the result's ``unexpected``, even beside known ones: a known defect no longer hides a new one.
+A crash is a finding too, named by its signature like any other (the process oracle, FAULT-3,
+the kind of step it died in and how the process ended):
+
+    [[known]]
+    case = "fuzz-scheduler"
+    signature = "worker/FAULT-3/workload/SIGSEGV"
+    reason = "the page table is freed while a writeback still reads it"
+    reference = "https://github.com/example/tokenspeed/issues/41"
+
+Such an entry's status is FAIL or CRASH, and may be left out (it is not judged: a case's status is
+its first finding's, whichever that is). A case with such entries is as expected when it ended
+FAIL or CRASH and every finding it made is named; a finding the file does not name is a
+regression, named in the result's ``unexpected``, even beside known ones: a known defect, a known
+crash included, no longer hides a new one. A case that ended ERROR or TIMEOUT is a regression.
 A named finding the run did not make this time is no difference (a search within a budget need
 not meet every defect every run), but a case that passes is an improvement. A whole-case entry
 (no signature) is judged as before, on the status alone, and cannot be mixed with signature
@@ -49,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from kvconf.conformance.errors import KitError, read_input
 from kvconf.conformance.reporting.report import Report, Status
 
+FINDING_STATUSES = (Status.FAIL, Status.CRASH)  # the statuses of a case that made findings
 LINK = re.compile(r"^(https?://\S+|[\w.-]+/[\w.-]+#\d+)$")
 
 
@@ -158,10 +170,11 @@ def load_expectations(path: Path) -> Expectations:
             line = _toml_line(text, ("known", i))
             raise KitError(f"{path}:{line}: known[{i}].status: a whole-case entry (no "
                            "signature) must name the status the case is known to end in")
-        if k.signature is not None and k.status is not Status.FAIL:
+        if k.signature is not None and k.status not in FINDING_STATUSES:
             line = _toml_line(text, ("known", i, "status"))
             raise KitError(f"{path}:{line}: known[{i}].status: an entry naming a signature "
-                           "is a known finding, so its status is FAIL")
+                           "is a known finding, so its status is FAIL or CRASH (or left out), "
+                           f"not {k.status.value}")
         if (k.case, k.signature) in seen:
             line = _toml_line(text, ("known", i, "case"))
             what = k.case if k.signature is None else f"{k.case} {k.signature}"
@@ -206,13 +219,14 @@ def judge(status: Status, known: Known | None) -> Verdict:
 def judge_findings(status: Status, findings: list[str],
                    known: dict[str, Known]) -> tuple[Verdict, list[str]]:
     """A case named by signature entries: its verdict, and the signatures of its findings the
-    entries do not name (its regressions). A FAIL with every finding named is expected; a PASS
-    is an improvement; any other status (ERROR, CRASH, ...) is not a finding the file knows."""
+    entries do not name (its regressions). A FAIL or CRASH with every finding named is
+    expected; a PASS is an improvement; any other status (ERROR, TIMEOUT, ...) is not a finding
+    the file knows."""
     if status is Status.NOT_APPLICABLE:
         return Verdict.EXPECTED, []
     if status is Status.PASS:
         return Verdict.IMPROVEMENT, []
-    if status is not Status.FAIL:
+    if status not in FINDING_STATUSES:
         return Verdict.REGRESSION, []
     new = [f for f in findings if f not in known]
     return (Verdict.REGRESSION if new else Verdict.EXPECTED), new
@@ -244,8 +258,9 @@ def compare(report: Report, exp: Expectations, path: Path,
         if r.case in named:
             sigs = named[r.case]
             findings = [f.signature for f in r.findings]
-            if not findings and r.status is Status.FAIL:  # a report without findings (/3)
-                findings = ["(a failure without a signature)"]
+            if not findings and r.status in FINDING_STATUSES:  # an older report, no findings
+                findings = [f"(a {'crash' if r.status is Status.CRASH else 'failure'} "
+                            "without a signature)"]
             verdict, new = judge_findings(r.status, findings, sigs)
             r.unexpected = new or None
             hit = [sigs[f] for f in findings if f in sigs]

@@ -51,6 +51,15 @@ class Ending:
             return f"called sys.exit({self.code})"
         return self.kind
 
+    @property
+    def token(self) -> str:
+        """How the process ended, as the last part of a crash's finding signature (spec chapter
+        faults): ``SIGSEGV``, ``exit-17``, ``sys.exit-0`` (``signal-N`` for a nameless signal)."""
+        if self.kind == "signal":
+            name = self.signal_name or f"signal-{self.code}"
+            return name.replace(" ", "-")
+        return f"{self.kind}-{self.code}"
+
     def crashed(self) -> bool:
         return self.kind in ("signal", "exit", "sys.exit")
 

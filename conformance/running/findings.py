@@ -16,6 +16,15 @@ scheduler level, whose steps are all of one kind; ``-`` for a case that plays no
 where an exception of the engine caused it, the exception's type and the innermost function it
 was raised in (no file or line, so a revision that only moves code keeps its signatures). It
 depends on the violation and the trace alone, so the same seed gives the same findings.
+
+A crash (the engine's process ended inside a call, FAULT-3) is a finding too, made by the worker
+pool rather than inside the dying process (``crash_finding``): its signature is
+
+    worker/FAULT-3/<kind of step>/<ending>
+
+the process oracle, the kind of step the process died in (as above; ``-`` when it died before
+any step) and how it ended: the signal's name (``SIGSEGV``), ``exit-N`` for an exit with code
+N, ``sys.exit-N`` for the engine's ``sys.exit(N)``; e.g. ``worker/FAULT-3/workload/SIGSEGV``.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kvconf.conformance.reporting.report import Finding
+from kvconf.conformance.oracles.process import ProcessOracle
+from kvconf.conformance.reporting.report import CaseResult, Finding
 from kvconf.conformance.scheduler.trace import SchedTrace
 from kvconf.conformance.trace import Trace
 from kvconf.conformance.violation import Violation
@@ -129,3 +139,35 @@ def finding(v: Violation, trace, path: str | None, steps: int | None = None) -> 
     return Finding(signature=signature(v, trace), oracle=v.oracle, behaviours=list(v.behaviours),
                    message=v.message, step=v.step, kind=step_kind(v, trace),
                    error=engine_error(v), trace=path, steps=steps)
+
+
+def crash_kind(trace: Trace | SchedTrace | None, step: int | None) -> str:
+    """The kind of step a process died in: ``workload`` at the scheduler level, the cache-level
+    operation of ``step`` (the step in progress), ``-`` before any step."""
+    if isinstance(trace, SchedTrace):
+        return "workload"
+    if trace is None or step is None or not 0 <= step < len(trace.steps):
+        return "-"
+    return str(trace.steps[step].op)
+
+
+def crash_signature(ending: str, trace: Trace | SchedTrace | None, step: int | None) -> str:
+    """The finding signature of a crash (module docstring) that ended the process as ``ending``
+    says (``kvconf.conformance.running.crash.Ending.token``): decided from the trace as played
+    up to the crash, before any shrinking, so every worker and shard names it the same."""
+    return "/".join([ProcessOracle.name, "+".join(sorted(ProcessOracle.behaviours)),
+                     crash_kind(trace, step), ending])
+
+
+def crash_finding(result: CaseResult, ending: str, trace: Trace | SchedTrace | None,
+                  unit: int | None) -> Finding:
+    """The finding of a CRASH ``result`` whose process ended as ``ending`` says (``Ending.token``;
+    its trace, if any, saved under the finding's trace name beside the case's, as a FAIL
+    finding's is)."""
+    sig = crash_signature(ending, trace, result.step)
+    return Finding(
+        signature=sig, oracle=ProcessOracle.name, behaviours=list(ProcessOracle.behaviours),
+        message=result.message, step=result.step, kind=crash_kind(trace, result.step),
+        error=ending,
+        trace=None if trace is None else f"traces/{trace_name(result.case, sig)}.json",
+        steps=result.steps, found_steps=result.found_steps, unit=unit)

@@ -31,6 +31,7 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
 from kvconf.conformance.running.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
+from kvconf.conformance.running.findings import crash_finding, trace_name
 from kvconf.conformance.running.flight import read_play
 from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.units import Unit, failed
@@ -397,7 +398,7 @@ class Pool:
         if text is not None and ending.crashed():
             shrinks.append(Job("shrink", job.unit, result, ending, text))
         else:
-            self._add(job.unit, result, text)
+            self._add_crash(job.unit, result, text)
 
     def _silent(self, w: Worker) -> None:
         """Past the per-call deadline: ask for the stacks, kill, TIMEOUT."""
@@ -423,31 +424,38 @@ class Pool:
     # ----------------------------------------------------------------- results
     def _where(self, w: Worker) -> tuple[str | None, int | None, str]:
         """The trace of the play in progress (text), the step it reached, and a phrase."""
+        _, text, step, where = self._played(w)
+        return text, step, where
+
+    def _played(self, w: Worker) -> tuple[object | None, str | None, int | None, str]:
+        """``_where``, with the trace of the play in progress itself (None if none)."""
         from kvconf.conformance.running.cases import trace_text
         from kvconf.conformance.scheduler.trace import SchedTrace
         from kvconf.conformance.trace import Trace
 
         play = read_play(str(w.recorder))
         if not play or play[0][:1] not in (b"B", b"W"):
-            return None, None, "before any trace began"
+            return None, None, None, "before any trace began"
         head, steps = play[0], play[1:]
         try:
             if head[:1] == b"B":
                 data = json.loads(head[1:])
                 data["steps"] = [json.loads(s[1:]) for s in steps]
                 trace = Trace.model_validate(data)
-                return trace_text(trace), len(steps) - 1, (
+                return trace, trace_text(trace), len(steps) - 1, (
                     f"at step {len(steps) - 1} of a cache-level trace" if steps
                     else "while starting a cache-level trace")
             trace = SchedTrace.model_validate_json(head[1:])
-            return trace_text(trace), None, "while playing a scheduler-level workload"
+            return trace, trace_text(trace), None, "while playing a scheduler-level workload"
         except ValueError as e:
-            return None, None, f"in a trace the kit could not rebuild ({e})"
+            return None, None, None, f"in a trace the kit could not rebuild ({e})"
 
     def _fault_result(self, w: Worker, unit: Unit, status: Status, ending: Ending | None,
                       message: str | None = None) -> tuple[CaseResult, str | None]:
-        """A CRASH or TIMEOUT result for ``unit``, and the trace the worker was playing."""
-        text, step, where = self._where(w)
+        """A CRASH or TIMEOUT result for ``unit``, and the trace the worker was playing. A CRASH
+        carries its finding (``findings.crash_finding``): a crash is a finding like a FAIL's,
+        so it does not end a fuzz case (``units.ends``)."""
+        trace, text, step, where = self._played(w)
         output, stacks = w.last_words()  # the stacks go to the traceback field
         if message is None:
             message = (f"the engine's process {ending.describe()} {where}; an exit or a signal "
@@ -467,6 +475,9 @@ class Pool:
                               duration_s=round(time.monotonic() - w.started, 4))]
             if case.fuzz else None,
         )
+        if status is Status.CRASH and ending is not None:
+            result.findings = [crash_finding(result, ending.token, trace,
+                                             unit.index if case.fuzz else None)]
         return result, text
 
     def _shrunk(self, job: Job, doc: dict | None) -> None:
@@ -481,7 +492,18 @@ class Pool:
             result.step = None
         else:
             result.message += "; the trace could not be shrunk (the shrinking process failed)"
-        self._add(job.unit, result, text)
+        self._add_crash(job.unit, result, text)
+
+    def _add_crash(self, unit: Unit, result: CaseResult, text: str | None) -> None:
+        """A CRASH result, its finding brought up to date with the result (its trace shrunk,
+        or not), and its trace saved as the case's and as the finding's."""
+        more: dict[str, str] = {}
+        for f in result.findings:
+            f.message, f.step = result.message, result.step
+            f.steps, f.found_steps = result.steps, result.found_steps
+            if f.trace is not None and text is not None:
+                more[trace_name(result.case, f.signature)] = text
+        self._add(unit, result, text, more)
 
     def _unit_done(self, unit: Unit, doc: dict) -> None:
         """A worker's answer to a unit: its result, and the trace it saved."""
@@ -524,7 +546,7 @@ class Pool:
         shrinks.clear()
         for job in pending:
             job.crash.message += "; not shrunk (the run was interrupted)"
-            self._add(job.unit, job.crash, job.trace)
+            self._add_crash(job.unit, job.crash, job.trace)
         end = time.monotonic() + GRACE_S
         while live and time.monotonic() < end:
             ready, _, _ = select.select([w.fd for w in live], [], [], 0.5)

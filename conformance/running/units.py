@@ -4,9 +4,10 @@ A hand-written case is one unit. A fuzz case with a budget of examples is cut in
 ``UNIT_EXAMPLES`` examples, each with a seed derived from the run's seed and its index, so the
 cut depends on the budget alone: one worker or eight, one machine or a CI matrix of shards, the
 same units run with the same seeds. The case's result is its units' results in index order up to
-the first that ended in ERROR, TIMEOUT or CRASH (spec chapter faults, "Statuses of a run"): a
-unit past that one is never part of it, whichever finished first. A FAIL does not end it: the
-case's findings are every unit's, one per signature (``kvconf.conformance.running.findings``).
+the first that ended in ERROR or TIMEOUT (spec chapter faults, "Statuses of a run"): a unit past
+that one is never part of it, whichever finished first. A FAIL or a CRASH does not end it: each is
+a finding (a crash's signature names how the process ended), and the case's findings are every
+unit's, one per signature (``kvconf.conformance.running.findings``).
 A budget in seconds is cut into one unit per worker of the whole campaign (``--jobs`` times the
 shard count), each with its share of the seconds; such a run is bounded by time, so its results
 depend on the machine anyway.
@@ -86,10 +87,12 @@ def failed(status: Status) -> bool:
 
 
 def ends(status: Status) -> bool:
-    """A unit whose result ends its case's: ERROR, TIMEOUT or CRASH (the units past it are not
-    part of the case). A FAIL does not: its findings are kept and the later units' findings
-    join them, so one defect found early cannot hide another found later."""
-    return status in BAD and status is not Status.FAIL
+    """A unit whose result ends its case's: ERROR or TIMEOUT (the units past it are not part
+    of the case). A FAIL or a CRASH does not: its findings are kept and the later units'
+    findings join them, so one defect found early (a known crash, say) cannot hide another
+    found later. A TIMEOUT still ends it: it has no signature, and every unit after it could
+    cost a whole deadline."""
+    return status in (Status.ERROR, Status.TIMEOUT)
 
 
 def union(covers: Iterable[Coverage | None]) -> Coverage | None:
