@@ -286,3 +286,24 @@ def test_a_crash_is_a_finding_and_does_not_end_its_case(tmp_path, seed, first):
         judged = report.model_copy(deep=True)
         assert compare(judged, load_expectations(path), path)["regression"] == ["fuzz-cache"]
         assert judged.results[0].unexpected == [left]
+
+
+def test_shards_merge_a_crash_and_a_fail_into_the_unsharded_findings(tmp_path):
+    from kvconf.conformance.reporting.merge import merge_reports
+    from kvconf.conformance.running.units import Shard
+
+    whole = _crash_run(tmp_path / "w", 1, jobs=1)
+    paths = []
+    for i in (1, 2):
+        run_suite(CRASHY, EngineConfig(), seed_value=1, profile=PROFILES["ci"],
+                  budget=Budget(examples=100), report_path=tmp_path / f"s{i}" / "r.json",
+                  cases=select_cases(["fuzz-cache"]), jobs=1, shard=Shard(i, 2))
+        paths.append(tmp_path / f"s{i}" / "r.json")
+    merged = merge_reports(paths, tmp_path / "m" / "r.json").results[0]
+    assert merged.status is whole.status is Status.CRASH
+    assert [u.index for u in merged.units] == [u.index for u in whole.units]
+    assert [f.model_dump() for f in merged.findings] == [f.model_dump() for f in whole.findings]
+    for f in merged.findings:
+        assert (tmp_path / "m" / f.trace).read_text() == (tmp_path / "w" / f.trace).read_text()
+    assert (tmp_path / "m" / merged.trace).read_text() == (
+        tmp_path / "w" / whole.trace).read_text()
