@@ -77,7 +77,10 @@ from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
-from kvconf.conformance.scheduler.window_cases import window_config_case
+from kvconf.conformance.scheduler.window_cases import (
+    window_config_case,
+    window_config_fuzz_case,
+)
 from kvconf.conformance.trace import Trace
 from kvconf.reference.requests import BY_OP, EXTERNAL, TRANSITIONS, State
 
@@ -359,6 +362,7 @@ def all_cases() -> list[Case]:
                            "stateful traces at page size 1"))
     cases.extend(sched_scenario_case(sc) for sc in SCHED_SCENARIOS)
     cases.append(window_config_case())
+    cases.append(window_config_fuzz_case())
     cases.append(sched_fuzz_case("fuzz-scheduler", SchedConfig(),
                                  "workloads with shared prefixes, aborts, held and failed acks"))
     cases.append(sched_fuzz_case(
