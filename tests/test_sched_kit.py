@@ -499,3 +499,28 @@ def test_a_later_prefill_chunk_reuses_nothing(monkeypatch) -> None:
     chunks = [(start, reused) for _rid, kind, start, _n, reused, *_ in rows if kind == "prefill"]
     assert len(chunks) >= 3 and chunks[0] == (0, 0), chunks
     assert all(reused == 0 for _start, reused in chunks[1:]), chunks
+
+
+@pytest.mark.behaviours("DET-1")
+def test_a_failure_hypothesis_cannot_repeat_is_still_the_engines() -> None:
+    """Hypothesis plays a failing example again before it reports it; an engine that does not
+    fail the same way twice (found on TokenSpeed pr162's Mamba workloads: DET-1, then a pass)
+    makes it raise FlakyFailure, which the kit took for a fault of its generator (ERROR). The
+    fuzz loops' seeded tests raise the rule the engine broke instead."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from kvconf.conformance.running.seeding import seeded
+
+    plays = [0]
+
+    @settings(max_examples=20, database=None, phases=(Phase.generate,))
+    @given(st.integers())
+    def test(_x: int) -> None:
+        plays[0] += 1
+        if plays[0] == 3:  # the third example fails, and passes when played again
+            raise Violation("determinism", ("DET-1",), "step 4 differs between two runs")
+
+    with pytest.raises(Violation) as e:
+        seeded(test, 0)()
+    assert e.value.behaviours == ("DET-1",) and "did not fail the same way" in e.value.message
