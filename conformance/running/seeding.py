@@ -72,7 +72,11 @@ def import_independent_draws() -> Iterator[None]:
     """Hypothesis sometimes draws "local constants" harvested from whatever modules happen to be
     imported, so one seed would give different traces under ``kvconf run``, ``pytest`` or an
     engine adapter that imports more. The kit promises same seed, same traces: for the span of a
-    fuzz run the harvest is empty. Where Hypothesis has no such hook this does nothing."""
+    fuzz run the harvest is empty. Hypothesis also caches the constants each kind of draw may
+    take, harvest included, across tests: a draw made outside such a span (another Hypothesis
+    test in the same process, a direct call of a generator) would leave its harvest in that
+    cache for the fuzz run after it, so the cache is emptied on the way in and on the way out.
+    Where Hypothesis has no such hook this does nothing."""
     try:
         from hypothesis.internal.conjecture import providers
     except ImportError:  # pragma: no cover - a Hypothesis without the feature
@@ -82,9 +86,14 @@ def import_independent_draws() -> Iterator[None]:
     if real is None or not hasattr(providers, "Constants"):
         yield
         return
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
     empty = providers.Constants()
     providers._get_local_constants = lambda: empty
+    if cache is not None:
+        cache.clear()
     try:
         yield
     finally:
         providers._get_local_constants = real
+        if cache is not None:
+            cache.clear()
