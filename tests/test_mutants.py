@@ -80,3 +80,71 @@ def test_the_audit_holds_every_mutant_to_a_catalog_defect(monkeypatch):
     gaps = audit(reg, tests).gaps
     assert "mutant Unfiled names no catalog defect" in gaps
     assert "D248-1: no mutant plants it" in gaps
+
+
+# Issue 21, thin catches: every mutant must also die by a fuzz case, not only by the hand-written
+# scenario aimed at it (a rule with a scenario but no fuzz path is caught only by the example
+# someone thought of). The fuzz case that kills each one at --profile ci, seed 0, what
+# `kvconf mutants --profile ci --fuzz-only` reports; a new mutant needs its line here, that is, a
+# generator that reaches its rule. (PageableHostPool, the runtime-side mutant, is judged by the
+# GPU harness on CUDA, not by a case.)
+FUZZ_KILLS = {
+    **dict.fromkeys([
+        "CopiesToWrongPages", "EvictableOffByOne", "EvictionDropsHostCopy", "EvictsPinned",
+        "HashWithoutNamespace", "LeaksDuplicates", "LoadbackVisibleEarly", "MatchOnePageLong",
+        "NegativeDepthAtRoot", "NewestFirst", "NoHostRefresh", "RootNotLockableOnHost",
+        "SharedNamespaces", "SplitDropsPins", "StoresTwice", "TieByNewestSeq",
+        "UnbalancedUnlockAccepted", "UnloadFreesPinned", "UnloadKeepsUnpinned", "UnloadSilent",
+        "UnlockDropsTransferPin", "WritebackNeverRetired", "WritebackParentUnpinned",
+    ], "fuzz-cache"),
+    "IgnoresFailedAck": "fuzz-cache-page1",
+    **dict.fromkeys([
+        "AbortKeepsPin", "AbortRaisesWhileWritingBack", "AckAfterAbortDropped",
+        "ComputesInBaseModel", "ContinuesInBaseModel", "FailedWritebackIsDone",
+        "HashIgnoresNamespace", "KeysFromAdmission", "OverBudget", "PublishDropsPin",
+        "PublishOnlyAtFinish", "PublishesBeforeForward", "ReusesPinnedPage",
+    ], "fuzz-scheduler"),
+    "LoadbackAfterForward": "fuzz-scheduler-tight",
+    "RetractsIntoBaseModel": "fuzz-scheduler-unmixed",
+    "FreesInsideWindow": "fuzz-scheduler-window",
+    "PublishesUnderWindow": "fuzz-scheduler-window",
+    "AdapterCapCountsQueued": "fuzz-scheduler-adapters",
+    "IgnoresAdapterCap": "fuzz-scheduler-adapters",
+    **dict.fromkeys([
+        "BackupSourceUnpinned", "IncompletePrefetchLeaks", "KeysWithoutNamespace",
+        "MidFlightWithoutKeys", "PrefetchDoneNeverPrefills", "PrefetchInsertedFromRoot",
+        "PrefetchIntoBaseModel",
+    ], "fuzz-scheduler-l3"),
+    "EvictsBeforePinningHostMatch": "fuzz-scheduler-l3-tight-host",
+    **dict.fromkeys([
+        "AnyDepthForReuse", "FinishKeepsCheckpoint", "HostEvictionDropsEntry",
+        "MambaUnitsDropped", "NoReuseWithMamba", "NoWorkingFallback", "ReusesWithoutState",
+        "SharedResumeSource",
+    ], "fuzz-scheduler-swarm"),
+    "RetractStateUnprotected": "fuzz-scheduler-mamba",
+    "WindowFromTopLevelOnly": "fuzz-scheduler-model-config",
+}
+
+
+def test_every_mutant_names_the_fuzz_case_that_kills_it():
+    from kvconf.conformance.running.runner import all_cases
+
+    assert set(FUZZ_KILLS) == {m.name for m in all_mutants() if m.level != "memory"}
+    assert set(FUZZ_KILLS.values()) <= {c.name for c in all_cases() if c.fuzz}
+
+
+@pytest.mark.parametrize("name", sorted(FUZZ_KILLS))
+def test_a_fuzz_case_kills_every_mutant(name):
+    """The mutant dies by its fuzz case alone, as in the fuzz-only kill matrix (same seed, same
+    profile, same units)."""
+    from kvconf.conformance.mutants.kill import kill_one
+
+    profile = get_profile("ci")
+    mutant = next(m for m in all_mutants() if m.name == name)
+    res = kill_one(mutant, set(load_registry().catalog), seed_value=0, profile=profile,
+                   budget=parse_budget(None, profile), out_dir=None, fuzz_only=True,
+                   cases={FUZZ_KILLS[name]})
+    assert res.killed and res.case == FUZZ_KILLS[name], (
+        f"{name}: {FUZZ_KILLS[name]} no longer kills it ({res.message}); if another fuzz case "
+        "does (kvconf mutants --profile ci --fuzz-only --mutant NAME), name that one here; if "
+        "none does, only a scenario catches it: give the generators a path to its rule")

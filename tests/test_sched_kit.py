@@ -524,3 +524,26 @@ def test_at_rest_request_no_fresh_engine_serves_is_liveness_not_a_leak() -> None
         play_sched(factory(_ServesShortPromptsOnly), trace, determinism=False)
     assert e.value.oracle == "liveness" and e.value.behaviours == ("LIVE-1",), e.value
     assert "a fresh engine" in e.value.message
+@pytest.mark.behaviours("DET-1")
+def test_a_failure_hypothesis_cannot_repeat_is_still_the_engines() -> None:
+    """Hypothesis plays a failing example again before it reports it; an engine that does not
+    fail the same way twice (found on TokenSpeed pr162's Mamba workloads: DET-1, then a pass)
+    makes it raise FlakyFailure, which the kit took for a fault of its generator (ERROR). The
+    fuzz loops' seeded tests raise the rule the engine broke instead."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from kvconf.conformance.running.seeding import seeded
+
+    plays = [0]
+
+    @settings(max_examples=20, database=None, phases=(Phase.generate,))
+    @given(st.integers())
+    def test(_x: int) -> None:
+        plays[0] += 1
+        if plays[0] == 3:  # the third example fails, and passes when played again
+            raise Violation("determinism", ("DET-1",), "step 4 differs between two runs")
+
+    with pytest.raises(Violation) as e:
+        seeded(test, 0)()
+    assert e.value.behaviours == ("DET-1",) and "did not fail the same way" in e.value.message

@@ -85,3 +85,44 @@ def test_require_pairs_fails_a_run_that_never_mixed_a_declared_pair(tmp_path: Pa
     assert "declared feature pairs never reached" in strict.output
     assert "host_tier+mamba" in strict.output
     assert CliRunner().invoke(app, args).exit_code == 0
+def _drawn(n: int = 60) -> list[str]:
+    """The swarm's first ``n`` workloads at seed 0, drawn as a fuzz run draws them."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from kvconf.conformance.running.seeding import seeded
+    from kvconf.conformance.scheduler.generator import swarm_workloads
+
+    seen: list[str] = []
+
+    @settings(max_examples=n, database=None, deadline=None, phases=(Phase.generate,),
+              suppress_health_check=list(HealthCheck))
+    @given(trace=swarm_workloads(R.features))
+    def draw(trace) -> None:
+        seen.append(trace.model_dump_json())
+
+    with import_independent_draws():
+        seeded(draw, 0)()
+    return seen
+
+
+@pytest.mark.behaviours("DET-1")
+def test_draws_made_outside_a_fuzz_run_do_not_change_it() -> None:
+    """Same seed, same traces, whatever ran before in the process: Hypothesis caches the
+    constants a draw may take, the loaded modules' harvest included, so a draw outside a fuzz
+    run (another test, a direct call of a generator) changed the next run's workloads, and a
+    mutant the swarm killed alone survived it in the whole test suite."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    before = _drawn()
+
+    # Draws of the kind the workloads make (a trace's seed is one of 0..1000), outside a run:
+    # some take a constant of the loaded modules, and Hypothesis caches the ones in range.
+    @settings(max_examples=20, database=None, deadline=None, phases=(Phase.generate,),
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.integers(0, 1000), min_size=50, max_size=50))
+    def outside(_xs) -> None:
+        pass
+
+    outside()
+    assert _drawn() == before

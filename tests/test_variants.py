@@ -19,7 +19,7 @@ from kvconf.conformance.running.profiles import get_profile, parse_budget
 from kvconf.conformance.running.runner import RunContext, all_cases, run_case, select_cases
 from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
-from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
 from kvconf.conformance.variants import NOT_BUILT, all_variants, open_rules
 from kvconf.conformance.variants import scheduler as sched_variants
 from kvconf.conformance.variants.matrix import judge_one, run_variants, witness
@@ -280,3 +280,16 @@ def test_the_judged_variant_runs_only_what_its_features_allow() -> None:
                     budget=parse_budget("3", profile), out_dir=None)
     assert res.not_run == [] and res.passed == sum(1 for c in all_cases()
                                                   if Feature.CACHE in c.needs)
+
+
+@pytest.mark.behaviours("PLAN-10", "WIN-3")
+def test_a_state_slot_numbered_like_the_null_page_is_no_false_alarm() -> None:
+    """The null page is a page id: a Mamba state slot with the same number is only "the null
+    slot" where the engine numbers its states as pages of the KV pool (TokenSpeed's block pool,
+    ``state_ids``). Found by the swarm on WindowTable: with two device pages its null page is 2,
+    and the second request's working state slot is 2 too."""
+    t = SchedTrace(config=SchedConfig(mamba=True, device_pages=2, host_pages=0, mamba_slots=4,
+                                      mamba_host_slots=0, max_batch=2),
+                   arrivals=[Arrival(at=0, rid="a", tokens=[1]),
+                             Arrival(at=0, rid="b", tokens=[2])])
+    play_sched(VARIANTS["WindowTable"].factory(), t)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -81,9 +81,11 @@ class KillMatrix(BaseModel):
 
 
 def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Profile,
-             budget: Budget, out_dir: Path | None, fuzz_only: bool = False) -> MutantResult:
+             budget: Budget, out_dir: Path | None, fuzz_only: bool = False,
+             cases: Collection[str] | None = None) -> MutantResult:
     """Run the suite's cases of the mutant's level against it until one fails (only the fuzz
-    cases with ``fuzz_only``: what the generators find without the hand-written scenarios)."""
+    cases with ``fuzz_only``: what the generators find without the hand-written scenarios;
+    only the cases named in ``cases`` where given)."""
     from kvconf.conformance.running.runner import RunContext, all_cases, not_applicable, run_case
 
     if mutant.level == "memory":
@@ -103,6 +105,7 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
     cat = list(mutant.cites(catalog))
     for case in all_cases():
         if (not case.needs <= features or (fuzz_only and not case.fuzz)
+                or (cases is not None and case.name not in cases)
                 or not_applicable(case, ctx.config) is not None):
             continue
         result = run_case(ctx, case)

@@ -77,7 +77,10 @@ from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.scheduler.generator import fuzz_sched, play_sched, shrink_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
-from kvconf.conformance.scheduler.window_cases import window_config_case
+from kvconf.conformance.scheduler.window_cases import (
+    window_config_case,
+    window_config_fuzz_case,
+)
 from kvconf.conformance.trace import Trace
 from kvconf.reference.requests import BY_OP, EXTERNAL, TRANSITIONS, State
 
@@ -273,29 +276,47 @@ L3_FUZZ = SchedConfig(l3_store=True, device_pages=12, host_pages=8, max_tokens=8
 # One adapter slot per forward (PLAN-9) on a small device, so the cap meets retraction.
 ADAPTER_FUZZ = SchedConfig(max_adapters=1, device_pages=12, host_pages=8, max_tokens=8,
                            max_batch=3)
-# Mamba state beside KV under a sliding window, few state slots (chapter mamba).
-MAMBA_FUZZ = SchedConfig(mamba=True, sliding_window=4, device_pages=10, host_pages=8, max_tokens=6,
-                         max_batch=3, max_slots=4, mamba_slots=6, mamba_host_slots=3)
+# Mamba state beside KV (chapter mamba), one of two configurations per workload: the rules need
+# sizes that exclude each other. A small device retracts, the host tier keeps the KV retraction
+# writes back, one host state slot makes every other state compete with a protected retract
+# state (MAMBA-4), three device state slots for four requests make checkpoints fail (MAMBA-7);
+# a roomy device and budget admit several requests that resume from cached states of their own
+# in one plan (MAMBA-6). No window: under one nothing is published, so nothing is reused or
+# retracted with a state (Mamba with a window is the swarm's).
+MAMBA_FUZZ = (
+    SchedConfig(mamba=True, device_pages=8, host_pages=16, max_tokens=8, max_batch=3,
+                max_slots=4, mamba_slots=3, mamba_host_slots=1),
+    SchedConfig(mamba=True, device_pages=32, host_pages=16, max_tokens=12, max_batch=4,
+                max_slots=6, mamba_slots=10, mamba_host_slots=4),
+)
 SCHED_FUZZ_BEHAVIOURS = tuple(sorted({b for o in SCHED_ORACLES for b in o.behaviours}
                                      | {"DET-1", "TREE-2", "NS-1"}))
 
 
-def fuzz_namespaces(config: SchedConfig, features: frozenset[Feature]) -> int:
+def fuzz_namespaces(config: SchedConfig | Sequence[SchedConfig],
+                    features: frozenset[Feature]) -> int:
     """Namespaces the fuzzer draws from: one more adapter than the cap allows, so it binds."""
     if Feature.NAMESPACES not in features:
         return 1
-    return config.max_adapters + 2 if config.max_adapters else 2
+    cap = max(c.max_adapters for c in _configs(config))
+    return cap + 2 if cap else 2
 
 
-def sched_fuzz_case(name: str, config: SchedConfig | None, doc: str,
+def _configs(config: SchedConfig | Sequence[SchedConfig]) -> tuple[SchedConfig, ...]:
+    return (config,) if isinstance(config, SchedConfig) else tuple(config)
+
+
+def sched_fuzz_case(name: str, config: SchedConfig | Sequence[SchedConfig] | None, doc: str,
                     needs: frozenset[Feature] = frozenset()) -> Case:
-    """A scheduler fuzz case at one configuration, or with ``config`` None the swarm: each
-    workload draws its configuration from the switches the engine declares."""
+    """A scheduler fuzz case at one configuration, at one of several drawn per workload, or
+    with ``config`` None the swarm: each workload draws its configuration from the switches
+    the engine declares."""
+    cs = _configs(config) if config is not None else ()
     behaviours = SCHED_FUZZ_BEHAVIOURS if config is None else tuple(
         b for b in SCHED_FUZZ_BEHAVIOURS
-        if (config.l3_store or not b.startswith("L3-"))
-        and (config.mamba or not b.startswith("MAMBA-"))
-        and (config.max_adapters or b != "PLAN-9"))
+        if (any(c.l3_store for c in cs) or not b.startswith("L3-"))
+        and (any(c.mamba for c in cs) or not b.startswith("MAMBA-"))
+        and (any(c.max_adapters for c in cs) or b != "PLAN-9"))
 
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
@@ -341,6 +362,7 @@ def all_cases() -> list[Case]:
                            "stateful traces at page size 1"))
     cases.extend(sched_scenario_case(sc) for sc in SCHED_SCENARIOS)
     cases.append(window_config_case())
+    cases.append(window_config_fuzz_case())
     cases.append(sched_fuzz_case("fuzz-scheduler", SchedConfig(),
                                  "workloads with shared prefixes, aborts, held and failed acks"))
     cases.append(sched_fuzz_case(
@@ -379,9 +401,11 @@ def all_cases() -> list[Case]:
         "mixed batches) and from page, pool and batch sizes: every pair of switches together"))
     cases.append(sched_fuzz_case(
         "fuzz-scheduler-mamba", MAMBA_FUZZ,
-        "workloads with Mamba state slots under a 4-token sliding window, on a small device "
-        "with few state slots: retraction, eviction and recovery of states",
-        frozenset({Feature.MAMBA, Feature.SLIDING_WINDOW})))
+        "workloads with Mamba state slots that extend finished requests' sequences, some in "
+        "waves that resume in one plan, each on a small device with one host state slot "
+        "(retraction, protected retract states, eviction and recovery of states, failed "
+        "checkpoints) or on a roomy one (several resumes per plan)",
+        frozenset({Feature.MAMBA})))
     return cases
 
 

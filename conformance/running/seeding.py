@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.errors import FlakyFailure
 
 
 def fuzz_settings(examples: int, steps: int, database=None) -> settings:
@@ -31,12 +32,39 @@ def stream_seed(base_seed: int, stream: int, batch: int) -> int:
 def seeded(test, seed_value: int, database=None):
     """``test`` with a fixed seed, keeping its example ``database``: Hypothesis's ``@seed``
     turns the database off, and the kit wants both (failures found earlier replay first, then
-    the seed decides the rest)."""
+    the seed decides the rest). A failure Hypothesis cannot repeat when it plays the example
+    again is still the engine's: it comes out as the rule it broke, not as a fault of the
+    generator (``FlakyFailure``)."""
     test = seed(seed_value)(test)
     if database is not None and hasattr(test, "_hypothesis_internal_use_settings"):
         test._hypothesis_internal_use_settings = settings(
             test._hypothesis_internal_use_settings, database=database)
-    return test
+
+    def run(*args, **kwargs):
+        try:
+            return test(*args, **kwargs)
+        except FlakyFailure as e:
+            v = _first_violation(e)
+            if v is None:
+                raise
+            v.message += (" (played again, the example did not fail the same way: the engine "
+                          "does not behave the same way twice, DET-1)")
+            raise v from None
+
+    return run
+
+
+def _first_violation(group: BaseExceptionGroup):
+    from kvconf.conformance.violation import Violation
+
+    for e in group.exceptions:
+        if isinstance(e, Violation):
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            found = _first_violation(e)
+            if found is not None:
+                return found
+    return None
 
 
 @contextmanager
@@ -44,7 +72,11 @@ def import_independent_draws() -> Iterator[None]:
     """Hypothesis sometimes draws "local constants" harvested from whatever modules happen to be
     imported, so one seed would give different traces under ``kvconf run``, ``pytest`` or an
     engine adapter that imports more. The kit promises same seed, same traces: for the span of a
-    fuzz run the harvest is empty. Where Hypothesis has no such hook this does nothing."""
+    fuzz run the harvest is empty. Hypothesis also caches the constants each kind of draw may
+    take, harvest included, across tests: a draw made outside such a span (another Hypothesis
+    test in the same process, a direct call of a generator) would leave its harvest in that
+    cache for the fuzz run after it, so the cache is emptied on the way in and on the way out.
+    Where Hypothesis has no such hook this does nothing."""
     try:
         from hypothesis.internal.conjecture import providers
     except ImportError:  # pragma: no cover - a Hypothesis without the feature
@@ -54,9 +86,14 @@ def import_independent_draws() -> Iterator[None]:
     if real is None or not hasattr(providers, "Constants"):
         yield
         return
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
     empty = providers.Constants()
     providers._get_local_constants = lambda: empty
+    if cache is not None:
+        cache.clear()
     try:
         yield
     finally:
         providers._get_local_constants = real
+        if cache is not None:
+            cache.clear()

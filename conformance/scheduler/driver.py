@@ -134,6 +134,12 @@ class SchedulerDriver:
         # A page id the engine reserves as "no page" (holes in its tables): a row never computes
         # into it (PLAN-10).
         self.null: int | None = getattr(engine, "null_page", None)
+        # The same id as a Mamba state slot only where states are blocks of the KV pool (the
+        # engine numbers them as its pages); otherwise state slots have ids of their own.
+        states_are_pages = (getattr(engine, "state_ids", None) is not None
+                            and getattr(engine, "state_ids", None) == getattr(engine, "page_ids",
+                                                                               None))
+        self.null_state: int | None = self.null if states_are_pages else None
         # Under a sliding window (no window table), the KV each request computed and has not
         # yet dropped: position -> (device page, tag), where its row wrote it (WIN-4).
         self.own: dict[str, dict[int, tuple[int, int]]] = {}
@@ -758,7 +764,7 @@ class SchedulerDriver:
         mamba = getattr(row, "mamba", -1)
         if mamba < 0:
             return
-        if mamba == self.null:
+        if self.null_state is not None and mamba == self.null_state:
             raise self.covers.fail("PLAN-10", f"plan {self._at}: the {row.kind} row of "
                                    f"{row.rid} leaves its state in the null slot {mamba}")
         if row.start:

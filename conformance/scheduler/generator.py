@@ -9,7 +9,7 @@ every state. Shrinking is the kit's own (bounded, on the workload), as for cache
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -30,10 +30,13 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
               namespaces: int = 2, sequences: bool = False, gap: int = 2) -> SchedTrace:
     """With ``sequences``, a prompt may also extend an earlier request's whole sequence (its
     prompt and the tokens the runtime will sample for it, known from the seed), the prefix a
-    finished request publishes with its state (MAMBA-7, MAMBA-10); ``gap`` bounds the plans
+    finished request publishes with its state (MAMBA-7, MAMBA-10), and with Mamba half the
+    workloads end with a wave of such requests in one plan (MAMBA-6); ``gap`` bounds the plans
     between two arrivals."""
     seed = draw(st.integers(0, 1000)) if sequences else None
-    n = draw(st.integers(1, max_requests))
+    # With Mamba at least two requests: one alone has no state to reuse and no other to make
+    # room for (MAMBA-3, MAMBA-4, MAMBA-6 are about what one request leaves another).
+    n = draw(st.integers(2 if config.mamba else 1, max(2, max_requests)))
     prompts: list[list[int]] = []
     # What later prompts are cut from: (tokens, the request whose sequence it is, or None for
     # a prompt; the plan by which that request has likely finished).
@@ -57,8 +60,9 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
             tokens = draw(st.lists(st.integers(0, 2), min_size=1,
                                    max_size=4 * config.page_size)) + suffix
         new_tokens = draw(st.integers(1, 6))
-        # Most requests fit on the device alone, so liveness (LIVE-1) is judged; a few don't.
-        if draw(st.integers(0, 9)):
+        # Most requests fit on the device alone, so liveness (LIVE-1) is judged; a few don't,
+        # but never one that extends a sequence (it is there to reuse what that one left).
+        if kind >= 2 or draw(st.integers(0, 9)):
             room = (config.device_pages - 1) * config.page_size - new_tokens
             tokens = tokens[: max(1, room)]
         prompts.append(tokens)
@@ -73,6 +77,22 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
                                     for j in range(new_tokens)], i, done))
         arrivals.append(Arrival(at=at, rid=f"r{i}", ns=ns,
                                 tokens=tokens, new_tokens=new_tokens))
+    owners = [b for b in bases if b[1] is not None]
+    if config.mamba and len(owners) >= 2 and draw(st.booleans()):
+        # A wave: requests that extend two or three different earlier sequences arrive in one
+        # plan, once all of those have likely finished, so that rows of one plan resume from
+        # cached states of their own (MAMBA-6).
+        wave = draw(st.lists(st.sampled_from(owners), min_size=2, max_size=3,
+                             unique_by=lambda b: b[1]))
+        at = max([at, *(b[2] for b in wave)])
+        for base, owner, _ready in wave:
+            suffix = draw(st.lists(st.integers(0, 2), min_size=1, max_size=config.page_size))
+            new_tokens = draw(st.integers(1, 3))
+            room = (config.device_pages - 1) * config.page_size - new_tokens  # fits alone
+            arrivals.append(Arrival(at=at, rid=f"r{len(arrivals)}", ns=arrivals[owner].ns,
+                                    tokens=(base + suffix)[: max(1, room)],
+                                    new_tokens=new_tokens))
+        n = len(arrivals)
     aborts = [
         # Some wait for the request's writeback, whenever the engine emits it (E-2).
         AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}",
@@ -245,7 +265,19 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
     return driver
 
 
-def fuzz_sched(factory, config: SchedConfig | None, examples: int | None,
+def config_workloads(configs: SchedConfig | Sequence[SchedConfig],
+                     namespaces: int = 2) -> st.SearchStrategy[SchedTrace]:
+    """Workloads at one configuration, or at one of several drawn per workload (a feature whose
+    rules need sizes that exclude each other: a device tight enough to retract, and one roomy
+    enough to admit several reusing requests in one plan). With Mamba a workload also extends
+    finished requests' whole sequences, the only prefixes that hold a state to reuse."""
+    if isinstance(configs, SchedConfig):
+        return workloads(configs, namespaces=namespaces, sequences=configs.mamba)
+    return st.sampled_from(list(configs)).flatmap(
+        lambda c: workloads(c, namespaces=namespaces, sequences=c.mamba))
+
+
+def fuzz_sched(factory, config: SchedConfig | Sequence[SchedConfig] | None, examples: int | None,
                seconds: float | None, base_seed: int, holder: dict, ctx=None,
                namespaces: int = 2, stream: int = 0, database=None,
                on_finding: Callable[[SchedTrace, Violation], None] | None = None,
@@ -272,7 +304,7 @@ def fuzz_sched(factory, config: SchedConfig | None, examples: int | None,
         offer = features if features is not None else getattr(ctx, "features", frozenset())
         strategy = swarm_workloads(frozenset(offer))
     else:
-        strategy = workloads(config, namespaces=namespaces)
+        strategy = config_workloads(config, namespaces)
     reported = False  # a finding went to ``on_finding``
     k = 0
     while True:
