@@ -58,8 +58,7 @@ from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.seeding import (
     fuzz_settings,
     import_independent_draws,
-    seeded,
-    stream_seed,
+    search,
 )
 from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
 from kvconf.conformance.running.shrink import reset_interrupted, shrink
@@ -156,29 +155,12 @@ def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget
               base_seed: int, memory: MemoryFactory,
               oracles: Sequence[type[Oracle]], stream: int, database, on_finding) -> None:
     machine = cache_machine(factory, config, holder, memory=memory, oracles=oracles)
-    deadline = (None if budget.examples is not None
-                else time.perf_counter() + (budget.seconds or 0))
-    k = 0
-    while True:
-        n = budget.examples - holder.examples if budget.examples is not None else 25
-        if n <= 0:
-            return
-        test = get_state_machine_test(machine, settings=fuzz_settings(n, steps, database))
-        try:
-            seeded(test, stream_seed(base_seed, stream, k), database)()
-            found = False
-        except Violation as v:
-            if on_finding is None:
-                raise
-            on_finding(holder.last or Trace(config=config), v)
-            found, database = True, None
-            if shrink_interrupted():
-                return
-        k += 1
-        if deadline is None and not found:
-            return  # the whole budget of examples ran without a failure
-        if deadline is not None and time.perf_counter() >= deadline:
-            return
+    search(lambda n, db: get_state_machine_test(machine, settings=fuzz_settings(n, steps, db)),
+           lambda: (budget.examples - holder.examples if budget.examples is not None
+                    else None),
+           None if budget.examples is not None else (budget.seconds or 0),
+           base_seed, stream, database, on_finding,
+           lambda: holder.last or Trace(config=config), shrink_interrupted)
 
 
 def _counted(ctx: RunContext, replay: Callable) -> Callable:

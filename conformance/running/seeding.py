@@ -3,7 +3,8 @@ unit, and the example database still replays earlier failures first."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from hypothesis import HealthCheck, Phase, seed, settings
@@ -27,6 +28,43 @@ def fuzz_settings(examples: int, steps: int, database=None) -> settings:
 def stream_seed(base_seed: int, stream: int, batch: int) -> int:
     """The Hypothesis seed of one batch of one unit: a function of the run's seed alone."""
     return base_seed * 1_000_003 + batch + (stream << 32)
+
+
+def search(batch: Callable[[int, object], Callable], remaining: Callable[[], int | None],
+           seconds: float | None, base_seed: int, stream: int, database,
+           on_finding: Callable | None, last_trace: Callable[[], object],
+           interrupted: Callable[[], bool]) -> bool:
+    """One unit's search, in seeded batches, for its budget: ``remaining()`` examples (None:
+    until ``seconds`` pass, 25 a batch). ``batch(n, database)`` is the Hypothesis test of n
+    examples. Without ``on_finding`` the first Violation is raised; with it, each failing
+    example's (``last_trace()``, violation) goes there and the search goes on with the next
+    seed, so one defect cannot hide the others (only the first batch replays from the example
+    ``database``). Returns whether a finding went to ``on_finding``."""
+    from kvconf.conformance.violation import Violation
+
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    reported = False
+    k = 0
+    while True:
+        left = remaining()
+        n = left if left is not None else 25
+        if n <= 0:
+            return reported
+        try:
+            seeded(batch(n, database), stream_seed(base_seed, stream, k), database)()
+            found = False
+        except Violation as v:
+            if on_finding is None:
+                raise
+            on_finding(last_trace(), v)
+            found, reported, database = True, True, None
+            if interrupted():
+                return reported
+        k += 1
+        if deadline is None and not found:
+            return reported  # the whole budget of examples ran without a failure
+        if deadline is not None and time.perf_counter() >= deadline:
+            return reported
 
 
 def seeded(test, seed_value: int, database=None):

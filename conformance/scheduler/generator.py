@@ -8,7 +8,6 @@ every state. Shrinking is the kit's own (bounded, on the workload), as for cache
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -294,10 +293,9 @@ def fuzz_sched(factory, config: SchedConfig | Sequence[SchedConfig] | None, exam
     is kept, later workloads are played without probes, and it is reported only when the budget
     is spent with nothing else found, so an engine that fails a probe on every workload is
     still searched for every other rule."""
-    from kvconf.conformance.running.seeding import seeded, stream_seed
+    from kvconf.conformance.running.seeding import search
     from kvconf.conformance.running.shrink import interrupted
 
-    deadline = None if seconds is None else time.perf_counter() + seconds
     meter = getattr(ctx, "meter", None)  # progress notes for the display only
     played = 0  # scheduling steps of the workloads that ran to the end (for the notes)
     if config is None:
@@ -305,13 +303,8 @@ def fuzz_sched(factory, config: SchedConfig | Sequence[SchedConfig] | None, exam
         strategy = swarm_workloads(frozenset(offer))
     else:
         strategy = config_workloads(config, namespaces)
-    reported = False  # a finding went to ``on_finding``
-    k = 0
-    while True:
-        n = examples - holder.get("examples", 0) if examples is not None else 25
-        if n <= 0:
-            break
 
+    def batch(n: int, database):
         @settings(max_examples=n, deadline=None, database=database, print_blob=False,
                   suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
@@ -345,21 +338,12 @@ def fuzz_sched(factory, config: SchedConfig | Sequence[SchedConfig] | None, exam
             if meter is not None:
                 played += sum(1 for entry in driver.log if entry[0] == "plan")
 
-        try:
-            seeded(test, stream_seed(base_seed, stream, k), database)()
-            found = False
-        except Violation as v:
-            if on_finding is None:
-                raise
-            on_finding(holder["trace"], v)
-            found, reported, database = True, True, None
-            if interrupted():
-                return
-        k += 1
-        if deadline is None and not found:
-            break  # the whole budget of examples ran without a failure
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
+        return test
+
+    reported = search(batch, lambda: (examples - holder.get("examples", 0)
+                                      if examples is not None else None),
+                      seconds, base_seed, stream, database, on_finding,
+                      lambda: holder["trace"], interrupted)
     if "probe" in holder and not reported:  # nothing else found: the probe's finding is it
         holder["trace"], v = holder["probe"]
         if on_finding is None:
