@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +11,11 @@ import pytest
 
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting import docsite
+from kvconf.conformance.reporting.site import fsm_svg
+from kvconf.conformance.reporting.site.autolink import link_text
+from kvconf.conformance.reporting.site.chapters import reading_order
+from kvconf.conformance.reporting.site.diagrams import page_lifecycle, request_edges
+from kvconf.conformance.reporting.site.drawing import drawn_edges
 from kvconf.spec.registry import load_registry
 
 
@@ -18,6 +24,18 @@ def site_src(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("site") / "src"
     docsite.generate(src, [])
     return src
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    pytest.importorskip("mkdocs")
+    return docsite.build_site(tmp_path_factory.mktemp("built") / "site", [], strict=True)
+
+
+def _card(src: Path, chapter: str, bid: str) -> str:
+    text = (src / "spec" / chapter).read_text()
+    start = text.index(f"### {bid} ")
+    return text[start:text.index("</div>", start)]
 
 
 def test_every_behaviour_has_an_anchor_and_every_defect_links_its_seed(site_src: Path):
@@ -33,20 +51,83 @@ def test_every_behaviour_has_an_anchor_and_every_defect_links_its_seed(site_src:
     assert all(f"{{ #seed-{d.seed} }}" in seeds for d in reg.catalog.values())
 
 
-def test_a_behaviour_block_lists_what_holds_it(site_src: Path):
-    pinning = (site_src / "spec" / "pinning.md").read_text()
-    block = pinning[pinning.index("### PIN-2"):pinning.index("### PIN-3")]
-    assert "MUST NOT" in block and "[D381-2](../catalog.md#D381-2)" in block
-    assert "`pinning`" in block and "`pinned-content`" in block  # its oracles
-    assert "test_" in block and "`EvictsPinned`" in block  # its tests and mutants
-    assert "`pinned-never-evicted`" in block  # its proof obligation
+def test_a_card_says_how_to_check_an_engine_against_the_rule(site_src: Path):
+    card = _card(site_src, "pinning.md", "PIN-2")
+    assert '<span class="kv-level kv-must-not">MUST NOT</span> { #PIN-2 }' in card
+    statement = load_registry().behaviours["PIN-2"].statement
+    assert f"{statement}\n{{ .kv-statement }}" in card  # the statement, styled to stand out
+    assert "[D381-2](../catalog.md#D381-2)" in card
+    # Check your engine: the cases citing it, with the features each needs, and the command.
+    assert "| `loadback-keeps-host-source` | `cache`, `host_tier` |" in card
+    assert "kvconf run --engine <yours> --case split-keeps-pins" in card
+    # The internals, folded: oracles, tests, mutants and the proof obligation.
+    folded = card[card.index('??? note "What holds it'):]
+    assert "`pinning`" in folded and "`pinned-content`" in folded
+    assert "test_" in folded and "`EvictsPinned`" in folded and "`pinned-never-evicted`" in folded
 
 
-def test_the_diagrams_are_drawn_from_the_reference(site_src: Path):
-    from kvconf.reference.requests import TRANSITIONS
+def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
+    card = _card(site_src, "pinning.md", "PIN-3")
+    # vLLM accepts a second release of a lock (docs/peers.md, its Finding 2).
+    assert re.search(r'kv-fail">vllm</span> \(`fuzz-cache-tight`, `unbalanced-unlock-rejected`; '
+                     r"\[why\]\(\.\./peers\.md"
+                     r"#finding-2-a-second-release-of-a-lock-is-accepted-silently-pin-3\)\)",
+                     card), card
+    assert 'kv-pass">reference</span>' in card
 
+
+def test_no_empty_rows(site_src: Path):
+    for page in [*site_src.glob("spec/*.md"), *(site_src / n for n in ("catalog.md", "seeds.md",
+                                                                       "rules.md"))]:
+        assert "none yet" not in page.read_text(), page
+
+
+def test_the_rule_index_lists_every_rule_in_reading_order(site_src: Path):
+    reg = load_registry()
+    rules = (site_src / "rules.md").read_text()
+    ids = re.findall(r"^\| \[([A-Z][A-Z0-9]*-\d+)\]\(spec/", rules, re.M)
+    assert sorted(ids) == sorted(reg.behaviours)
+    assert ids[0] == "POOL-1"  # pools come first in the index, eviction fourth
+    order = reading_order(docsite.SPEC_DIR / "chapters")
+    chapters = [reg.chapters[reg.behaviours[i].chapter].name for i in ids]
+    assert chapters == sorted(chapters, key=order.index)
+    assert re.search(r"\| \[PIN-3\]\(spec/pinning.md#PIN-3\) \| .*MUST.* \| .*vllm", rules)
+
+
+def test_chapters_follow_the_index_not_the_file_names():
+    order = reading_order(docsite.SPEC_DIR / "chapters")
+    assert order[:4] == ["pools.md", "radix_tree.md", "pinning.md", "eviction.md"]
+    assert order[-1] == "formal.md"  # not listed (it states no rule): after the listed ones
+    spec = next(e["Spec"] for e in docsite.nav(order) if "Spec" in e)
+    assert [next(iter(e.values())) for e in spec][:4] == [
+        "spec/index.md", "rules.md", "spec/pools.md", "spec/radix_tree.md"]
+
+
+def test_the_state_machine_drawing_is_the_table(site_src: Path):
     svg = (site_src / "diagrams" / "request-fsm.svg").read_text()
-    assert svg.count("<title>") == sum(len(t) for t in TRANSITIONS.values())
+    assert drawn_edges(svg) == set(request_edges())
+    assert len(request_edges()) == 32  # 30 pairs, two with two targets
+    # Every self-loop carries its event's name as a label beside it.
+    for a, ev, b in request_edges():
+        if a == b:
+            group = re.search(rf'data-from="{a}" data-event="{ev}" data-to="{b}">.*?</g>', svg)
+            assert group and f">{ev}</text>" in group.group(0), (a, ev)
+
+
+def test_a_drawing_that_disagrees_with_the_table_is_caught():
+    edges = request_edges()
+    holds = {s: () for e in edges for s in (e[0], e[2])}
+    dropped = fsm_svg.state_machine_svg(edges[1:], holds, [], "Submitted", "Finished")
+    assert drawn_edges(dropped) == set(edges[1:]) != set(edges)
+    with pytest.raises(KitError, match="no place for state 'Parked'"):
+        fsm_svg.state_machine_svg([*edges, ("Decoding", "park", "Parked")], holds, [],
+                                  "Submitted", "Finished")
+
+
+def test_page_ownership_is_drawn_as_observed(site_src: Path):
+    observed = page_lifecycle()
+    svg = (site_src / "diagrams" / "page-lifecycle.svg").read_text()
+    assert drawn_edges(svg) == set(observed)
     life = (site_src / "page-lifecycle.md").read_text()
     for row in ("| free (device) | alloc | caller (device) |",
                 "| caller (device) | insert | node (device) |",
@@ -55,13 +136,93 @@ def test_the_diagrams_are_drawn_from_the_reference(site_src: Path):
                 "| free (host) | start_writeback | transfer (host) |",
                 "| transfer (host) | finish_transfer (failed) | free (host) |"):
         assert row in life, row
-    assert '"kvconf-trace/1"' in (site_src / "formats.md").read_text()
 
 
-def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path: Path, monkeypatch):
-    pytest.importorskip("mkdocs")
-    site = docsite.build_site(tmp_path / "site", [], strict=True)
+def test_chapters_embed_their_diagrams(site_src: Path):
+    assert "](../diagrams/request-fsm.svg)" in (site_src / "spec" / "requests.md").read_text()
+    assert "](../diagrams/page-lifecycle.svg)" in (site_src / "spec" / "pools.md").read_text()
+
+
+def test_ids_become_links_outside_code_headings_and_links():
+    targets = {"PIN-2": "spec/pinning.md#PIN-2", "E-3": "catalog.md#E-3"}
+    text = "\n".join(["# About PIN-2", "", "PIN-2, `PIN-2` and `kvconf --x PIN-2`; SE-3 E-3.",
+                      "", "```", "PIN-2", "```", "[PIN-2](other.md#PIN-2) { #PIN-2 }", "",
+                      "<div>PIN-2</div>"])
+    out = link_text(text, targets).split("\n")
+    assert out[0] == "# About PIN-2"
+    assert out[2] == ("[PIN-2](spec/pinning.md#PIN-2), [`PIN-2`](spec/pinning.md#PIN-2) and "
+                      "`kvconf --x PIN-2`; SE-3 [E-3](catalog.md#E-3).")
+    assert out[5] == "PIN-2" and out[7] == "[PIN-2](other.md#PIN-2) { #PIN-2 }"
+    assert out[9] == "<div>PIN-2</div>"
+
+
+def test_ids_are_linked_on_every_page(site_src: Path):
+    guide = (site_src / "peers.md").read_text()
+    assert "[PIN-3](spec/pinning.md#PIN-3)" in guide
+    chapter = (site_src / "spec" / "pools.md").read_text()
+    assert "see [FAULT-1](faults.md#FAULT-1)" in chapter  # a chapter links within spec/
+
+
+def test_the_formats_page_documents_fields_and_shows_example_traces(site_src: Path,
+                                                                   tmp_path: Path):
+    from kvconf.conformance.scheduler.trace import SchedTrace
+    from kvconf.conformance.trace import load_trace
+
+    text = (site_src / "formats.md").read_text()
+    assert "| `pages` | integer | required |" in text  # EvictStep, from the schema
+    assert "| `config` | [EngineConfig](#trace-engineconfig) |" in text
+    blocks = re.findall(r"^```json\n(.*?)\n```", text, re.M | re.S)
+    cache, sched = blocks[0], blocks[1]
+    (tmp_path / "cache.json").write_text(cache)
+    assert load_trace(tmp_path / "cache.json").steps  # as kvconf replay reads it
+    assert SchedTrace.model_validate_json(sched).arrivals
+    assert '??? note "The raw JSON Schema' in text  # folded, not 28,500 px of it
+
+
+def test_the_site_builds_strictly_with_no_network_and_whole_ids_in_search(site: Path):
     assert (site / "spec" / "pinning" / "index.html").read_text().count('id="PIN-') == 3
+    # Nothing is loaded from the network: no font, script, style or image from another host.
+    remote = re.compile(r"<(?:link|script|img|iframe|source)\b[^>]*\b(?:href|src)=\"(?:https?:)?//")
+    for page in site.rglob("*.html"):
+        assert not remote.search(page.read_text()), page
+    for css in site.rglob("*.css"):
+        assert not re.search(r"url\(['\"]?(?:https?:)?//|@import", css.read_text()), css
+    # Search splits words at hyphens but keeps an ID whole.
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    sep = re.compile(index["config"]["separator"])
+    assert [t for t in sep.split("see PIN-2, D381-2 and page-lifecycle") if t] == [
+        "see", "PIN-2", "D381-2", "and", "page", "lifecycle"]
+    pin2 = [d for d in index["docs"] if d["location"].endswith("#PIN-2")]
+    assert pin2 and "PIN-2" in pin2[0]["title"]
+    # Headings carry permalinks; code blocks a copy button.
+    pinning = (site / "spec" / "pinning" / "index.html").read_text()
+    assert 'class="headerlink" href="#PIN-2"' in pinning
+    assert '"content.code.copy"' in pinning
+
+
+def test_the_built_links_resolve(site: Path):
+    """Every local link of every page points at a file that exists, and an anchor on it."""
+    ids: dict[Path, set[str]] = {}
+    for page in site.rglob("*.html"):
+        if page.name == "404.html":  # the theme's, with links from the site's root
+            continue
+        text = page.read_text()
+        for href in re.findall(r'<a [^>]*href="([^"]+)"', text):
+            if re.match(r"(?:[a-z]+:|//)", href) or href == "#":
+                continue
+            path, _, anchor = href.partition("#")
+            target = (page.parent / path).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            assert target.exists(), f"{page}: {href}"
+            if anchor and target.suffix == ".html":
+                if target not in ids:
+                    ids[target] = set(re.findall(r'\bid="([^"]+)"', target.read_text()))
+                assert anchor in ids[target], f"{page}: {href}"
+
+
+def test_a_broken_link_fails_the_build(tmp_path: Path, monkeypatch):
+    pytest.importorskip("mkdocs")
     docs = tmp_path / "docs"
     shutil.copytree(docsite.DOCS_DIR, docs)
     (docs / "index.md").write_text((docs / "index.md").read_text() + "\n[gone](nowhere.md)\n")
