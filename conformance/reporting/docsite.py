@@ -29,6 +29,7 @@ from kvconf.conformance.reporting.site.checks import allowance_of, cases_by_beha
 from kvconf.conformance.reporting.site.diagrams import render_diagrams
 from kvconf.conformance.reporting.site.engines import load_runs
 from kvconf.conformance.reporting.site.formats import render_formats
+from kvconf.conformance.reporting.site.links import broken_links
 from kvconf.conformance.reporting.site.rules import render_rules
 from kvconf.spec.audit import mutant_citations, oracle_citations, test_citations
 from kvconf.spec.registry import Registry, load_registry
@@ -176,6 +177,9 @@ def build_site(out: Path, reports: list[Path], strict: bool = True) -> Path:
         raise KitError(f"the site does not build: {detail}") from None
     finally:
         logging.getLogger("mkdocs").removeHandler(handler)
+    bad = broken_links(out) if strict else []
+    if bad:
+        raise KitError(f"the site has {len(bad)} broken link(s): {'; '.join(bad[:5])}")
     return out
 
 

@@ -55,8 +55,9 @@ def link_text(text: str, targets: Mapping[str, str]) -> str:
             html = False
         elif prev_blank and line.startswith("<") and not line.startswith(("<span", "<a ")):
             html = not re.match(r"<(div|figure)[^>]*\bmarkdown\b", line)
-        indented_code = prev_blank and line.startswith("    ") and not stripped.startswith(
-            ("|", "-", "*", "!", "?")) or (indented_code and bool(stripped))
+        starts_code = prev_blank and line.startswith("    ") and not stripped.startswith(
+            ("|", "-", "*", "!", "?"))
+        indented_code = starts_code or (indented_code and bool(stripped))
         if fenced or html or stripped.startswith("#") or indented_code:
             out.append(line)
         else:
@@ -76,7 +77,8 @@ def link_site(src: Path, anchors: Mapping[str, str]) -> None:
             if Path(path) == rel:
                 targets[bid] = f"#{anchor}"
             else:
-                targets[bid] = f"{Path(os.path.relpath(src / path, page.parent)).as_posix()}#{anchor}"
+                there = Path(os.path.relpath(src / path, page.parent)).as_posix()
+                targets[bid] = f"{there}#{anchor}"
         text = page.read_text(encoding="utf-8")
         linked = link_text(text, targets)
         if linked != text:
