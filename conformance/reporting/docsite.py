@@ -31,16 +31,13 @@ from kvconf.conformance.reporting.site.engines import load_runs
 from kvconf.conformance.reporting.site.formats import render_formats
 from kvconf.conformance.reporting.site.links import broken_links
 from kvconf.conformance.reporting.site.rules import render_rules
+from kvconf.conformance.reporting.site.search import boost_cards
 from kvconf.spec.audit import mutant_citations, oracle_citations, test_citations
 from kvconf.spec.registry import Registry, load_registry
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 ASSETS = Path(__file__).resolve().parent / "site" / "assets"
-# Search keeps an ID whole: a hyphen splits words (page-lifecycle) but not a hyphen before a
-# digit (PIN-2, D381-2); otherwise the theme's own separator.
-SEARCH_SEPARATOR = r'[\s,:!=\[\]()"`/]+|-(?!\d)|\.(?!\d)|&[lg]t;|(?!\b)(?=[A-Z][a-z])'
-
 
 def proof_citations() -> dict[str, list[str]]:
     """Behaviour -> proof obligations of the formal model, where the model is installed."""
@@ -142,7 +139,7 @@ def generate(src: Path, reports: list[Path]) -> dict:
                   "features": ["navigation.sections", "toc.follow", "search.highlight",
                                "content.code.copy"]},
         "extra_css": ["assets/kvconf.css"],
-        "plugins": [{"search": {"separator": SEARCH_SEPARATOR}}],
+        "plugins": ["search"],
         "markdown_extensions": ["attr_list", "tables", "admonition", "md_in_html",
                                 "pymdownx.details", {"toc": {"permalink": True}},
                                 "pymdownx.superfences"],
@@ -177,6 +174,7 @@ def build_site(out: Path, reports: list[Path], strict: bool = True) -> Path:
         raise KitError(f"the site does not build: {detail}") from None
     finally:
         logging.getLogger("mkdocs").removeHandler(handler)
+    boost_cards(out, load_registry().behaviours)
     bad = broken_links(out) if strict else []
     if bad:
         raise KitError(f"the site has {len(bad)} broken link(s): {'; '.join(bad[:5])}")
