@@ -37,7 +37,8 @@ from kvconf.spec.registry import Registry, load_registry
 
 SPEC_DIR = Path(__file__).resolve().parents[2] / "spec"
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
-ASSETS = Path(__file__).resolve().parent / "site" / "assets"
+ASSETS = Path(__file__).resolve().parent / "site" / "assets"  # the site's own stylesheet
+
 
 def proof_citations() -> dict[str, list[str]]:
     """Behaviour -> proof obligations of the formal model, where the model is installed."""
