@@ -207,6 +207,9 @@ def test_the_site_builds_strictly_with_no_network_and_cards_first_in_search(site
     pinning = (site / "spec" / "pinning" / "index.html").read_text()
     assert 'class="headerlink" href="#PIN-2"' in pinning
     assert '"content.code.copy"' in pinning
+    # A chapter's diagram links its full page.
+    requests = (site / "spec" / "requests" / "index.html").read_text()
+    assert 'the full page: <a href="../../state-machine/">request states</a>' in requests
 
 
 def test_the_built_links_resolve(site: Path):

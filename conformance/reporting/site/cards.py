@@ -82,7 +82,7 @@ def engines_section(bid: str, facts: Facts, root: str) -> list[str]:
         out += ["- fails: " + "; ".join(fails)]
     if passes:
         out += ["- passes: " + " ".join(passes)]
-    if unjudged:
+    if unjudged and facts.cases.get(bid):  # a rule no case cites is judged on every case
         families: dict[str, list[str]] = {}
         for run in unjudged:
             families.setdefault(run.engine, []).append(run.label.removeprefix(f"{run.engine}-"))

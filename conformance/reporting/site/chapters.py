@@ -43,7 +43,7 @@ def diagram(name: str, where: Path, root: str) -> str:
         raise KitError(f"{where}: unknown diagram {name!r} (known: {', '.join(DIAGRAMS)})")
     svg, page = DIAGRAMS[name]
     return (f'<figure class="kv-diagram" markdown>\n![{name}]({root}{svg})\n'
-            f"<figcaption>Drawn from the reference; the full page: "
+            f"<figcaption markdown=\"span\">Drawn from the reference; the full page: "
             f"[{name.replace('-', ' ')}]({root}{page}).</figcaption>\n</figure>")
 
 

@@ -49,7 +49,7 @@ def render_diagrams(out: Path) -> None:
     (out / "diagrams" / "page-lifecycle.svg").write_text(page_lifecycle_svg(observed),
                                                          encoding="utf-8")
     rows = [f"| {a} | {op} | {b} |" for a, op, b in observed]
-    life = ["# The page-ownership lifecycle", "",
+    life = ["---", "hide: [toc]", "---", "", "# The page-ownership lifecycle", "",
             "Observed on the reference itself: its scenarios are played and every change of a "
             "page's owner (as the pools report it) is recorded with the call that made it. "
             "Every page has exactly one owner at every step (POOL-1).", "",

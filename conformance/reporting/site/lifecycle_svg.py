@@ -58,9 +58,11 @@ def page_lifecycle_svg(moves: Iterable[tuple[str, str, str]]) -> str:
         nx, ny = -(ey - sy) / length, (ex - sx) / length
         cx, cy = (sx + ex) / 2 + nx * bend, (sy + ey) / 2 + ny * bend
         lx, ly = (sx + ex) / 2 + nx * bend * 0.6, (sy + ey) / 2 + ny * bend * 0.6
-        if abs(dx) < 1:  # a vertical line: its label beside it
-            lx += 8
-        anchor = "start" if abs(dx) < 1 else ("end" if lx < (x1 + x2) / 2 else "start")
+        anchor = "end" if lx < (x1 + x2) / 2 else "start"
+        if abs(dx) < 1:  # a vertical line: its label beside it, on the side with room
+            tier = a.partition(" (")[2]
+            free_left = f"caller ({tier}" not in " ".join(owners)
+            lx, anchor = (lx - 8, "end") if free_left else (lx + 8, "start")
         if bend:
             anchor = "end" if nx < 0 else "start"
             lx += -6 if nx < 0 else 6
