@@ -57,10 +57,15 @@ def gather(reg: Registry) -> Facts:
     """What the cards and the rule index are drawn from, read once per build."""
     tests_dir = DOCS_DIR.parent / "tests"
     mutants, _gaps = mutant_citations(reg)
+    cases = cases_by_behaviour()
+    cited: dict[str, set[str]] = {}
+    for bid, refs in cases.items():
+        for ref in refs:
+            cited.setdefault(ref.name, set()).add(bid)
     return Facts(oracles=oracle_citations(),
                  tests=test_citations(tests_dir) if tests_dir.is_dir() else {},
-                 mutants=mutants, proofs=proof_citations(), cases=cases_by_behaviour(),
-                 allowances=allowance_of(), runs=load_runs(DOCS_DIR / "peers", DOCS_DIR))
+                 mutants=mutants, proofs=proof_citations(), cases=cases,
+                 allowances=allowance_of(), runs=load_runs(DOCS_DIR / "peers", DOCS_DIR, cited))
 
 
 def id_anchors(reg: Registry) -> dict[str, str]:

@@ -61,7 +61,7 @@ def check_section(bid: str, facts: Facts) -> list[str]:
 
 
 def engines_section(bid: str, facts: Facts, root: str) -> list[str]:
-    fails, passes, unjudged = [], [], []
+    fails, passes, undecided, unjudged = [], [], [], []
     for run in facts.runs:
         st = run.status(bid)
         if st == "fail":
@@ -73,6 +73,8 @@ def engines_section(bid: str, facts: Facts, root: str) -> list[str]:
                          f"{', ...' if len(cases) > 3 else ''}{'; ' + why if why else ''})")
         elif st == "pass":
             passes.append(f'<span class="kv-eng kv-pass">{run.label}</span>')
+        elif st == "undecided":
+            undecided.append(run.label)
         else:
             unjudged.append(run)
     if not (fails or passes):
@@ -82,6 +84,8 @@ def engines_section(bid: str, facts: Facts, root: str) -> list[str]:
         out += ["- fails: " + "; ".join(fails)]
     if passes:
         out += ["- passes: " + " ".join(passes)]
+    if undecided:
+        out += ["- undecided (its cases failed on another rule first): " + ", ".join(undecided)]
     if unjudged and facts.cases.get(bid):  # a rule no case cites is judged on every case
         families: dict[str, list[str]] = {}
         for run in unjudged:

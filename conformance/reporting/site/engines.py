@@ -2,8 +2,9 @@
 (``docs/peers/<engine>/report.json``), each failure linked to its write-up where one exists.
 
 A rule fails on an engine when a FAIL, CRASH or TIMEOUT result names it; it passes when a case
-that cites it passed and none failed; otherwise the engine was not judged on it (the cases need
-features it does not declare). The write-up is the heading of the engine's guide that names the
+that cites it passed and none failed; it is undecided when the cases citing it ran but each
+failed on another rule first; otherwise the engine was not judged on it (the cases need features
+it does not declare). The write-up is the heading of the engine's guide that names the
 finding (the defect or rule its expectation entry begins with, else the failing rule), else the
 one about the revision, else the engine's section.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting.site.headings import headings
 
 BAD = {"FAIL", "CRASH", "TIMEOUT", "ERROR"}
+SKIPPED = {"NOT_SUPPORTED", "NOT_APPLICABLE"}
 ID = re.compile(r"\b[A-Z][A-Z0-9]*-\d+\b")
 # Where each engine's findings are written up: the guide, and the section of it (a heading's
 # words) that is about this engine; None: the whole guide.
@@ -48,11 +51,16 @@ class EngineRun:
     version: str
     fails: dict[str, list[Failure]] = field(default_factory=dict)  # rule -> its failures
     passes: set[str] = field(default_factory=set)
+    ran: set[str] = field(default_factory=set)  # rules cited by a case that ran
 
     def status(self, rule: str) -> str:
+        """fail; pass; undecided (every case citing it that ran failed on another rule
+        first); not judged (no case citing it ran)."""
         if rule in self.fails:
             return "fail"
-        return "pass" if rule in self.passes else "not judged"
+        if rule in self.passes:
+            return "pass"
+        return "undecided" if rule in self.ran else "not judged"
 
 
 def _section(docs: Path, engine: str) -> tuple[str, list] | None:
@@ -89,8 +97,11 @@ def _write_up(docs: Path, engine: str, label: str, candidates: list[str]) -> str
     return f"{page}#{hs[0].anchor}" if hs and hs[0].level == 2 else page
 
 
-def load_runs(peers: Path, docs: Path) -> list[EngineRun]:
-    """Every committed report under ``peers``, the reference first, then by name."""
+def load_runs(peers: Path, docs: Path,
+              cited: Mapping[str, Iterable[str]] | None = None) -> list[EngineRun]:
+    """Every committed report under ``peers``, the reference first, then by name. ``cited``:
+    case -> the rules it cites (a failing result names only the rules it broke)."""
+    cited = cited or {}
     runs: list[EngineRun] = []
     for path in sorted(peers.glob("*/report.json")):
         try:
@@ -99,6 +110,10 @@ def load_runs(peers: Path, docs: Path) -> list[EngineRun]:
             run = EngineRun(path.parent.name, info["engine"], info.get("version", ""))
             for r in data["results"]:
                 rules = list(r.get("behaviours") or [])
+                if r["status"] == "PASS":  # the rules its case cited when it ran
+                    run.ran.update(rules)
+                elif r["status"] not in SKIPPED:  # the rules it broke, and what it cites now
+                    run.ran.update(rules, cited.get(r["case"], ()))
                 if r["status"] in BAD:
                     lead = ID.findall((r.get("known") or "")[:40])[:1]
                     link = _write_up(docs, run.engine, run.label, lead + rules)
