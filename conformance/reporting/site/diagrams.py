@@ -1,7 +1,9 @@
 """The diagram pages, drawn from the reference: the request state machine from its table
 (``TRANSITIONS``, ``HOLDS``, ``EXTERNAL``), and the page-ownership lifecycle observed while the
 reference plays its own cache scenarios (every change of a page's owner, with the call that
-made it). The chapters embed the same drawings (``chapters.DIAGRAMS``)."""
+made it). The chapters embed the same drawings (``chapters.DIAGRAMS``). They are SVG drawn here,
+not Mermaid: the theme fetches Mermaid's script from a CDN, and the site loads nothing from the
+network."""
 
 from __future__ import annotations
 
