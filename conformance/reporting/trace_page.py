@@ -1,0 +1,143 @@
+"""A saved trace as a page people read: its config summarised, its steps as a table.
+
+A failing case's trace is JSON (``kvconf-trace/1``); the results section of the documentation
+site shows it as a page instead of opening the raw file: a cache-level trace's steps (number,
+operation, arguments, what the trace expects) with the step the run failed at marked, a
+scheduler-level trace's workload in plan order (arrivals, aborts, how each writeback and L3
+transfer is acknowledged). The JSON itself stays beside the page, to download and replay.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kvconf.conformance.errors import KitError
+
+# Token lists longer than this are shown by their start and their length.
+SHOW_TOKENS = 16
+
+
+@dataclass(slots=True)
+class Row:
+    """One row of a trace's step table."""
+
+    step: str
+    op: str
+    args: str
+    outcome: str
+    failed: bool = False
+
+
+def tokens(ts: list) -> str:
+    shown = " ".join(str(t) for t in ts[:SHOW_TOKENS])
+    more = f" … ({len(ts)} tokens)" if len(ts) > SHOW_TOKENS else f" ({len(ts)})"
+    return f"`{shown}`{more}"
+
+
+def _value(key: str, v) -> str:
+    if key == "tokens" and isinstance(v, list):
+        return tokens(v)
+    if key == "step":
+        return f"of step {v}"
+    return f"{key} {json.dumps(v) if not isinstance(v, str) else v}"
+
+
+def _expect(e: dict | None) -> str:
+    if not e:
+        return ""
+    parts = []
+    for k, v in e.items():
+        if v is None:
+            continue
+        if k == "rejected":
+            parts.append("rejected" if v else "accepted")
+        elif k == "started":
+            parts.append("transfer started" if v else "transfer declined")
+        elif k == "behaviours":
+            parts.append("rules " + ", ".join(v))
+        else:
+            parts.append(f"{k.replace('_', ' ')} = {v}")
+    return "expects " + ", ".join(parts) if parts else ""
+
+
+def cache_rows(trace: dict, failed_step: int | None) -> list[Row]:
+    """One row per step: its index (the number a report's ``step`` and an unlock's ``step``
+    name), the operation, its arguments, and what the trace expects of it."""
+    rows = []
+    for i, s in enumerate(trace.get("steps", [])):
+        args = [_value(k, v) for k, v in s.items() if k not in ("op", "expect")]
+        rows.append(Row(str(i), str(s.get("op", "?")), ", ".join(args),
+                        _expect(s.get("expect")), i == failed_step))
+    return rows
+
+
+def scheduler_rows(trace: dict) -> list[Row]:
+    """The workload in plan order: each arrival before its plan, each abort after its plan."""
+    events: list[tuple[int, int, Row]] = []
+    for a in trace.get("arrivals", []):
+        args = (f"request `{a['rid']}`, namespace {a.get('ns', 0)}, prompt "
+                f"{tokens(a['tokens'])}, generates {a.get('new_tokens', 1)}")
+        events.append((a["at"], 0, Row(f"before plan {a['at']}", "submit", args, "")))
+    for a in trace.get("aborts", []):
+        when = (" (once a writeback of it is in flight)" if a.get("in_flight") else "")
+        events.append((a["at"], 1, Row(f"after plan {a['at']}", "abort",
+                                       f"request `{a['rid']}`{when}", "")))
+    return [r for _at, _k, r in sorted(events, key=lambda e: (e[0], e[1]))]
+
+
+def config_line(config: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {json.dumps(v)}" for k, v in config.items())
+
+
+def _table(rows: list[Row], step_head: str, outcome: bool = True) -> list[str]:
+    if not outcome:
+        out = [f"| {step_head} | operation | arguments |", "| --- | --- | --- |"]
+        return out + [f"| {r.step} | {r.op} | {r.args} |" for r in rows]
+    out = [f"| {step_head} | operation | arguments | outcome |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        mark = "**" if r.failed else ""
+        outcome_ = r.outcome
+        if r.failed:
+            outcome_ = (outcome_ + "; " if outcome_ else "") + "**the run failed here**"
+        out.append(f"| {mark}{r.step}{mark} | {mark}{r.op}{mark} | {r.args} | {outcome_} |")
+    return out
+
+
+def render(trace: dict, *, failed_step: int | None, source: str) -> list[str]:
+    """The trace's body as Markdown lines (config, then steps); ``source`` names the file in
+    messages."""
+    level = trace.get("level")
+    if trace.get("format") != "kvconf-trace/1" or level not in ("cache", "scheduler"):
+        raise KitError(f"{source}: not a kvconf-trace/1 trace (format {trace.get('format')!r},"
+                       f" level {level!r})")
+    cfg = trace.get("config", {})
+    lines = [f"**Level**: {level}. **Config**: {config_line(cfg) or 'the defaults'}."]
+    if trace.get("behaviours"):
+        lines[0] += f" **Written for**: {', '.join(trace['behaviours'])}."
+    lines.append("")
+    if level == "cache":
+        rows = cache_rows(trace, failed_step)
+        lines += [f"{len(rows)} steps (clock: {trace.get('clock', 'per_step')}; an `unlock`, "
+                  "`writeback` or `ack` names the step it refers to by its number).", ""]
+        lines += _table(rows, "step")
+        return lines
+    rows = scheduler_rows(trace)
+    lines += [f"The workload the driver plays through the engine's plan / event loop "
+              f"(sampling seed {trace.get('seed', 0)}, at most {trace.get('max_plans', 400)} "
+              "plans); the engine decides every plan."
+              + (f" The run failed at plan {failed_step}." if failed_step is not None else ""),
+              ""]
+    lines += _table(rows, "when", outcome=False)
+    acks = trace.get("acks") or []
+    lines += ["", "Writebacks are acknowledged, in order and then cycled: "
+              + (", ".join(f"#{i + 1} {a}" for i, a in enumerate(acks)) if acks
+                 else "all at once, each a success") + "."]
+    if trace.get("l3_preload"):
+        lines += ["", "The L3 store holds before the run: "
+                  + "; ".join(f"namespace {p.get('ns', 0)} {tokens(p['tokens'])}"
+                              for p in trace["l3_preload"]) + "."]
+    if trace.get("l3_acks"):
+        lines += ["", "L3 transfers end, in order and then cycled: "
+                  + ", ".join(f"#{i + 1} {a}" for i, a in enumerate(trace["l3_acks"])) + "."]
+    return lines

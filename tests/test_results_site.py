@@ -1,0 +1,226 @@
+"""The results: ``kvconf report``'s standalone pages and the documentation site's results
+section (every committed run, failures first, every failure linked to its trace and write-up)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvconf.conformance.mutants.kill import KillInfo, KillMatrix, MutantResult
+from kvconf.conformance.reporting import results_site, trace_page
+from kvconf.conformance.reporting.compliance import Inputs, build
+from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Status
+
+PEERS = results_site.DOCS_DIR / "peers"
+
+
+def _kills() -> KillMatrix:
+    info = KillInfo(kvconf="x", seed=0, profile="ci", budget="1", started="2026-01-01")
+    return KillMatrix(run_info=info, mutants=[
+        MutantResult(id="Caught", level="cache", catalog=["E-6"], killed=True, case="c",
+                     oracle="match", behaviours=["TREE-4"], seconds=0.5),
+        MutantResult(id="NeedsCuda", level="memory", catalog=["D162-7"], killed=False,
+                     seconds=0.0, skipped="needs a CUDA device (kvconf gpu)"),
+        MutantResult(id="Survivor", level="cache", catalog=["E-6"], killed=False,
+                     seconds=2.0, message="alive: no case failed")])
+
+
+def _report(engine: str = "reference", version: str = "x", **statuses: Status) -> Report:
+    info = RunInfo(engine=engine, version=version, kvconf="x", features=[], config={},
+                   seed=0, profile="ci", budget="1", started="2026-01-01")
+    return Report(run_info=info, results=[
+        CaseResult(case=c, status=s, behaviours=["PIN-2"], duration_s=0.0)
+        for c, s in statuses.items()])
+
+
+def test_kvconf_report_shows_a_skipped_mutant_as_skipped_with_its_reason(tmp_path: Path):
+    inputs = Inputs(kills=[(tmp_path / "k.json", _kills())])
+    md_path, html_path = build(inputs, tmp_path / "out")
+    md, html = md_path.read_text(), html_path.read_text()
+    assert "| NeedsCuda | D162-7 | skipped | needs a CUDA device (kvconf gpu) |  |" in md
+    assert "| Survivor | E-6 | ALIVE | alive: no case failed | 2.00 |" in md
+    assert "| NO |" not in md and "NO" not in md.split("| mutant |")[1].replace("NOT", "")
+    assert "alive: Survivor; skipped, not run here: NeedsCuda (needs a CUDA device" in md
+    assert "killed 1 of the 2 run (of 3)" in md
+    # alive first, then skipped, then killed; the bar chart draws only the mutants run
+    assert md.index("| Survivor") < md.index("| NeedsCuda") < md.index("| Caught")
+    assert "<td class='skipped'>skipped</td><td>needs a CUDA device" in html
+    chart = html[html.index("<svg"):html.index("</svg>")]
+    assert "NeedsCuda" not in chart and "Survivor" in chart
+
+
+def test_transition_coverage_counts_the_taken_and_lists_the_never_taken(tmp_path: Path):
+    from kvconf.reference.requests import TRANSITIONS
+
+    r = _report(a=Status.PASS)
+    r.run_info.coverage = {"legal": {"missed": ["Draining --Abort-->"]},
+                           "illegal": {"tried": 1, "total": 2}}
+    md = build(Inputs(runs=[(tmp_path / "r.json", r)]), tmp_path / "out")[0].read_text()
+    total = sum(len(t) for t in TRANSITIONS.values())
+    never = sum(len(t) for (s, e), t in TRANSITIONS.items()
+                if (s.value, e.value) == ("Draining", "Abort"))
+    section = md[md.index("## Request state machine"):]
+    assert f"reference took {total - never} of {total} transitions" in section
+    listed = re.findall(r"^- (.+)$", section, re.M)
+    assert listed and all(x.startswith("Draining --Abort-->") for x in listed)
+    assert f"Never taken ({never}):" in section
+
+
+def test_kvconf_report_puts_the_failing_rules_first(tmp_path: Path):
+    r = _report(a=Status.PASS)
+    r.results.append(CaseResult(case="b", status=Status.FAIL, behaviours=["TREE-2"],
+                                duration_s=0.0))
+    md = build(Inputs(runs=[(tmp_path / "r.json", r)]), tmp_path / "out")[0].read_text()
+    rows = re.findall(r"^\| ([A-Z0-9]+-\d+) \| ", md, re.M)
+    assert rows[0] == "TREE-2" and "PIN-2" in rows[1:]
+
+
+# ---------------------------------------------------------------------------- the site
+
+
+@pytest.fixture(scope="module")
+def site_src(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("results") / "src"
+    src.mkdir()
+    results_site.render(src, [])
+    return src
+
+
+def test_every_committed_run_is_a_column(site_src: Path):
+    committed = sorted(p.parent.name for p in PEERS.glob("*/report.json"))
+    assert {"reference", "sglang-radix", "vllm", "tokenspeed-main-radix",
+            "tokenspeed-main-now"} <= set(committed)
+    page = (site_src / "results.md").read_text()
+    res = results_site.gather([])
+    assert sorted(r.key for r in res.runs) == committed
+    for run in res.runs:  # every column has a header and a row in the runs table
+        assert f"<span>{run.short}</span>" in page
+        assert f"| {run.name} | `{run.report.run_info.engine}` |" in page
+    # one column per TokenSpeed revision, grouped under one header
+    ts = [r for r in res.runs if r.family == "TokenSpeed"]
+    assert len(ts) == sum(1 for c in committed if c.startswith("tokenspeed-"))
+    assert f"<th class='fam' colspan='{len(ts)}'>TokenSpeed</th>" in page
+
+
+def test_rules_with_failures_come_first(site_src: Path):
+    page = (site_src / "results.md").read_text()
+    table = page[page.index("<tbody>"):page.index("</tbody>")]
+    rows = re.findall(r"<tr><td class='rule'>.*?</tr>", table)
+    failing = ["FAIL" in r or "CRASH" in r for r in rows]
+    assert failing[0] and not failing[-1]
+    assert failing == sorted(failing, reverse=True)  # no failing row after a passing one
+
+
+def test_every_failing_cell_links_its_trace_page_and_write_up(site_src: Path):
+    page = (site_src / "results.md").read_text()
+    cells = re.findall(r"<td class='(FAIL|CRASH|ERROR|TIMEOUT)'[^>]*>(.*?)</td>", page)
+    assert len(cells) > 20
+    for _st, body in cells:
+        links = re.findall(r"href='([^']+)'", body)
+        assert len(links) == 2, body  # the trace, the write-up
+        trace, why = links
+        assert trace.startswith("traces/") and trace.endswith("/")
+        assert (site_src / "results" / (trace.rstrip("/") + ".md")).is_file(), trace
+        doc, anchor = why.split("#")
+        assert doc in ("../peers/", "../tokenspeed/")
+        assert f"{{ #{anchor} }}" in (results_site.DOCS_DIR / (doc[3:-1] + ".md")).read_text()
+
+
+def test_every_committed_failure_is_written_up():
+    res = results_site.gather([])
+    for run in res.runs:
+        for x in run.report.results:
+            if x.status in results_site.BAD:
+                assert results_site.writeup_of(res, run, x), (run.key, x.case, x.known)
+
+
+def test_the_findings_page_lists_each_engine_with_its_findings(site_src: Path):
+    page = (site_src / "results" / "findings.md").read_text()
+    assert "## TokenSpeed main-radix { #tokenspeed-main-radix }" in page
+    sec = page[page.index("{ #tokenspeed-main-radix }"):page.index("{ #tokenspeed-pr162 }")]
+    assert "[E-2: an Abort while the request's writeback is in flight is refused]" \
+           "(../tokenspeed.md#ts-e-2)" in sec
+    assert "[FAULT-2](../spec/" in sec
+    assert "[sched-abort-everywhere](traces/tokenspeed-main-radix/sched-abort-everywhere.md)" \
+        in sec
+    ref = page[page.index("{ #reference }"):]
+    assert ref.split("##")[0].rstrip().endswith("No failures.")
+
+
+def test_a_trace_page_shows_the_steps_and_offers_the_json(site_src: Path):
+    folder = site_src / "results" / "traces" / "vllm"
+    page = (folder / "unbalanced-unlock-rejected.md").read_text()
+    assert (folder / "unbalanced-unlock-rejected.json").is_file()
+    assert "[Download the trace (JSON)](unbalanced-unlock-rejected.json)" in page
+    assert "| **3** | **unlock** | of step 1 | expects rejected; **the run failed here** |" \
+        in page
+    assert "| 0 | insert | ns 0, `1 1 2 2 3 3 4 4 5 5 6 6` (12) |  |" in page
+    assert "(../../../peers.md#vllm-unlock)" in page
+    assert "kvconf replay docs/peers/vllm/traces/unbalanced-unlock-rejected.json " \
+           "--engine vllm" in page
+    sched = (site_src / "results" / "traces" / "tokenspeed-main-radix"
+             / "sched-failed-writebacks.md").read_text()
+    assert "| before plan 4 | submit | request `b`, namespace 0, prompt " in sched
+    assert "Writebacks are acknowledged, in order and then cycled: #1 fail." in sched
+
+
+def test_a_trace_that_is_no_trace_is_refused_by_name():
+    from kvconf.conformance.errors import KitError
+
+    with pytest.raises(KitError, match=r"x\.json: not a kvconf-trace/1 trace"):
+        trace_page.render({"format": "other"}, failed_step=None, source="x.json")
+
+
+def test_the_kill_matrix_page_shows_skipped_mutants_as_skipped(tmp_path: Path):
+    k = tmp_path / "mutants.json"
+    k.write_text(_kills().model_dump_json())
+    src = tmp_path / "src"
+    src.mkdir()
+    results_site.render(src, [k])
+    page = (src / "results" / "kill-matrix.md").read_text()
+    assert "| `NeedsCuda` | memory | [D162-7](../catalog.md#D162-7) | skipped | " \
+           "needs a CUDA device (kvconf gpu) |" in page
+    assert "| `Survivor` | cache | [E-6](../catalog.md#E-6) | **ALIVE** |" in page
+    assert "**Killed 1 of the 2 run** (of 3)" in page
+
+
+def test_a_given_report_replaces_the_committed_column_of_its_engine(tmp_path: Path):
+    fresh = _report(version="0.1.0", a=Status.PASS)
+    committed_ref = json.loads((PEERS / "reference" / "report.json").read_text())
+    fresh.run_info.version = committed_ref["run_info"]["version"]
+    other = _report(engine="example-engine", version="1", a=Status.PASS)
+    paths = []
+    for name, r in (("fresh", fresh), ("other", other)):
+        p = tmp_path / f"{name}.json"
+        p.write_text(r.model_dump_json())
+        paths.append(p)
+    res = results_site.gather(paths)
+    refs = [r for r in res.runs if r.report.run_info.engine == "reference"]
+    assert len(refs) == 1 and refs[0].path == paths[0] and refs[0].key == "reference"
+    assert res.runs[0] is refs[0]  # in the committed one's place
+    assert res.runs[-1].key == "example-engine-1" and not res.runs[-1].committed
+
+
+def test_the_built_site_links_every_failure_to_a_rendered_trace(tmp_path: Path):
+    pytest.importorskip("mkdocs")
+    from kvconf.conformance.reporting import docsite
+
+    site = docsite.build_site(tmp_path / "site", [], strict=True)
+    page = site / "results" / "index.html"
+    html = page.read_text()
+    hrefs = re.findall(r"<td class='?\"?(?:FAIL|CRASH)[^>]*>(.*?)</td>", html)
+    assert hrefs
+    for body in hrefs:
+        for h in re.findall(r"href=['\"]([^'\"]+)['\"]", body):
+            target = (page.parent / h.split("#")[0]).resolve()
+            assert (target / "index.html").is_file(), h
+            if "#" in h:
+                assert f'id="{h.split("#")[1]}"' in (target / "index.html").read_text(), h
+    trace = site / "results" / "traces" / "vllm" / "unbalanced-unlock-rejected"
+    assert (trace / "index.html").is_file()
+    assert (site / "results" / "traces" / "vllm" / "unbalanced-unlock-rejected.json").is_file()
+    shutil.rmtree(site)
