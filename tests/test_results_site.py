@@ -156,9 +156,11 @@ def test_a_trace_page_shows_the_steps_and_offers_the_json(site_src: Path):
     page = (folder / "unbalanced-unlock-rejected.md").read_text()
     assert (folder / "unbalanced-unlock-rejected.json").is_file()
     assert "[Download the trace (JSON)](unbalanced-unlock-rejected.json)" in page
-    assert "| **3** | **unlock** | of step 1 | expects rejected; **the run failed here** |" \
-        in page
-    assert "| 0 | insert | ns 0, `1 1 2 2 3 3 4 4 5 5 6 6` (12) |  |" in page
+    # each step with what the trace expects and what the reference answers; the failing one
+    assert "| **3** | **unlock** | of step 1 | expects rejected; reference: rejects it; " \
+        "**the run failed here** |" in page
+    assert "| 1 | match | ns 0, `1 1 2 2 3 3 4 4 5 5 6 6` (12), lock device | reference: " \
+        "matches 12 tokens on device, 0 on host |" in page
     assert "(../../../peers.md#vllm-unlock)" in page
     assert "kvconf replay docs/peers/vllm/traces/unbalanced-unlock-rejected.json " \
            "--engine vllm" in page
@@ -166,6 +168,10 @@ def test_a_trace_page_shows_the_steps_and_offers_the_json(site_src: Path):
              / "sched-failed-writebacks.md").read_text()
     assert "| before plan 4 | submit | request `b`, namespace 0, prompt " in sched
     assert "Writebacks are acknowledged, in order and then cycled: #1 fail." in sched
+    plans = sched[sched.index("## What the reference plans for it"):]
+    assert "| 0 | `a` prefill positions 0-8 |  |" in plans
+    assert "| 4 | `b` prefill position 8 (reuses 8) |  |" in plans
+    assert "kvconf-at-rest" not in plans and "does not play it" not in sched
 
 
 def test_a_trace_that_is_no_trace_is_refused_by_name():
