@@ -188,9 +188,12 @@ def test_the_kill_matrix_page_shows_skipped_mutants_as_skipped(tmp_path: Path):
     src.mkdir()
     results_site.render(src, [k])
     page = (src / "results" / "kill-matrix.md").read_text()
-    assert "| `NeedsCuda` | memory | [D162-7](../catalog.md#D162-7) | skipped | " \
+    assert "| `NeedsCuda` | memory | [D162-7](../catalog.md#D162-7) | skipped |  | " \
            "needs a CUDA device (kvconf gpu) |" in page
-    assert "| `Survivor` | cache | [E-6](../catalog.md#E-6) | **ALIVE** |" in page
+    assert "| `Survivor` | cache | [E-6](../catalog.md#E-6) | **ALIVE** | 2.00 |" in page
+    assert "| `Caught` | cache | [E-6](../catalog.md#E-6) | killed | 0.50 | c [match] TREE-4 |" \
+        in page
+    assert page.index("`Survivor`") < page.index("`NeedsCuda`") < page.index("`Caught`")
     assert "**Killed 1 of the 2 run** (of 3)" in page
 
 

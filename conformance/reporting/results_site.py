@@ -533,8 +533,8 @@ def kill_rows(k: KillMatrix) -> list[tuple[str, str, str]]:
     rows = []
     for m in k.mutants:
         if m.killed:
-            rows.append((2, m.id, f"killed in {m.seconds:.2f} s",
-                         f"`{m.case}` [{m.oracle}] {', '.join(m.behaviours)}"))
+            rows.append((2, m.id, "killed",
+                         f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}"))
         elif m.skipped:
             rows.append((1, m.id, "skipped", m.skipped))
         else:
@@ -544,7 +544,7 @@ def kill_rows(k: KillMatrix) -> list[tuple[str, str, str]]:
 
 def render_kills(res: Results, out: Path) -> None:
     page = PAGES["Kill matrix"]
-    lines = ["# Kill matrix", "",
+    lines = ["---", "hide:", "  - toc", "---", "", "# Kill matrix", "",
              "Every catalog defect planted, one at a time, in an engine built from the "
              "reference (`kvconf mutants`): the case, oracle and rules that caught each, and "
              "how fast. A mutant that needs what this run did not have (a CUDA device, for the "
@@ -565,13 +565,14 @@ def render_kills(res: Results, out: Path) -> None:
                      or "none")
                   + f". Median {s['median_seconds_to_kill']} s to kill, max "
                   f"{s['max_seconds_to_kill']} s.", "",
-                  "| mutant | level | defect | outcome | caught by / why not |",
-                  "| --- | --- | --- | --- | --- |"]
+                  "| mutant | level | defect | outcome | seconds | caught by (case [oracle] "
+                  "rules) / why not |", "| --- | --- | --- | --- | --- | --- |"]
         by_id = {m.id: m for m in k.mutants}
         for mid, outcome, by in kill_rows(k):
             m = by_id[mid]
             defects = ", ".join(f"[{d}]({md_link(page, 'catalog.md', d)})" for d in m.catalog)
-            lines.append(f"| `{mid}` | {m.level} | {defects} | {outcome} | {by} |")
+            secs = "" if m.skipped else f"{m.seconds:.2f}"
+            lines.append(f"| `{mid}` | {m.level} | {defects} | {outcome} | {secs} | {by} |")
         lines.append("")
     (out / page).write_text("\n".join(lines), encoding="utf-8")
 
