@@ -60,14 +60,22 @@ def test_transition_coverage_counts_the_taken_and_lists_the_never_taken(tmp_path
     r.run_info.coverage = {"legal": {"missed": ["Draining --Abort-->"]},
                            "illegal": {"tried": 1, "total": 2}}
     md = build(Inputs(runs=[(tmp_path / "r.json", r)]), tmp_path / "out")[0].read_text()
-    total = sum(len(t) for t in TRANSITIONS.values())
-    never = sum(len(t) for (s, e), t in TRANSITIONS.items()
-                if (s.value, e.value) == ("Draining", "Abort"))
     section = md[md.index("## Request state machine"):]
-    assert f"reference took {total - never} of {total} transitions" in section
-    listed = re.findall(r"^- (.+)$", section, re.M)
-    assert listed and all(x.startswith("Draining --Abort-->") for x in listed)
-    assert f"Never taken ({never}):" in section
+    total = len(TRANSITIONS)  # coverage is kept per (state, event) pair
+    assert f"reference took {total - 1} of {total} (state, event) pairs" in section
+    assert "Never taken (1):" in section
+    assert re.findall(r"^- (.+)$", section, re.M) == ["Draining --Abort--> Finished"]
+    # the site's coverage page: the same count, the never-taken pair first
+    src = tmp_path / "src"
+    (src / "results").mkdir(parents=True)
+    res = results_site.Results(runs=[results_site.Run("ref", tmp_path / "r.json", r, "kvconf",
+                                                      "reference", "reference x", False)])
+    results_site.render_coverage(res, src)
+    page = (src / "results" / "coverage.md").read_text()
+    assert f"(State, event) pairs taken: **{total - 1} of {total}**; never taken: 1." in page
+    rows = re.findall(r"^\| (\w+) \| (\w+) \| .* \| (yes|\*\*never taken\*\*) \|$", page, re.M)
+    assert rows[0] == ("Draining", "Abort", "**never taken**")
+    assert all(t == "yes" for *_x, t in rows[1:]) and len(rows) == total
 
 
 def test_kvconf_report_puts_the_failing_rules_first(tmp_path: Path):
