@@ -113,9 +113,9 @@ def _short(r: Report, same_engine: int) -> str:
     engine = r.run_info.engine
     head, _, rest = engine.partition("-")
     name = rest if head in FAMILIES and rest else engine
-    if same_engine > 1:
-        m = re.search(r"\(([^)]+)\)\s*$", r.run_info.version)
-        name = m.group(1) if m else r.run_info.version
+    m = re.search(r"\(([^)]+)\)\s*$", r.run_info.version)
+    if same_engine > 1 and m:
+        name = m.group(1)
     if r.run_info.memory:
         name += f" · {r.run_info.memory.get('device', 'torch')}"
     return name
