@@ -241,3 +241,47 @@ def test_the_built_site_links_every_failure_to_a_rendered_trace(tmp_path: Path):
     assert (trace / "index.html").is_file()
     assert (site / "results" / "traces" / "vllm" / "unbalanced-unlock-rejected.json").is_file()
     shutil.rmtree(site)
+
+
+def test_every_reason_in_the_expectation_files_has_a_write_up():
+    """A fresh run (CI's .ci/tokenspeed, .ci/peers) carries the expectation files' reasons: each
+    must lead to the section of the guides that explains it, and that section must exist."""
+    import tomllib
+
+    writeups = results_site.load_writeups(results_site.DOCS_DIR / results_site.WRITEUPS)
+    files = sorted(Path(results_site.DOCS_DIR.parent, "conformance", "adapters",
+                        "expectations").glob("*.toml"))
+    assert files
+    for f in files:
+        data = tomllib.loads(f.read_text())
+        for k in data.get("known", []):
+            hits = [w for w in writeups
+                    if data["engine"] in w.engines and k["reason"].startswith(w.reason)]
+            assert hits, (f.name, k["case"], k["reason"][:80])
+    for w in writeups:
+        assert f"{{ #{w.anchor} }}" in (results_site.DOCS_DIR / w.page).read_text(), w.anchor
+
+
+def test_a_failure_no_expectation_file_explains_shows_as_not_written_up(tmp_path: Path):
+    shutil.copy(PEERS / "vllm" / "traces" / "unbalanced-unlock-rejected.json",
+                tmp_path / "t.json")
+    r = _report(engine="my-engine", version="2.0", a=Status.PASS)
+    r.results.append(CaseResult(case="unbalanced-unlock-rejected", status=Status.FAIL,
+                                behaviours=["PIN-3"], duration_s=0.0, step=3, oracle="faults",
+                                message="a second unlock was accepted", trace="t.json"))
+    p = tmp_path / "r.json"
+    p.write_text(r.model_dump_json())
+    src = tmp_path / "src"
+    src.mkdir()
+    results_site.render(src, [p])
+    findings = (src / "results" / "findings.md").read_text()
+    sec = findings[findings.index("{ #my-engine-2-0 }"):]
+    assert "| **not written up**: a second unlock was accepted | [PIN-3](../spec/" in sec
+    assert "[unbalanced-unlock-rejected](traces/my-engine-2-0/t.md)" in sec
+    page = (src / "results" / "traces" / "my-engine-2-0" / "t.md").read_text()
+    assert "Not in the engine's expectation file: a new finding." in page
+    assert f"kvconf replay {tmp_path}/t.json --engine my-engine" in page
+    matrix = (src / "results.md").read_text()
+    cell = re.findall(r"<td class='FAIL'[^>]*><a href='traces/my-engine-2-0/t/'>FAIL</a></td>",
+                      matrix)
+    assert len(cell) == 1  # the trace, and no write-up to link
