@@ -173,15 +173,17 @@ def load_writeups(path: Path) -> list[Writeup]:
         raise KitError(f"{path}: {e}") from None
 
 
-def writeup_of(res: Results, run: Run, x: CaseResult) -> Writeup | None:
-    """The write-up of a failing case's finding: by the engine and the start of the reason its
-    expectation file gives."""
-    if not x.known:
+def writeup_for(engine: str, known: str | None, writeups: list[Writeup]) -> Writeup | None:
+    """The write-up of a finding: the first entry for the engine whose ``reason`` starts the
+    reason the engine's expectation file gives (a report result's ``known``)."""
+    if not known:
         return None
-    for w in res.writeups:
-        if run.report.run_info.engine in w.engines and x.known.startswith(w.reason):
-            return w
-    return None
+    return next((w for w in writeups if engine in w.engines and known.startswith(w.reason)),
+                None)
+
+
+def writeup_of(res: Results, run: Run, x: CaseResult) -> Writeup | None:
+    return writeup_for(run.report.run_info.engine, x.known, res.writeups)
 
 
 # ---------------------------------------------------------------------------- links
