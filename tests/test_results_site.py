@@ -203,6 +203,7 @@ def test_the_kill_matrix_page_shows_skipped_mutants_as_skipped(tmp_path: Path):
         in page
     assert page.index("`Survivor`") < page.index("`NeedsCuda`") < page.index("`Caught`")
     assert "**Killed 1 of the 2 run** (of 3)" in page
+    assert "PageableHostPool" not in page  # the committed kill matrix gave way to the given one
 
 
 def test_a_given_report_replaces_the_committed_column_of_its_engine(tmp_path: Path):
@@ -285,3 +286,13 @@ def test_a_failure_no_expectation_file_explains_shows_as_not_written_up(tmp_path
     cell = re.findall(r"<td class='FAIL'[^>]*><a href='traces/my-engine-2-0/t/'>FAIL</a></td>",
                       matrix)
     assert len(cell) == 1  # the trace, and no write-up to link
+
+
+def test_the_committed_kill_matrix_shows_its_cuda_mutant_skipped(site_src: Path):
+    page = (site_src / "results" / "kill-matrix.md").read_text()
+    k = KillMatrix.model_validate_json((PEERS / "reference" / "mutants.json").read_text())
+    for m in k.mutants:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{m.id}` |"))
+        want = "skipped" if m.skipped else ("killed" if m.killed else "**ALIVE**")
+        assert f"| {want} |" in row, row
+    assert any(m.skipped for m in k.mutants)  # the runtime-side one, without CUDA

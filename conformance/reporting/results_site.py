@@ -129,11 +129,11 @@ def gather(given: list[Path], docs: Path = DOCS_DIR) -> Results:
     """The committed runs with the given ones laid over them (see the module's docstring)."""
     base = committed(docs)
     inputs = load_inputs(base + list(given)) if base or given else Inputs()
-    n_base = set(base)
+    in_base = set(base)
     out = Results(writeups=load_writeups(docs / WRITEUPS))
     runs: list[Run] = []
     for path, r in inputs.runs:
-        mine = path in n_base
+        mine = path in in_base
         ident = _identity(r)
         old = next((i for i, x in enumerate(runs) if _identity(x.report) == ident), None)
         key = path.parent.name if mine else _slug("-".join(x for x in ident if x))
@@ -155,10 +155,9 @@ def gather(given: list[Path], docs: Path = DOCS_DIR) -> Results:
         run.title = f"{i.engine} {i.version}" + (f" on {i.memory.get('device', 'torch')} "
                                                  "memory" if i.memory else "")
     out.runs = runs
-    kills: dict[str, tuple[Path, KillMatrix]] = {}
-    for path, k in inputs.kills:  # a given kill matrix replaces the committed one
-        kills["kill"] = (path, k)
-    out.kills = list(kills.values())
+    # Kill matrices given to the build replace the committed ones.
+    given_kills = [(p, k) for p, k in inputs.kills if p not in in_base]
+    out.kills = given_kills or [(p, k) for p, k in inputs.kills if p in in_base]
     return out
 
 
