@@ -87,6 +87,15 @@ def test_kvconf_report_puts_the_failing_rules_first(tmp_path: Path):
     assert rows[0] == "TREE-2" and "PIN-2" in rows[1:]
 
 
+def test_kvconf_report_keeps_its_html_columns_narrow(tmp_path: Path):
+    r = _report(a=Status.NOT_SUPPORTED)
+    r.results.append(CaseResult(case="b", status=Status.FAIL, behaviours=["TREE-2"],
+                                duration_s=0.0))
+    html = build(Inputs(runs=[(tmp_path / "r.json", r)]), tmp_path / "out")[1].read_text()
+    assert re.search(r"<td class='NOT_SUPPORTED' title='[^']*'>n/s</td>", html)
+    assert "<th class='col'>reference</th>" in html  # drawn upright by the page's style
+
+
 # ---------------------------------------------------------------------------- the site
 
 

@@ -31,6 +31,10 @@ ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, St
          Status.NOT_SUPPORTED: 5, Status.NOT_APPLICABLE: 6}
 
 
+# What an HTML matrix cell shows for the statuses whose names would widen every column.
+CELL = {Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a"}
+
+
 @dataclass
 class Cell:
     status: Status
@@ -236,7 +240,7 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
                "| behaviour | level | " + " | ".join(cols) + " |",
                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
         head = ("<tr><th>behaviour</th><th>level</th>"
-                + "".join(f"<th>{escape(c)}</th>" for c in cols) + "</tr>")
+                + "".join(f"<th class='col'>{escape(c)}</th>" for c in cols) + "</tr>")
         shown: list[str] = []
         folded: list[str] = []  # no engine supports it (or no case cites it)
         for b in failing_first(behaviours, cells):
@@ -251,7 +255,8 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
                 link = cell.traces[0] if cell.traces else None
                 row_md.append(f"[{st}]({link})" if link else st)
                 tip = escape("; ".join(cell.cases[:12]))
-                body = f"<a href='{escape(link)}'>{st}</a>" if link else st
+                short = CELL.get(cell.status, st)
+                body = f"<a href='{escape(link)}'>{short}</a>" if link else short
                 row_html.append(f"<td class='{st}' title='{tip}'>{body}</td>")
             beh = reg.behaviours[b]
             md.append(f"| {b} | {beh.level.value} | " + " | ".join(row_md) + " |")
@@ -260,7 +265,7 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
             supported = any(cells[b].get(c) is not None
                             and cells[b][c].status not in UNJUDGED for c in cols)
             (shown if supported else folded).append(row)
-        html_matrix.append("<h2>Behaviours &times; engines</h2><table class='m'>" + head
+        html_matrix.append("<h2 id='matrix'>Behaviours &times; engines</h2><table class='m'>" + head
                            + "".join(shown) + "</table>")
         if folded:
             html_matrix.append(f"<details><summary>{len(folded)} behaviours no engine "
@@ -413,12 +418,18 @@ td.skipped {{ background: #eceff1; color: #455a64; }}
 svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
 code {{ background: #f5f5f5; padding: 0 .2rem; }}
 table.f td {{ vertical-align: top; }}
+table.f code {{ word-break: break-all; }}
+table.m th.col {{ writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap;
+                 vertical-align: bottom; padding: .4rem .1rem; }}
+table.m td {{ text-align: center; white-space: nowrap; font-size: .8rem; }}
+table.m td:first-child {{ text-align: left; position: sticky; left: 0; background: #fff; }}
 details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: #555; }}
 </style></head>
 <body><h1>kvconf compliance report</h1>
 <p>First what failed and how to replay it; then the matrix, where each cell is the worst status
-among the cases that cite the behaviour (hover a cell for the cases, click a failure for its
-minimal trace).</p>
+among the cases that cite the behaviour, the behaviours some engine fails first (hover a cell for
+the cases, click a failure for its minimal trace; n/s: not supported, the engine lacks a feature
+the cases need; n/a: not applicable at the run's config; —: no case of the run cites it).</p>
 {body}
 </body></html>
 """
