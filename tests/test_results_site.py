@@ -93,7 +93,7 @@ def test_kvconf_report_keeps_its_html_columns_narrow(tmp_path: Path):
                                 duration_s=0.0))
     html = build(Inputs(runs=[(tmp_path / "r.json", r)]), tmp_path / "out")[1].read_text()
     assert re.search(r"<td class='NOT_SUPPORTED' title='[^']*'>n/s</td>", html)
-    assert "<th class='col'>reference</th>" in html  # drawn upright by the page's style
+    assert "<th class='col'>reference</th>" in html  # rotated by the page's style
 
 
 # ---------------------------------------------------------------------------- the site
