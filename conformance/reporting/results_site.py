@@ -44,6 +44,11 @@ FAMILIES = {"reference": "kvconf", "sglang": "SGLang", "vllm": "vLLM",
 SHORT = {Status.PASS: "pass", Status.FAIL: "FAIL", Status.CRASH: "CRASH", Status.ERROR: "ERR",
          Status.TIMEOUT: "T/O", Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a"}
 
+# Where a reader learns to install an engine to replay its traces: page, anchor, title.
+SETUP = {"SGLang": ("peers.md", "installing-them", "installing the peers"),
+         "vLLM": ("peers.md", "installing-them", "installing the peers"),
+         "TokenSpeed": ("tokenspeed.md", "judging-a-revision", "judging a revision")}
+
 PAGES = {"Matrix": "results.md", "Which engine fails what": "results/findings.md",
          "Kill matrix": "results/kill-matrix.md",
          "State machine coverage": "results/coverage.md"}
@@ -516,8 +521,11 @@ def _trace(res: Results, reg: Registry, out: Path, docs: Path, run: Run, x: Case
     if x.output:
         tail = x.output.strip().splitlines()[-3:]
         lines += ["The engine's last output:", "", "```text", *tail, "```", ""]
+    setup = SETUP.get(run.family)
+    needs = (f" (with the engine installed: [{setup[2]}]({md_link(page, setup[0], setup[1])}))"
+             if setup else "")
     lines += [f"Engine `{run.report.run_info.engine}` {run.report.run_info.version} "
-              f"([all its findings]({back})). Replay it:", "", "```bash",
+              f"([all its findings]({back})). Replay it{needs}:", "", "```bash",
               f"kvconf replay {replay} --engine {run.report.run_info.engine}", "```", "",
               f"[Download the trace (JSON)]({name}){{ download=\"{run.key}-{name}\" }}", "",
               "## The trace", ""]
