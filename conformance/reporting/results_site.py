@@ -434,7 +434,14 @@ def render_findings(res: Results, reg: Registry, out: Path) -> None:
              "the finding in one line with a link to its write-up, and the cases that show it "
              "(each linking to its trace). A finding with no write-up is one the engine's "
              "expectation file does not explain: a regression, or a defect still to be "
-             "traced.", ""]
+             "traced.", "", "| run | failing cases | findings they show |", "| --- | --- | --- |"]
+    for run in res.runs:
+        fails = [x for x in run.report.results if x.status in BAD]
+        distinct = {(w.anchor if (w := writeup_of(res, run, x)) else x.known or x.message)
+                    for x in fails}
+        lines.append(f"| [{run.name}](#{run.key}) | {len(fails) or 'none'} | "
+                     f"{len(distinct) or ''} |")
+    lines.append("")
     for run in res.runs:
         i = run.report.run_info
         lines += [f"## {run.name} {{ #{run.key} }}", "",
