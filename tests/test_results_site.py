@@ -305,3 +305,44 @@ def test_the_committed_kill_matrix_shows_its_cuda_mutant_skipped(site_src: Path)
         want = "skipped" if m.skipped else ("killed" if m.killed else "**ALIVE**")
         assert f"| {want} |" in row, row
     assert any(m.skipped for m in k.mutants)  # the runtime-side one, without CUDA
+
+
+def test_a_fuzz_case_with_several_findings_links_each_to_its_own_write_up(tmp_path: Path):
+    """A report of today's kit lists a fuzz case's findings by signature, and its ``known``
+    gives each finding's reason after its signature (an expectation file by signatures)."""
+    from kvconf.conformance.reporting.report import Finding
+
+    ts = PEERS / "tokenspeed-main-radix" / "traces"
+    for name in ("fuzz-scheduler.json", "sched-mid-flight-reuse.json"):
+        shutil.copy(ts / name, tmp_path / name)
+    e2, d381 = ("faults/FAULT-2+REQ-4/workload/EngineRejected@engine_call",
+                "reuse/PLAN-7/workload")
+    r = _report(engine="tokenspeed", version="0.1.0 (main-radix)", a=Status.PASS)
+    r.results.append(CaseResult(
+        case="fuzz-scheduler", status=Status.FAIL, behaviours=["FAULT-2", "REQ-4"],
+        duration_s=0.0, message="advance rejected a legal call", trace="fuzz-scheduler.json",
+        known=f"{e2}: E-2: an Abort while the request's writeback is in flight is refused "
+              f"(https://example.org/a); {d381}: D381-1: a prompt is published only at finish; "
+              "so it is prefilled again (https://example.org/b)",
+        findings=[Finding(signature=e2, behaviours=["FAULT-2"], trace="fuzz-scheduler.json"),
+                  Finding(signature=d381, behaviours=["PLAN-7"],
+                          trace="sched-mid-flight-reuse.json")]))
+    p = tmp_path / "r.json"
+    p.write_text(r.model_dump_json())
+    src = tmp_path / "src"
+    src.mkdir()
+    results_site.render(src, [p])
+    findings = (src / "results" / "findings.md").read_text()
+    sec = findings[findings.index("{ #tokenspeed-main-radix }"):]
+    sec = sec[:sec.index("\n## ")] if "\n## " in sec else sec
+    assert "(../tokenspeed.md#ts-e-2)" in sec and "(../tokenspeed.md#ts-d381-1)" in sec
+    assert "[fuzz-scheduler](traces/tokenspeed-main-radix/sched-mid-flight-reuse.md)" in sec
+    assert "not written up" not in sec
+    second = (src / "results" / "traces" / "tokenspeed-main-radix"
+              / "sched-mid-flight-reuse.md").read_text()
+    assert f"Finding `{d381}`." in second
+    assert "**Why** (the engine's expectation file): D381-1: a prompt is published only at " \
+           "finish; so it is prefilled again" in second
+    assert "(../../../tokenspeed.md#ts-d381-1)" in second
+    matrix = (src / "results.md").read_text()
+    assert "href='../tokenspeed/#ts-e-2'" in matrix  # the case's first finding

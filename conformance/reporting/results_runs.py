@@ -165,8 +165,46 @@ def writeup_for(engine: str, known: str | None, writeups: list[Writeup]) -> Writ
                 None)
 
 
-def writeup_of(res: Results, run: Run, x: CaseResult) -> Writeup | None:
-    return writeup_for(run.report.run_info.engine, x.known, res.writeups)
+# Where a result's ``known`` names the findings it explains: "<signature>: <reason> (<ref>)",
+# joined by "; " (an expectation file that lists the case by its findings' signatures).
+_SIGNED = re.compile(r"(?:^|; )([^\s;]+/[^\s;]*): ")
+
+
+def known_reasons(known: str | None) -> dict[str | None, str]:
+    """The reasons a result's ``known`` gives: by finding signature, or under None for the
+    whole case (an expectation entry without a signature, or an older report)."""
+    if not known:
+        return {}
+    marks = list(_SIGNED.finditer(known))
+    if not marks:
+        return {None: known}
+    return {m.group(1): known[m.end():(marks[i + 1].start() if i + 1 < len(marks)
+                                        else len(known))]
+            for i, m in enumerate(marks)}
+
+
+def reason_of(x: CaseResult, signature: str | None = None) -> str | None:
+    """The expectation file's reason for one finding of a case (its first by default)."""
+    reasons = known_reasons(x.known)
+    if signature is None and x.findings:
+        signature = x.findings[0].signature
+    if signature in reasons:
+        return reasons[signature]
+    return reasons.get(None) or next(iter(reasons.values()), None)
+
+
+def findings_of(x: CaseResult) -> list[tuple[str | None, str | None, str | None]]:
+    """(signature, reason, trace) per distinct finding a failing case shows: each of its
+    findings where the report lists them (a fuzz case can show several), else the case."""
+    if not x.findings:
+        return [(None, reason_of(x), x.trace)]
+    reasons = known_reasons(x.known)
+    return [(f.signature, reasons.get(f.signature), f.trace or x.trace) for f in x.findings]
+
+
+def writeup_of(res: Results, run: Run, x: CaseResult,
+               signature: str | None = None) -> Writeup | None:
+    return writeup_for(run.report.run_info.engine, reason_of(x, signature), res.writeups)
 
 
 # ---------------------------------------------------------------------------- links

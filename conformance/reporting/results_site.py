@@ -27,9 +27,11 @@ from kvconf.conformance.reporting.results_runs import (
     Results,
     Run,
     Writeup,
+    findings_of,
     gather,
     load_writeups,
     md_link,
+    reason_of,
     rule_page,
     trace_page_of,
     writeup_for,
@@ -112,31 +114,25 @@ def render_findings(res: Results, reg: Registry, out: Path) -> None:
              "(each linking to its trace). A finding with no write-up is one the engine's "
              "expectation file does not explain: a regression, or a defect still to be "
              "traced.", "", "| run | failing cases | findings they show |", "| --- | --- | --- |"]
+    per_run = {run.key: _findings(res, run) for run in res.runs}
     for run in res.runs:
         fails = [x for x in run.report.results if x.status in BAD]
-        distinct = {(w.anchor if (w := writeup_of(res, run, x)) else x.known or x.message)
-                    for x in fails}
         lines.append(f"| [{run.name}](#{run.key}) | {len(fails) or 'none'} | "
-                     f"{len(distinct) or ''} |")
+                     f"{len(per_run[run.key]) or ''} |")
     lines.append("")
     for run in res.runs:
         i = run.report.run_info
         lines += [f"## {run.name} {{ #{run.key} }}", "",
                   f"`{i.engine}` {i.version}, judged {i.started[:10]} at `--profile "
                   f"{i.profile}`, seed {i.seed}: {_summary(run.report)}.", ""]
-        fails = [x for x in run.report.results if x.status in BAD]
-        if not fails:
+        found = per_run[run.key]
+        if not found:
             lines += ["No failures.", ""]
             continue
-        found: dict[str, tuple[Writeup | None, str, list[CaseResult]]] = {}
-        for x in fails:
-            w = writeup_of(res, run, x)
-            key = w.anchor if w else f"new:{x.known or x.message}"
-            found.setdefault(key, (w, x.known or x.message, []))[2].append(x)
         lines += ["| finding | rules | cases (trace) |", "| --- | --- | --- |"]
-        for w, reason, xs in sorted(found.values(), key=lambda f: (f[0] is None,
-                                                                     -len(f[2]))):
-            rules = sorted({b for x in xs for b in x.behaviours})
+        for w, reason, shown in sorted(found.values(), key=lambda f: (f[0] is None,
+                                                                        -len(f[2]))):
+            rules = sorted({b for x, _t in shown for b in x.behaviours})
             rule_links = ", ".join(f"[{b}]({md_link(page, rule_page(reg, b), b)})"
                                    if b in reg.behaviours else b for b in rules)
             if w is not None:
@@ -144,12 +140,30 @@ def render_findings(res: Results, reg: Registry, out: Path) -> None:
             else:
                 what = f"**not written up**: {_one_line(reason)}"
             cases = ", ".join(
-                (f"[{x.case}]({md_link(page, trace_page_of(run, x.trace))})" if x.trace
-                 else x.case) + (f" {x.status.value}" if x.status is not Status.FAIL else "")
-                for x in xs)
+                (f"[{x.case}]({md_link(page, trace_page_of(run, t))})" if t else x.case)
+                + (f" {x.status.value}" if x.status is not Status.FAIL else "")
+                for x, t in shown)
             lines.append(f"| {what} | {rule_links} | {cases} |")
         lines.append("")
     (out / page).write_text("\n".join(lines), encoding="utf-8")
+
+
+def _findings(res: Results, run: Run
+              ) -> dict[str, tuple[Writeup | None, str, list[tuple[CaseResult, str | None]]]]:
+    """A run's distinct findings, by write-up (or, unexplained, by reason or message): the
+    write-up, the reason, and each (case, trace) that shows it."""
+    found: dict[str, tuple[Writeup | None, str, list[tuple[CaseResult, str | None]]]] = {}
+    for x in run.report.results:
+        if x.status not in BAD:
+            continue
+        for signature, reason, trace in findings_of(x):
+            w = writeup_for(run.report.run_info.engine, reason, res.writeups)
+            what = reason or (f"{signature}: {x.message}" if signature else x.message)
+            key = w.anchor if w else f"new:{what}"
+            shown = found.setdefault(key, (w, what, []))[2]
+            if (x, trace) not in shown:
+                shown.append((x, trace))
+    return found
 
 
 # ---------------------------------------------------------------------------- traces
@@ -183,7 +197,8 @@ def _trace(res: Results, reg: Registry, out: Path, docs: Path, run: Run, x: Case
         raise KitError(f"{run.path}: results[{x.case}].trace: {src} does not exist")
     shutil.copyfile(src, dst.parent / name)
     data = parse_json(read_input(src, "trace"), str(src))
-    w = writeup_of(res, run, x)
+    w = writeup_of(res, run, x, signature)
+    why = reason_of(x, signature)
     rule_links = ", ".join(f"[{b}]({md_link(page, rule_page(reg, b), b)})"
                            if b in reg.behaviours else b for b in rules)
     back = md_link(page, PAGES["Which engine fails what"], run.key)
@@ -195,12 +210,11 @@ def _trace(res: Results, reg: Registry, out: Path, docs: Path, run: Run, x: Case
              + f" ({x.oracle or 'kit'}; {rule_links or 'no rule'}): {message}", ""]
     if signature:
         lines += [f"Finding `{signature}`.", ""]
+    if why:
+        lines += [f"**Why** (the engine's expectation file): {_one_line(why, 600)}", ""]
     if w is not None:
-        lines += [f"**Why** (the engine's expectation file): {_one_line(x.known or '', 600)}",
-                  "", f"Written up: [{w.title}]({md_link(page, w.page, w.anchor)}).", ""]
-    elif x.known:
-        lines += [f"**Why** (the engine's expectation file): {_one_line(x.known, 600)}", ""]
-    else:
+        lines += [f"Written up: [{w.title}]({md_link(page, w.page, w.anchor)}).", ""]
+    elif not why:
         lines += ["Not in the engine's expectation file: a new finding.", ""]
     if x.output:
         tail = x.output.strip().splitlines()[-3:]
