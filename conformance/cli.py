@@ -967,8 +967,9 @@ def docs_build(
     ),
     reports: Annotated[
         list[Path] | None,
-        typer.Option("--reports", help="Run reports and kill matrices for the results page "
-                     "(repeatable)."),
+        typer.Option("--reports", help="Run reports and kill matrices for the results section, "
+                     "beside the runs committed under docs/peers (a report replaces the committed "
+                     "one of the same engine, version and memory; repeatable)."),
     ] = None,
     strict: Annotated[bool, typer.Option(help="Fail on any broken link or anchor.")] = True,
 ) -> None:

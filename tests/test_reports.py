@@ -120,7 +120,7 @@ def test_kvconf_report_writes_markdown_and_html(tmp_path: Path):
     # the trace is copied into the report folder, under the run's name
     assert "| PIN-1 | MUST | PASS | [FAIL](traces/other-r/split.json) |" in md
     assert (out / "traces" / "other-r" / "split.json").read_text() == "{}"
-    assert "kvconf replay" in md and "SplitDropsPins | E-6 | yes" in md
+    assert "kvconf replay" in md and "SplitDropsPins | E-6 | killed" in md
     html = (out / "index.html").read_text()
     assert html.startswith("<!doctype html>") and html.count("<svg") == 3  # 2 graphs, 1 chart
     assert "http" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained

@@ -31,6 +31,10 @@ ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, St
          Status.NOT_SUPPORTED: 5, Status.NOT_APPLICABLE: 6}
 
 
+# What an HTML matrix cell shows for the statuses whose names would widen every column.
+CELL = {Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a"}
+
+
 @dataclass
 class Cell:
     status: Status
@@ -137,6 +141,48 @@ def coverage_edges(r: Report) -> list[tuple[str, str, str, bool]]:
     return out
 
 
+def coverage_pairs(r: Report) -> list[tuple[str, str, list[str], bool]]:
+    """(state, event, the states it may lead to, taken) per legal (state, event) pair of the
+    request table: a run's coverage is kept per pair, so a pair with two next states is taken
+    or not as one."""
+    from kvconf.reference.requests import TRANSITIONS
+
+    cov = r.run_info.coverage or {}
+    missed = set(cov.get("legal", {}).get("missed", []))
+    return [(s.value, e.value, [t.value for t in targets],
+             f"{s.value} --{e.value}-->" not in missed)
+            for (s, e), targets in sorted(TRANSITIONS.items(),
+                                          key=lambda kv: (kv[0][0].value, kv[0][1].value))]
+
+
+def coverage_line(pairs: list[tuple[str, str, list[str], bool]]) -> str:
+    """What the list under a coverage heading is: the pairs never taken."""
+    never = sum(1 for *_x, t in pairs if not t)
+    return f"Never taken ({never}):" if never else "Every legal (state, event) pair was taken."
+
+
+def never_taken(pairs: list[tuple[str, str, list[str], bool]]) -> list[str]:
+    return [f"{a} --{e}--> {' or '.join(b)}" for a, e, b, t in pairs if not t]
+
+
+def kill_outcome(m) -> tuple[str, str]:
+    """A mutant's outcome and what caught it (or why not): one that could not be run here
+    (``skipped``, e.g. it needs a CUDA device) is skipped, never alive."""
+    if m.killed:
+        return "killed", f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}"
+    if m.skipped:
+        return "skipped", m.skipped
+    return "ALIVE", m.message
+
+
+def failing_first(behaviours: list[str], cells: dict[str, dict[str, Cell]]) -> list[str]:
+    """The rules some column fails first (most failing columns first), then the rest, each
+    group in registry order."""
+    bad = {Status.CRASH, Status.FAIL, Status.ERROR, Status.TIMEOUT}
+    n = {b: sum(1 for c in cells[b].values() if c.status in bad) for b in behaviours}
+    return sorted(behaviours, key=lambda b: -n[b])
+
+
 def rule_ref(reg, bid: str, spec_base: str | None) -> str:
     """A rule's ID as HTML: a link to its anchor in the spec site when the site's address is
     known (``spec_base``, e.g. ``../spec/`` inside the docs site), else the plain ID with its
@@ -194,10 +240,10 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
                "| behaviour | level | " + " | ".join(cols) + " |",
                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
         head = ("<tr><th>behaviour</th><th>level</th>"
-                + "".join(f"<th>{escape(c)}</th>" for c in cols) + "</tr>")
+                + "".join(f"<th class='col'>{escape(c)}</th>" for c in cols) + "</tr>")
         shown: list[str] = []
         folded: list[str] = []  # no engine supports it (or no case cites it)
-        for b in behaviours:
+        for b in failing_first(behaviours, cells):
             row_md, row_html = [], []
             for c in cols:
                 cell = cells[b].get(c)
@@ -209,7 +255,8 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
                 link = cell.traces[0] if cell.traces else None
                 row_md.append(f"[{st}]({link})" if link else st)
                 tip = escape("; ".join(cell.cases[:12]))
-                body = f"<a href='{escape(link)}'>{st}</a>" if link else st
+                short = CELL.get(cell.status, st)
+                body = f"<a href='{escape(link)}'>{short}</a>" if link else short
                 row_html.append(f"<td class='{st}' title='{tip}'>{body}</td>")
             beh = reg.behaviours[b]
             md.append(f"| {b} | {beh.level.value} | " + " | ".join(row_md) + " |")
@@ -218,7 +265,7 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
             supported = any(cells[b].get(c) is not None
                             and cells[b][c].status not in UNJUDGED for c in cols)
             (shown if supported else folded).append(row)
-        html_matrix.append("<h2>Behaviours &times; engines</h2><table class='m'>" + head
+        html_matrix.append("<h2 id='matrix'>Behaviours &times; engines</h2><table class='m'>" + head
                            + "".join(shown) + "</table>")
         if folded:
             html_matrix.append(f"<details><summary>{len(folded)} behaviours no engine "
@@ -301,16 +348,18 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
             if not r.run_info.coverage:
                 continue
             edges = coverage_edges(r)
-            took = sum(1 for *_x, t in edges if t)
-            title = (f"Request state machine: transitions taken by {_label(p, r, inputs.runs)}"
-                     f" ({took} of {len(edges)})")
-            md += ["", f"## {title}", ""]
-            md += [f"- {a} --{e}--> {b}" for a, e, b, t in edges if not t] or ["- every one"]
+            pairs = coverage_pairs(r)
+            took = sum(1 for *_x, t in pairs if t)
+            title = (f"Request state machine: {_label(p, r, inputs.runs)} took {took} of "
+                     f"{len(pairs)} (state, event) pairs")
+            md += ["", f"## {title}", "", coverage_line(pairs), ""]
+            md += [f"- {x}" for x in never_taken(pairs)]
             illegal = r.run_info.coverage.get("illegal", {})
             md.append(f"\nIllegal runtime events tried and rejected: {illegal.get('tried')} of "
                       f"{illegal.get('total')}.")
             html.append(f"<h2>{escape(title)}</h2><p>Green: taken; red, dashed: never taken "
-                        "(hover an arrow for its name).</p>"
+                        f"(hover an arrow for its name). {escape(coverage_line(pairs))} "
+                        + escape(", ".join(never_taken(pairs))) + "</p>"
                         + transition_graph(edges, State.SUBMITTED.value))
 
     # ---------------------------------------------------------------- the kill matrix
@@ -318,18 +367,28 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
         s = k.summarize().summary
         head = (f"Kill matrix ({p.name}: seed {k.run_info.seed}, {k.run_info.profile}, "
                 f"{k.run_info.budget}{', fuzz only' if k.run_info.fuzz_only else ''})")
-        verdict = (f"killed {s['killed']}/{s['total']}; median {s['median_seconds_to_kill']} s,"
-                   f" max {s['max_seconds_to_kill']} s to kill; alive: "
-                   f"{', '.join(s['alive']) or 'none'}")
-        md += ["", f"## {head}", "", verdict, "", "| mutant | catalog | killed | by | s |",
+        ran = [m for m in k.mutants if not m.skipped]
+        skipped = [f"{m.id} ({m.skipped})" for m in k.mutants if m.skipped]
+        verdict = (f"killed {s['killed']} of the {len(ran)} run (of {s['total']}); median "
+                   f"{s['median_seconds_to_kill']} s, max {s['max_seconds_to_kill']} s to kill;"
+                   f" alive: {', '.join(s['alive']) or 'none'}; skipped, not run here: "
+                   f"{', '.join(skipped) or 'none'}")
+        md += ["", f"## {head}", "", verdict, "",
+               "| mutant | catalog | outcome | caught by / why not | s |",
                "| --- | --- | --- | --- | --- |"]
         html.append(f"<h2>{escape(head)}</h2><p>{escape(verdict)}</p>")
-        html.append(kill_bars([(m.id, m.seconds, m.killed) for m in k.mutants]))
-        for m in k.mutants:
-            by = (f"{m.case} [{m.oracle}] {', '.join(m.behaviours)}" if m.killed
-                  else m.message)
-            md.append(f"| {m.id} | {', '.join(m.catalog)} | {'yes' if m.killed else 'NO'} | "
-                      f"{by} | {m.seconds:.2f} |")
+        html.append(kill_bars([(m.id, m.seconds, m.killed) for m in ran]))
+        html.append("<table class='k'><tr><th>mutant</th><th>catalog</th><th>outcome</th>"
+                    "<th>caught by / why not</th><th>s</th></tr>")
+        order = {"ALIVE": 0, "skipped": 1, "killed": 2}
+        for m in sorted(k.mutants, key=lambda m: order[kill_outcome(m)[0]]):
+            outcome, by = kill_outcome(m)
+            secs = "" if m.skipped else f"{m.seconds:.2f}"
+            md.append(f"| {m.id} | {', '.join(m.catalog)} | {outcome} | {by} | {secs} |")
+            html.append(f"<tr><td>{escape(m.id)}</td><td>{escape(', '.join(m.catalog))}</td>"
+                        f"<td class='{outcome}'>{outcome}</td><td>{escape(by)}</td>"
+                        f"<td>{secs}</td></tr>")
+        html.append("</table>")
 
     md_path = write_atomic(out_dir / "compliance.md", "\n".join(md) + "\n")
     html_path = write_atomic(out_dir / "index.html", _page("\n".join(html)))
@@ -353,15 +412,24 @@ span.CRASH {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
 td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
 td.NOT_APPLICABLE {{ background: #eceff1; color: #455a64; }}
 td.none {{ color: #bbb; }}
+td.killed {{ background: #e8f5e9; color: #1b5e20; }}
+td.ALIVE {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
+td.skipped {{ background: #eceff1; color: #455a64; }}
 svg {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
 code {{ background: #f5f5f5; padding: 0 .2rem; }}
 table.f td {{ vertical-align: top; }}
+table.f code {{ word-break: break-all; }}
+table.m th.col {{ writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap;
+                 vertical-align: bottom; padding: .4rem .1rem; }}
+table.m td {{ text-align: center; white-space: nowrap; font-size: .8rem; }}
+table.m td:first-child {{ text-align: left; position: sticky; left: 0; background: #fff; }}
 details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: #555; }}
 </style></head>
 <body><h1>kvconf compliance report</h1>
 <p>First what failed and how to replay it; then the matrix, where each cell is the worst status
-among the cases that cite the behaviour (hover a cell for the cases, click a failure for its
-minimal trace).</p>
+among the cases that cite the behaviour, the behaviours some engine fails first (hover a cell for
+the cases, click a failure for its minimal trace; n/s: not supported, the engine lacks a feature
+the cases need; n/a: not applicable at the run's config; —: no case of the run cites it).</p>
 {body}
 </body></html>
 """

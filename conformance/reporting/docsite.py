@@ -77,19 +77,11 @@ def id_anchors(reg: Registry) -> dict[str, str]:
 
 
 def render_results(out: Path, reports: list[Path]) -> None:
-    page = out / "results.md"
-    if not reports:
-        page.write_text("# Compliance and kill matrices\n\nThis build was given no reports "
-                        "(`kvconf docs build --reports ...`).\n", encoding="utf-8")
-        return
-    from kvconf.conformance.reporting.compliance import build, load_inputs
+    """The results section: every committed run and the given ``reports``
+    (``results_site``)."""
+    from kvconf.conformance.reporting import results_site
 
-    build(load_inputs(reports), out / "results", copy_traces=True, spec_base="../spec/")
-    md = (out / "results" / "compliance.md").read_text(encoding="utf-8")
-    md = md.replace("# kvconf compliance report",
-                    "# Compliance and kill matrices\n\nGenerated from the latest reports.", 1)
-    md = re.sub(r"\]\((traces/[^)]+)\)", r"](results/\1)", md)
-    page.write_text(md, encoding="utf-8")
+    results_site.render(out, reports)
 
 
 def _title(path: Path) -> str:
@@ -98,6 +90,12 @@ def _title(path: Path) -> str:
         if line.startswith("# "):
             return line[2:].strip()
     return path.stem
+
+
+def _results_nav() -> list:
+    from kvconf.conformance.reporting import results_site
+
+    return results_site.nav()
 
 
 def nav(chapters: list[str]) -> list:
@@ -118,7 +116,7 @@ def nav(chapters: list[str]) -> list:
         {"Diagrams": [{"Request state machine": "state-machine.md"},
                       {"Page ownership": "page-lifecycle.md"}]},
         {"Catalog": [{"Defects": "catalog.md"}, {"Seeds": "seeds.md"}]},
-        {"Results": "results.md"},
+        {"Results": _results_nav()},
     ]
 
 
