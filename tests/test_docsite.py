@@ -73,7 +73,7 @@ def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
     # vLLM accepts a second release of a lock (docs/peers.md, its Finding 2).
     assert re.search(r'kv-fail">vllm</span> \(`fuzz-cache-tight`, `unbalanced-unlock-rejected`; '
                      r"\[why\]\(\.\./peers\.md"
-                     r"#finding-2-a-second-release-of-a-lock-is-accepted-silently-pin-3\)\)",
+                     r"#vllm-unlock\)\)",
                      card), card
     assert 'kv-pass">reference</span>' in card
     # SGLang's unified cache crashes on that unlock (FAULT-2): PIN-3 itself is undecided there.
