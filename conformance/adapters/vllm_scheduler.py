@@ -116,6 +116,7 @@ class VLLMSchedulerAdapter:
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.IGNORES_UNKNOWN_EVENTS,
         Feature.SAME_FORWARD_REUSE, Feature.PREEMPTS_PREFILLING, Feature.MIXED_ONLY,
+        Feature.ADAPTER_CAP,
     })
 
     def __init__(self, config: SchedConfig) -> None:
@@ -134,8 +135,12 @@ class VLLMSchedulerAdapter:
             enable_chunked_prefill=True, long_prefill_token_threshold=0,
             is_encoder_decoder=False)
         cache_cfg = c.CacheConfig(block_size=p, enable_prefix_caching=True)
+        # The adapter cap (PLAN-9) is vLLM's max_loras; without one, LoRA requests are not
+        # counted at all (Scheduler.schedule reads lora_config only when it is set).
+        lora = c.LoRAConfig(max_loras=config.max_adapters) if config.max_adapters else None
         vc = c.VllmConfig(
             scheduler_config=sched_cfg, model_config=v.model_config, cache_config=cache_cfg,
+            lora_config=lora,
             device_config=c.DeviceConfig(device="cpu"),
             kv_events_config=c.KVEventsConfig(enable_kv_cache_events=True, publisher="null"))
         spec = v.spec.FullAttentionSpec(block_size=p, num_kv_heads=1, head_size=8,
@@ -305,13 +310,12 @@ def h_ext(h: bytes) -> int:
     return int.from_bytes(h, "big") & MASK64
 
 
-def vllm_scheduler(config: SchedConfig) -> VLLMSchedulerAdapter:
-    """vLLM's scheduler at the scheduler level (and its KV cache manager at the cache level,
-    through ``cache``: one engine name judges both)."""
-    return VLLMSchedulerAdapter(config)
+class VLLMEngine(VLLMAdapter):
+    """vLLM at both levels under one name: its KV cache manager at the cache level (the ``vllm``
+    adapter) and its scheduler at the scheduler level."""
 
-
-vllm_scheduler.level = "scheduler"  # called with a SchedConfig (conformance.adapters)
+    name = "vllm-scheduler"
+    scheduler = VLLMSchedulerAdapter  # the scheduler-level factory (conformance.adapters)
 
 
 TABLE = table_for(VLLMSchedulerAdapter.features)  # the spec's table with REQ-7's transition
