@@ -205,3 +205,28 @@ def test_vllm_scheduler_meets_its_expectations() -> None:
     verdicts = compare(report, load_expectations(path), path)
     assert not verdicts["regression"] and not verdicts["improvement"], verdicts
     assert "scheduler" in report.run_info.features
+
+
+@needs_vllm
+@pytest.mark.behaviours("WIN-3", "WIN-4", "PLAN-8", "TREE-2")
+def test_vllm_window_group_is_the_rows_window_table() -> None:
+    """With a window the model is hybrid: each row carries the sliding-window group's block
+    table, vLLM's null block where it freed blocks behind the window, and a later request that
+    shares the prefix reads its window through blocks the first one freed but kept cached."""
+    seen: list = []
+
+    class Spy(_without(Feature.KV_EVENTS)):
+        def next_plan(self):
+            plan = super().next_plan()
+            seen.extend(plan.rows)
+            return plan
+
+    trace = scenario("sched-sliding-window")
+    play_sched(Spy, trace)
+    w, p = trace.config.sliding_window, trace.config.page_size
+    assert all(len(r.window_table) == len(r.page_table) for r in seen)
+    behind = [r for r in seen if 0 in r.window_table[: max(0, r.start - w + 1) // p]]
+    assert behind  # freed behind the window: null block in the window table
+    reuse = [r for r in seen if r.kind == "prefill" and r.reused]
+    assert reuse and all(0 not in r.window_table[(r.reused - w + 1) // p: r.reused // p]
+                         for r in reuse)

@@ -38,7 +38,13 @@ before any row of that layer attends (``_allow_microbatching`` in ``gpu_model_ru
 the adapter declares (``same_forward_reuse``, PLAN-13). It has no unmixed mode: every batch may mix
 prefill and decode rows (``mixed_only``, PLAN-3). KV events are the manager's own
 (``take_events``), read at every drain rather than once per step. There is no host tier or L3 store
-without a KV connector, no snapshot, and the sliding-window and Mamba groups are not mapped.
+without a KV connector, and no snapshot. With a sliding window the model is hybrid: a
+full-attention group and a ``SlidingWindowSpec`` group, each with a block table of its own from one
+shared pool (vLLM's hybrid allocator; the pool holds a block per group per page), so a row
+carries the window group's table as its ``window_table`` (WIN-3), with vLLM's null block where the
+window's blocks were freed behind it; the KV events are the full-attention group's (the window
+group stores the same hashes again for its own blocks). Mamba groups and the window of a model
+config (``model_window``) are not mapped.
 """
 
 from __future__ import annotations
@@ -116,7 +122,7 @@ class VLLMSchedulerAdapter:
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.IGNORES_UNKNOWN_EVENTS,
         Feature.SAME_FORWARD_REUSE, Feature.PREEMPTS_PREFILLING, Feature.MIXED_ONLY,
-        Feature.ADAPTER_CAP,
+        Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE,
     })
 
     def __init__(self, config: SchedConfig) -> None:
@@ -124,8 +130,7 @@ class VLLMSchedulerAdapter:
         self.v = v
         self.version = v.version
         self.page_size = p = config.page_size
-        self.page_ids = (config.device_pages + 1, 0)  # block 0 is vLLM's null block
-        self.null_page = 0
+        self.null_page = 0  # vLLM's null block: page ids run from 1
         import torch
 
         c = v.config
@@ -145,10 +150,18 @@ class VLLMSchedulerAdapter:
             kv_events_config=c.KVEventsConfig(enable_kv_cache_events=True, publisher="null"))
         spec = v.spec.FullAttentionSpec(block_size=p, num_kv_heads=1, head_size=8,
                                         dtype=torch.float16)
-        kv = v.spec.KVCacheConfig(
-            num_blocks=config.device_pages + 1, kv_cache_tensors=[],
-            kv_cache_groups=[v.spec.KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)])
-        cache_cfg.num_gpu_blocks = config.device_pages + 1
+        groups = [v.spec.KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)]
+        self.window = w = config.sliding_window
+        if w:  # a hybrid model: a sliding-window group with a block table of its own (WIN-3)
+            sw = v.spec.SlidingWindowSpec(block_size=p, num_kv_heads=1, head_size=8,
+                                          dtype=torch.float16, sliding_window=w)
+            groups.append(v.spec.KVCacheGroupSpec(["model.layers.1.self_attn.attn"], sw))
+        # One pool for every group (vLLM's hybrid allocator): a block per group per page.
+        blocks = len(groups) * config.device_pages + 1
+        self.page_ids = (blocks, 0)
+        kv = v.spec.KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
+                                  kv_cache_groups=groups)
+        cache_cfg.num_gpu_blocks = blocks
         self.sched = v.sched.Scheduler(
             vllm_config=vc, kv_cache_config=kv,
             structured_output_manager=v.structured.StructuredOutputManager(vc),
@@ -240,7 +253,9 @@ class VLLMSchedulerAdapter:
         for rid, n in out.num_scheduled_tokens.items():
             req = self.sched.requests[rid]
             start = req.num_computed_tokens - n  # advanced by the schedule already
-            table = tuple(self.sched.kv_cache_manager.get_block_ids(rid)[0])
+            ids = self.sched.kv_cache_manager.get_block_ids(rid)
+            table = tuple(ids[0])
+            window = tuple(ids[1]) if self.window else ()
             if rid in admitted:
                 self.decoding.discard(rid)
                 self.slot.setdefault(rid, min(set(range(self.slots)) - set(self.slot.values())))
@@ -255,7 +270,7 @@ class VLLMSchedulerAdapter:
             new = tuple(b for b in table[shared:] if b != 0)
             rows.append(ForwardRow(
                 rid, kind, self.ns.get(rid, 0), start, tuple(req.all_token_ids[start:start + n]),
-                reused, table, new, self.slot[rid], samples))
+                reused, table, new, self.slot[rid], samples, window_table=window))
         self.pending = out if out.num_scheduled_tokens else None
         zero = tuple(out.new_block_ids_to_zero or ())
         return Plan(self._step, tuple(rows), (), (), zero=zero)
@@ -295,6 +310,9 @@ class VLLMSchedulerAdapter:
         one batch per step)."""
         raw, self.published = self.published, []
         raw += self.sched.kv_cache_manager.take_events()
+        # The full-attention group's blocks are the cache's prefixes; a window group caches
+        # the same hashes again for its own blocks (group_idx 1).
+        raw = [e for e in raw if getattr(e, "group_idx", 0) in (0, None)]
         return to_kit_events(raw, self.v.events, self._hashes._event_namespace)
 
     def block_hash(self, parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
