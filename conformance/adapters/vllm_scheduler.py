@@ -49,8 +49,10 @@ config (``model_window``) are not mapped.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from functools import cache
@@ -88,8 +90,10 @@ MODEL = {
 
 @cache
 def model_dir() -> str:
-    """A folder holding the model's ``config.json``, written once per process."""
+    """A folder holding the model's ``config.json``, written once per process and removed when
+    the process exits."""
     path = tempfile.mkdtemp(prefix="kvconf-vllm-model-")
+    atexit.register(shutil.rmtree, path, True)
     tmp = os.path.join(path, "config.json.tmp")
     with open(tmp, "w") as f:
         json.dump(MODEL, f)
@@ -182,7 +186,8 @@ class VLLMSchedulerAdapter:
         # (transition coverage): the mapping of vLLM's states (docs/peers.md).
         self.state: dict[str, State] = {}
         self.taken: list[tuple[str, str]] = []
-        # A cache-level twin for the hash vLLM's events carry (EVENT-4): same functions.
+        # The cache-level adapter's hashing and event naming, over this scheduler's hasher
+        # (EVENT-4, EVENT-5): vLLM's own functions, without a KV cache manager of its own.
         self._hashes = VLLMAdapter.__new__(VLLMAdapter)
         self._hashes.v, self._hashes.page_size = v, p
         self._hashes.hasher, self._hashes._requests = self.hasher, 0
