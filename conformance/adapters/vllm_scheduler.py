@@ -49,10 +49,8 @@ config (``model_window``) are not mapped.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from functools import cache
@@ -88,17 +86,17 @@ MODEL = {
 }
 
 
-@cache
-def model_dir() -> str:
-    """A folder holding the model's ``config.json``, written once per process and removed when
-    the process exits."""
-    path = tempfile.mkdtemp(prefix="kvconf-vllm-model-")
-    atexit.register(shutil.rmtree, path, True)
-    tmp = os.path.join(path, "config.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(MODEL, f)
-    os.replace(tmp, os.path.join(path, "config.json"))
-    return path
+def model_config(config_cls: Any) -> Any:
+    """vLLM's ``ModelConfig`` of ``MODEL``, read from a ``config.json`` in a temporary folder,
+    which is gone once the config is built (vLLM reads the files only then)."""
+    with tempfile.TemporaryDirectory(prefix="kvconf-vllm-model-") as path:
+        tmp = os.path.join(path, "config.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(MODEL, f)
+        os.replace(tmp, os.path.join(path, "config.json"))
+        # A ModelConfig inspects the architecture's class, importing vLLM's model code.
+        return config_cls(model=path, skip_tokenizer_init=True, dtype="float16", seed=0,
+                          max_model_len=MAX_LEN)
 
 
 @cache
@@ -110,10 +108,7 @@ def sched_modules() -> SimpleNamespace:
         v.sched = import_module("vllm.v1.core.sched.scheduler")
         v.outputs = import_module("vllm.v1.outputs")
         v.structured = import_module("vllm.v1.structured_output")
-        # A ModelConfig inspects the architecture's class, importing vLLM's model code.
-        v.model_config = v.config.ModelConfig(
-            model=model_dir(), skip_tokenizer_init=True, dtype="float16", seed=0,
-            max_model_len=MAX_LEN)
+        v.model_config = model_config(v.config.ModelConfig)
     except Exception as e:
         raise EngineUnavailable(
             f"vllm's scheduler cannot be built here ({type(e).__name__}: {e}); install vllm "
