@@ -58,8 +58,8 @@ from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 
-from kvconf.conformance.adapters.peer_events import MASK64, to_kit_events
-from kvconf.conformance.adapters.vllm_cache import VLLMAdapter, vllm_modules
+from kvconf.conformance.adapters.peer_events import to_kit_events
+from kvconf.conformance.adapters.vllm_cache import VLLMAdapter, external_hash, vllm_modules
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected, EngineUnavailable
 from kvconf.conformance.oracles.scheduler import table_for
@@ -204,14 +204,14 @@ class VLLMSchedulerAdapter:
             req = v.request.Request(s.rid, list(s.tokens), params, None, arrival_time=0.0,
                                     block_hasher=self.hasher, **kw)
             for h in req.block_hashes:
-                self._hashes._digests.setdefault(h_ext(h), h)
+                self._hashes._digests.setdefault(external_hash(h), h)
             self.sched.add_request(req)
             self.ns[s.rid] = s.namespace
             self.state[s.rid] = State.SUBMITTED
 
     def _take(self, rid: str, event: Event) -> None:
-        """``rid`` takes ``event`` in the spec's machine (the first target where there are two:
-        without a host tier a Finish leaves nothing to drain)."""
+        """``rid`` takes ``event`` in the spec's machine (the last target where there are two:
+        Finished, since without a host tier a Finish leaves nothing to drain)."""
         was = self.state.get(rid)
         if was is None:
             return
@@ -321,11 +321,6 @@ class VLLMSchedulerAdapter:
 
     def snapshot(self) -> None:
         return None
-
-
-def h_ext(h: bytes) -> int:
-    """vLLM's event form of a block hash: its last 64 bits."""
-    return int.from_bytes(h, "big") & MASK64
 
 
 class VLLMEngine(VLLMAdapter):
