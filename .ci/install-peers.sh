@@ -9,8 +9,9 @@ VLLM_VERSION="${VLLM_VERSION:-0.33.0}"
 
 python -c "import torch" 2>/dev/null || pip install -q torch==2.13.0
 pip install -q --no-deps "sglang==${SGLANG_VERSION}" "vllm==${VLLM_VERSION}"
-# What `from sglang.srt.mem_cache.radix_cache import RadixCache` and vLLM's v1 KV cache manager
-# import on the way (found by importing until nothing is missing). torchvision and datasets are
+# What `from sglang.srt.mem_cache.radix_cache import RadixCache`, vLLM's v1 KV cache manager and
+# its v1 Scheduler (whose ModelConfig imports the model's code: einops) import on the way (found by
+# importing until nothing is missing). torchvision and datasets are
 # not installed: kvconf.conformance.adapters.stand_ins stands in for them.
 pip install -q --no-deps \
     numpy orjson psutil pybase64 requests urllib3 idna certifi triton pillow starlette anyio \
@@ -19,5 +20,5 @@ pip install -q --no-deps \
     httpcore2 truststore h11 safetensors tokenizers sentencepiece dill apache-tvm-ffi \
     compressed_tensors loguru gguf cbor2 openai_harmony openai sniffio cachetools cloudpickle \
     uvloop py-cpuinfo prometheus_client xgrammar fastapi opentelemetry-api partial_json_parser \
-    llguidance
+    llguidance einops
 kvconf engines

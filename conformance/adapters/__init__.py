@@ -34,6 +34,7 @@ BUILTIN: dict[str, str] = {
     "tokenspeed": "kvconf.conformance.adapters.tokenspeed:tokenspeed_adapter",
     "vllm": "kvconf.conformance.adapters.vllm_cache:VLLMAdapter",
     "vllm-salt": "kvconf.conformance.adapters.vllm_cache:VLLMSaltAdapter",
+    "vllm-scheduler": "kvconf.conformance.adapters.vllm_scheduler:VLLMEngine",
 }
 
 LEVELS = ("cache", "scheduler")

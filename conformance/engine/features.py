@@ -44,6 +44,13 @@ class Feature(str, Enum):
     # is never acknowledged (HOST-9).
     FATAL_TRANSFER_FAILURE = "fatal_transfer_failure"
     MAMBA_CHECKPOINT_SLOT = "mamba_checkpoint_slot"  # two state slots per request (MAMBA-9)
+    # The runtime writes every row's KV of a layer before any row of that layer attends, so a
+    # row may reuse what another row of the same forward computes (PLAN-13).
+    SAME_FORWARD_REUSE = "same_forward_reuse"
+    # A request still prefilling may be pushed off the device, to be recomputed (REQ-7).
+    PREEMPTS_PREFILLING = "preempts_prefilling"
+    # Every batch may mix prefill and decode rows: no unmixed mode to switch to (PLAN-3).
+    MIXED_ONLY = "mixed_only"
 
     def __str__(self) -> str:
         return self.value
@@ -62,6 +69,9 @@ ALLOWANCES: dict[Feature, str] = {
     Feature.LOADBACK_ACK: "HOST-8",
     Feature.FATAL_TRANSFER_FAILURE: "HOST-9",
     Feature.MAMBA_CHECKPOINT_SLOT: "MAMBA-9",
+    Feature.SAME_FORWARD_REUSE: "PLAN-13",
+    Feature.PREEMPTS_PREFILLING: "REQ-7",
+    Feature.MIXED_ONLY: "PLAN-3",
 }
 
 

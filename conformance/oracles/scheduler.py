@@ -23,6 +23,20 @@ from kvconf.reference.tiers import Tier
 PLAN_EVENTS = frozenset({Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.RETRACT,
                          Event.RETRACT_NO_COPY, Event.WRITEBACK, Event.PREFETCH})
 L3_STATES = frozenset({State.PREFETCHING, State.PREFETCH_DONE})
+# Transitions outside the table that an allowance adds for the engine declaring it (requests
+# chapter, "Declared transitions").
+DECLARED_TRANSITIONS: dict[Feature, dict[tuple[State, Event], tuple[State, ...]]] = {
+    Feature.PREEMPTS_PREFILLING: {(State.PREFILLING, Event.RETRACT_NO_COPY): (State.RETRACTED,)},
+}
+
+
+def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[State, ...]]:
+    """The transition table an engine declaring ``features`` is held to."""
+    table = dict(TRANSITIONS)
+    for feature, extra in DECLARED_TRANSITIONS.items():
+        if feature in features:
+            table.update(extra)
+    return table
 
 
 @dataclass
@@ -40,14 +54,15 @@ class Live:
     published_at: int | None = None  # plan after which its prompt's first result was reported
 
 
-def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> bool:
+def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3,
+              table: dict[tuple[State, Event], tuple[State, ...]] = TRANSITIONS) -> bool:
     """``b`` from ``a`` by at most ``depth`` table transitions using only ``events``."""
     frontier = {a}
     for _ in range(depth):
         if b in frontier:
             return True
         frontier = frontier | {
-            t for s in frontier for (s2, e), ts in TRANSITIONS.items()
+            t for s in frontier for (s2, e), ts in table.items()
             if s2 is s and e in events for t in ts
         }
     return b in frontier
@@ -56,7 +71,7 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> b
 class PlanOracle(Oracle):
     name = "plan"
     behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10",
-                  "PLAN-12", "NS-3", "REQ-3")
+                  "PLAN-12", "PLAN-13", "NS-3", "REQ-3")
 
     def table_covers(self, step: int, r, page_size: int) -> None:
         """PLAN-10: a row's page table has a page for every position it reads or computes."""
@@ -69,8 +84,11 @@ class PlanOracle(Oracle):
                                 f"positions up to {end - 1}, but its {what} {list(table)} "
                                 f"holds {len(table) * page_size}")
 
-    def __init__(self) -> None:
+    def __init__(self, same_forward: bool = False) -> None:
         self.op_ids: set[Any] = set()  # every copy id handed out so far
+        # PLAN-13: the engine's runtime writes every row's KV of a layer before any row of it
+        # attends, so a row may read a page another row of its forward computes into.
+        self.same_forward = same_forward
 
     def check(self, plan: Plan, live: dict[str, Live], config, page_size: int,
               window_table: bool = False) -> None:
@@ -152,6 +170,13 @@ class PlanOracle(Oracle):
                     written[table[k]] = r.rid
         for page, rid in sorted(written.items()):
             readers = sorted(read.get(page, set()) - {rid})
+            if readers and self.same_forward:  # PLAN-13: reading it is legal, sharing it not
+                others = sorted(used.get(page, set()) - {rid} - set(readers))
+                if others:
+                    raise self.fail("REQ-3", f"plan {plan.step}: the row of {rid} computes into "
+                                    f"device page {page}, which the row of {others[0]} uses "
+                                    "in the same forward")
+                continue
             if readers:
                 raise self.fail(("PLAN-12", "REQ-3"), f"plan {plan.step}: the row of "
                                 f"{readers[0]} reads device page {page}, which the row of "
@@ -169,8 +194,11 @@ class RequestStateOracle(Oracle):
     sliding window a table slot behind the window may be a hole (WIN-4)."""
 
     name = "requests"
-    behaviours = ("REQ-1", "REQ-3", "FIN-1", "FIN-2", "PLAN-6", "NS-3", "L3-2", "WIN-4")
+    behaviours = ("REQ-1", "REQ-3", "REQ-7", "FIN-1", "FIN-2", "PLAN-6", "NS-3", "L3-2", "WIN-4")
     needs = frozenset({Feature.SNAPSHOT})
+
+    def __init__(self, features: frozenset[Feature] = frozenset()) -> None:
+        self.table = table_for(features)  # REQ-7: what the engine's allowances add
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
@@ -186,8 +214,9 @@ class RequestStateOracle(Oracle):
             if old is not None and old.state is not v.state:
                 events = PLAN_EVENTS if phase == "plan" else frozenset(
                     external.get(v.rid, set()) | {Event.WRITEBACK_DONE, Event.PREFETCH_DONE})
-                if not reachable(old.state, v.state, events):
-                    rules = ("REQ-1", "L3-2") if {old.state, v.state} & L3_STATES else "REQ-1"
+                if not reachable(old.state, v.state, events, table=self.table):
+                    rules = ("REQ-1", "L3-2") if {old.state, v.state} & L3_STATES else (
+                        ("REQ-1", "REQ-7") if old.state is State.PREFILLING else "REQ-1")
                     raise self.fail(rules, f"{v.rid} went {old.state} -> {v.state} during "
                                     f"{phase}, which no table path allows")
             holds = HOLDS[v.state]

@@ -84,11 +84,18 @@ class SchedulerDriver:
         self.config = trace.config
         self.p = engine.page_size
         feats = engine.features
+        if Feature.MIXED_ONLY in feats:  # no unmixed mode: judged with the switch on (PLAN-3)
+            self.config = trace.config.model_copy(update={"mixed": True})
         self.white = Feature.SNAPSHOT in feats
         self.memory_only = memory_only
-        self.plans = None if memory_only else PlanOracle()
+        # PLAN-13: a runtime that writes a layer's KV for every row before any row attends;
+        # a row's reads then see what the whole forward computes.
+        self.same_forward = Feature.SAME_FORWARD_REUSE in feats
+        self.deferred_reads: list[tuple] | None = None
+        self.plans = None if memory_only else PlanOracle(self.same_forward)
         self.covers = PlanOracle()  # PLAN-10 under --memory-only, where no plan oracle runs
-        self.states = RequestStateOracle() if self.white and not memory_only else None
+        self.states = (RequestStateOracle(feats) if self.white and not memory_only
+                       else None)
         # PLAN-7 holds every engine to mid-flight publish while the workload's switch is on
         # (D381-1): an engine that publishes at finish only fails it, whatever it declares.
         c = trace.config
@@ -106,6 +113,9 @@ class SchedulerDriver:
             ["MAMBA-10 (hybrid reuse) not judged: the engine offers no snapshot, so which "
              "states and KV its cache held is unknown"]
             if c.mamba and not self.white and not memory_only else [])
+        if Feature.MIXED_ONLY in feats and not c.mixed and not memory_only:
+            self.unjudged.append("PLAN-3 (unmixed batches) not judged: the engine declares "
+                                 "mixed_only, its runtime takes any mix of rows")
         if owed and self.reuse is None:
             self.unjudged.append("PLAN-7 (mid-flight reuse) not judged: with no host tier and "
                                  "no snapshot, a publisher retracted without a copy is unknown")
@@ -477,6 +487,7 @@ class SchedulerDriver:
         running = frozenset(r.rid for r in plan.rows if r.kind == "decode")  # PLAN-7
         if self.reuse is not None and self.snap is None:
             self.reuse.next_rows(plan, step)
+        self.deferred_reads = [] if self.same_forward else None
         for row in plan.rows:
             req = self.live[row.rid]
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
@@ -490,8 +501,16 @@ class SchedulerDriver:
             self._forward(row, req)
             if self.mstates is not None:
                 self._forward_state(row, req)
+        reads, self.deferred_reads = self.deferred_reads, None
+        drops = [f for f in self.after_forward if reads is not None
+                 and getattr(f, "func", None) == self._drop_behind]
         for write in self.after_forward:  # the forward's end: what it computed lands (PLAN-12)
-            write()
+            if write not in drops:
+                write()
+        for args in reads or ():  # PLAN-13: each layer's KV is written before it is read
+            self._read(*args)
+        for drop in drops:  # and dropped behind a window only once the forward has read it
+            drop()
         self.after_forward, self.computing = [], {}
         events: list = []
         if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
@@ -676,6 +695,9 @@ class SchedulerDriver:
               window: bool = False) -> None:
         """Every position in ``reads`` holds its own tag in the page ``table`` gives it (the
         window table's reads are WIN-3's)."""
+        if self.deferred_reads is not None:  # PLAN-13: read once the forward has written
+            self.deferred_reads.append((row, ns, table, reads, window))
+            return
         p = self.p
         got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
                                [i % p for i in reads])

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.mutants.scheduler import PublishesBeforeForward
 from kvconf.conformance.variants.cache import LowestFreePageFirst
 from kvconf.reference.kv_events import EventKind, KVEvent
 from kvconf.reference.plan import (
@@ -21,7 +22,7 @@ from kvconf.reference.plan import (
     PrefetchDone,
     WritebackDone,
 )
-from kvconf.reference.requests import State
+from kvconf.reference.requests import Event, State
 from kvconf.reference.scheduler import Scheduler, SchedulerError
 from kvconf.reference.tiers import Tier
 
@@ -317,9 +318,90 @@ class ReservesCheckpointSlot(Scheduler):
         return super()._admit(r, budget, loadbacks)
 
 
+# ----------------------------------------------------------------------------- vLLM's runtime
+class PublishesWhenPlanned(PublishesBeforeForward):
+    """PLAN-13: for a runtime that writes each layer's KV for every row of a forward before any
+    row of that layer attends, a prompt is published when the plan that computes its last chunk
+    is built, so a request admitted later in the same plan reuses pages the forward computes
+    (what E-22 forbids on a runtime that reads before the forward writes)."""
+
+    features = frozenset({Feature.SAME_FORWARD_REUSE})
+
+
+class PreemptsPrefilling(Scheduler):
+    """REQ-7: when a prefilling request's next chunk finds no device pages, the newest request
+    that holds pages and has no row in the plan yet is pushed off without a copy, itself if no
+    other is newer (a prefilling one goes Prefilling to Retracted): its computed full pages stay
+    cached in its namespace, the rest is freed, and it is recovered like any retracted request
+    (vLLM preempts the last of its running queue so). A request pushes itself off once at most:
+    it is recovered behind the requests queued meanwhile, where vLLM puts it first."""
+
+    features = frozenset({Feature.PREEMPTS_PREFILLING})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._pushed: set[str] = set()  # pushed itself off once (it is recovered after the
+        # requests queued before it, so twice could starve it)
+        self._planned: set[str] = set()
+
+    def next_plan(self):
+        self._planned: set[str] = set()
+        return super().next_plan()
+
+    def _move(self, r, event, to):
+        if (r.state, event, to) == (State.PREFILLING, Event.RETRACT_NO_COPY, State.RETRACTED):
+            self.transitions.append((r.rid, r.state, event, to))
+            r.state = to
+            return
+        super()._move(r, event, to)
+
+    def _prefill_row(self, r, budget, loadbacks):
+        row = super()._prefill_row(r, budget, loadbacks)
+        if row is None and r.state is State.PREFILLING and self.mamba is None:
+            newer = [o for o in self._ordered(State.PREFILLING, State.DECODING)
+                     if o.arrival > r.arrival and o.rid not in self._planned and not o.awaiting]
+            victim = max(newer, key=lambda o: o.arrival, default=None)
+            if victim is None and r.rid not in self._pushed:  # once: it queues behind others
+                victim = r
+                self._pushed.add(r.rid)
+            if victim is not None:
+                self._push_off(victim)
+            if victim is not None and victim is not r:
+                row = super()._prefill_row(r, budget, loadbacks)
+        if row is not None:
+            self._planned.add(r.rid)
+        return row
+
+    def _decode_row(self, r, writebacks, rows):
+        row = super()._decode_row(r, writebacks, rows)
+        if row is not None:
+            self._planned.add(r.rid)
+        return row
+
+    def _push_off(self, victim) -> None:
+        self._publish(victim, victim.computed)
+        self._free_local(victim)
+        self._release_slot(victim)
+        self._unlock(victim)
+        victim.pages, victim.shared, victim.computed = [], 0, 0
+        self._move(victim, Event.RETRACT_NO_COPY, State.RETRACTED)
+
+
+class MixesEveryBatch(Scheduler):
+    """PLAN-3: the scheduler has no unmixed mode, for a runtime with mixed kernels only:
+    decode rows join a forward with prefill rows whatever the mixed switch says."""
+
+    features = frozenset({Feature.MIXED_ONLY})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.config = replace(self.config, mixed=True)
+
+
 SCHED_VARIANTS: tuple[type, ...] = (
     FreesBehindWindow, KeepsWindowPrefix, WindowTable, AnnouncesReusableBoundaries,
     IgnoresUnknownEvents,
     AcknowledgesLoadbacks, FailedCopyIsFatal, DeclinesWritebackWithoutRoom,
-    SchedulerLowestFreePageFirst, ReservesCheckpointSlot,
+    SchedulerLowestFreePageFirst, ReservesCheckpointSlot, PublishesWhenPlanned,
+    PreemptsPrefilling, MixesEveryBatch,
 )

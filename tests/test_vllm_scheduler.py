@@ -1,0 +1,232 @@
+"""vLLM's v1 scheduler at the scheduler level, and the three declared engine properties it needs
+from the kit: same-forward reuse (PLAN-13), preempting a prefilling request (REQ-7) and having
+no unmixed mode (PLAN-3). The allowances are tested on the reference's legal variants (an engine
+that declares one passes, the same engine without the declaration fails); the vLLM tests run
+where vLLM is installed (.ci/install-peers.sh) and are skipped otherwise."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.mutants.scheduler import ReusesPinnedPage
+from kvconf.conformance.oracles import Violation
+from kvconf.conformance.reporting.expectations import compare, load_expectations
+from kvconf.conformance.running.profiles import PROFILES, Budget
+from kvconf.conformance.running.runner import run_suite
+from kvconf.conformance.scheduler.generator import play_sched
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
+from kvconf.conformance.variants import all_variants
+from kvconf.reference.plan import Abort, ExtendResult, WritebackDone
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed "
+                                "(.ci/install-peers.sh)")
+VARIANTS = {v.name: v for v in all_variants()}
+
+
+def scenario(name: str) -> SchedTrace:
+    return next(sc.trace for sc in SCHED_SCENARIOS if sc.name == name)
+
+
+def twins() -> SchedTrace:
+    """Two requests with one five-token prompt, arriving together."""
+    prompt = [3, 1, 4, 1, 5]
+    return SchedTrace(config=SchedConfig(), arrivals=[
+        Arrival(at=0, rid="a", tokens=prompt), Arrival(at=0, rid="b", tokens=prompt)])
+
+
+# ----------------------------------------------------------------------------- allowances
+@pytest.mark.behaviours("PLAN-13", "PLAN-12", "REQ-3")
+def test_same_forward_reuse_is_legal_only_when_declared() -> None:
+    """A prompt published when its last chunk is planned is reused by a request admitted later
+    in the same plan: on a runtime that writes each layer's KV before reading it that holds
+    (declared), on one that reads first it is E-22 (not declared)."""
+    v = VARIANTS["PublishesWhenPlanned"]
+    trace = twins()
+    driver = play_sched(v.factory(), trace)
+    first = [r for e in driver.log if e[0] == "plan" for r in e[2]][:2]
+    assert [r[4] for r in first] == [0, 4]  # b reuses the pages a computes in that forward
+    with pytest.raises(Violation) as e:
+        play_sched(v.factory(with_features=False), trace)
+    assert "PLAN-12" in e.value.behaviours, e.value
+
+
+@pytest.mark.behaviours("PLAN-13", "REQ-3", "TREE-2")
+def test_same_forward_reuse_still_catches_a_page_two_requests_hold() -> None:
+    """Declaring PLAN-13 lets a row read what its forward computes, nothing more: a page handed
+    to a request while another still holds it is caught as before."""
+    cls = type("DeclaresAndReusesPinned", (ReferenceSchedulerAdapter,), {
+        "features": ReferenceSchedulerAdapter.features | {Feature.SAME_FORWARD_REUSE},
+        "__init__": lambda self, c: ReferenceSchedulerAdapter.__init__(self, c,
+                                                                       ReusesPinnedPage)})
+    caught = []
+    for sc in SCHED_SCENARIOS:
+        if sc.needs <= cls.features:
+            try:
+                play_sched(cls, sc.trace)
+            except Violation as v:
+                caught.append(v)
+    assert caught and all(set(v.behaviours) & {"REQ-3", "TREE-2", "PIN-2"} for v in caught)
+
+
+@pytest.mark.behaviours("REQ-7", "REQ-1")
+def test_preempting_a_prefilling_request_is_legal_only_when_declared() -> None:
+    """A request decodes while another prefills in chunks on a device too small for both: the
+    variant pushes the prefilling one off (Prefilling to Retracted) and recovers it; without
+    the declaration the same transition is outside the table."""
+    v = VARIANTS["PreemptsPrefilling"]
+    trace = SchedTrace(
+        config=SchedConfig(device_pages=4, host_pages=0, max_tokens=2, max_batch=2,
+                           max_slots=2),
+        arrivals=[Arrival(at=0, rid="a", tokens=[1, 2, 3], new_tokens=6),
+                  Arrival(at=1, rid="b", tokens=[4, 5, 6, 7, 8, 9])])
+    driver = play_sched(v.factory(), trace)
+    assert ("Prefilling", "retract_no_copy") in driver.exercised
+    with pytest.raises(Violation) as e:
+        play_sched(v.factory(with_features=False), trace)
+    assert {"REQ-1", "REQ-7"} <= set(e.value.behaviours), e.value
+
+
+@pytest.mark.behaviours("PLAN-3")
+def test_an_engine_without_an_unmixed_mode_is_judged_mixed_when_it_says_so() -> None:
+    v = VARIANTS["MixesEveryBatch"]
+    trace = scenario("sched-no-mixed-batches")
+    driver = play_sched(v.factory(), trace)
+    assert any(d.startswith("PLAN-3 (unmixed batches) not judged") for d in driver.unjudged)
+    assert any({"prefill", "decode"} <= {r[1] for r in e[2]} for e in driver.log
+               if e[0] == "plan")  # it did mix
+    with pytest.raises(Violation) as e:
+        play_sched(v.factory(with_features=False), trace)
+    assert "PLAN-3" in e.value.behaviours
+
+
+# ----------------------------------------------------------------------------- vLLM
+def _vllm():
+    from kvconf.conformance.adapters.vllm_scheduler import VLLMSchedulerAdapter
+
+    return VLLMSchedulerAdapter
+
+
+def _without(*features: Feature):
+    cls = _vllm()
+    return type("Without", (cls,), {"features": cls.features - set(features)})
+
+
+def _rows(driver) -> list[list[tuple]]:
+    return [[(r[0], r[1], r[2], r[3], r[4], r[5]) for r in e[2]] for e in driver.log
+            if e[0] == "plan"]
+
+
+@needs_vllm
+@pytest.mark.behaviours("EVENT-1")
+def test_vllm_announces_one_block_twice_when_two_requests_compute_it() -> None:
+    """Finding 1 at the scheduler level: two requests with the same two-token prompt in one
+    plan each compute the block (a hit never covers the last token), and vLLM caches both
+    copies, announcing the same hash twice (BlockPool.cache_full_blocks)."""
+    trace = SchedTrace(config=SchedConfig(), arrivals=[
+        Arrival(at=0, rid="a", tokens=[0, 0]), Arrival(at=0, rid="b", tokens=[0, 0])])
+    with pytest.raises(Violation) as e:
+        play_sched(_vllm(), trace)
+    assert list(e.value.behaviours) == ["EVENT-1"], e.value
+    play_sched(_without(Feature.KV_EVENTS), trace)  # nothing else is wrong with the run
+
+
+@needs_vllm
+@pytest.mark.behaviours("PLAN-13", "PLAN-12")
+def test_vllm_reuses_blocks_its_forward_computes() -> None:
+    """Two requests with one five-token prompt, one plan: vLLM caches the first one's blocks
+    when it schedules them, and admits the second on them in the same forward (PLAN-13); the
+    kit judges that by the declaration, and fails it without."""
+    trace = twins()
+    driver = play_sched(_without(Feature.KV_EVENTS), trace)
+    first = _rows(driver)[0]
+    (a,), (b,) = ([r for r in first if r[0] == rid] for rid in "ab")
+    assert b[4] == 4 and b[5][:2] == a[5][:2]  # b reuses the two blocks a computes now
+    with pytest.raises(Violation) as e:
+        play_sched(_without(Feature.KV_EVENTS, Feature.SAME_FORWARD_REUSE), trace)
+    assert "PLAN-12" in e.value.behaviours
+
+
+@needs_vllm
+@pytest.mark.behaviours("REQ-7", "PLAN-6")
+def test_vllm_preempts_a_prefilling_request_and_recomputes_it() -> None:
+    """A decode that needs a block preempts the last running request, here one between prefill
+    chunks (Scheduler.schedule: self.running[-1]); it is admitted again from its prefix hit."""
+    trace = SchedTrace(
+        config=SchedConfig(device_pages=5, host_pages=0, max_tokens=3, max_batch=2,
+                           max_slots=2),
+        arrivals=[Arrival(at=0, rid="a", tokens=[1, 2, 3], new_tokens=6),
+                  Arrival(at=1, rid="b", tokens=[4, 5, 6, 7, 8, 9])])
+    driver = play_sched(_vllm(), trace)
+    assert ("Prefilling", "retract_no_copy") in driver.engine.transitions()
+    b = [r for rows in _rows(driver) for r in rows if r[0] == "b"]
+    assert [r[1] for r in b] == ["prefill"] * len(b)
+    assert any(r[4] > 0 for r in b[1:])  # recovered through its own cached blocks
+
+
+@needs_vllm
+@pytest.mark.behaviours("REQ-2", "REQ-6")
+def test_vllm_refuses_a_token_no_row_sampled_and_ignores_unknown_ids() -> None:
+    """A chunk that does not reach the end of the prompt samples nothing: a token for it has no
+    place in vLLM's ModelRunnerOutput and is refused, changing nothing; an Abort of an unknown
+    id is skipped by finish_requests (REQ-6); there are no copies to acknowledge."""
+    from kvconf.reference.plan import RequestSpec
+
+    eng = _vllm()(SchedConfig(max_tokens=4))
+    eng.submit([RequestSpec("a", (1, 2, 3, 4, 5))])
+    (row,) = eng.next_plan().rows
+    assert (row.start, len(row.input_tokens), row.samples) == (0, 4, False)
+    for bad in (ExtendResult("a", 0), WritebackDone(7)):
+        with pytest.raises(EngineRejected):
+            eng.advance([bad])
+    eng.advance([Abort("nobody")])
+    eng.advance([])
+    (row,) = eng.next_plan().rows
+    assert (row.start, len(row.input_tokens), row.samples) == (4, 1, True)
+    eng.advance([ExtendResult("a", 2)])
+    eng.next_plan()
+    assert list(eng.sched.requests["a"].all_token_ids) == [1, 2, 3, 4, 5, 2]
+
+
+@needs_vllm
+def test_vllm_scheduler_meets_its_expectations() -> None:
+    report = run_suite("vllm-scheduler", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
+                       budget=Budget(examples=20), report_path=None)
+    path = ROOT / "conformance" / "adapters" / "expectations" / "vllm-scheduler.toml"
+    verdicts = compare(report, load_expectations(path), path)
+    assert not verdicts["regression"] and not verdicts["improvement"], verdicts
+    assert "scheduler" in report.run_info.features
+
+
+@needs_vllm
+@pytest.mark.behaviours("WIN-3", "WIN-4", "PLAN-8", "TREE-2")
+def test_vllm_window_group_is_the_rows_window_table() -> None:
+    """With a window the model is hybrid: each row carries the sliding-window group's block
+    table, vLLM's null block where it freed blocks behind the window, and a later request that
+    shares the prefix reads its window through blocks the first one freed but kept cached."""
+    seen: list = []
+
+    class Spy(_without(Feature.KV_EVENTS)):
+        def next_plan(self):
+            plan = super().next_plan()
+            seen.extend(plan.rows)
+            return plan
+
+    trace = scenario("sched-sliding-window")
+    play_sched(Spy, trace)
+    w, p = trace.config.sliding_window, trace.config.page_size
+    assert all(len(r.window_table) == len(r.page_table) for r in seen)
+    behind = [r for r in seen if 0 in r.window_table[: max(0, r.start - w + 1) // p]]
+    assert behind  # freed behind the window: null block in the window table
+    reuse = [r for r in seen if r.kind == "prefill" and r.reused]
+    assert reuse and all(0 not in r.window_table[(r.reused - w + 1) // p: r.reused // p]
+                         for r in reuse)
