@@ -40,6 +40,15 @@ def _by_case(report) -> dict[str, CaseResult]:
     return {r.case: r for r in report.results}
 
 
+def _no_machine_paths(report: Path) -> None:
+    """A report names source files relative to where they are imported from: none of this
+    machine's folders (the checkout, the virtual environment, the interpreter's) is in it."""
+    text = report.read_text()
+    assert 'File \\"/' not in text  # an absolute path in a traceback or in stacks
+    for folder in {str(Path.cwd()), str(HERE.parent), sys.prefix, sys.base_prefix}:
+        assert folder not in text, folder
+
+
 @pytest.mark.behaviours("FAULT-3")
 @pytest.mark.parametrize("engine, signal_name, exit_code", [
     ("ExitsZero", None, 0),  # sys.exit(0) inside insert
@@ -65,7 +74,8 @@ def test_a_dying_engine_gives_crash_and_the_run_goes_on(tmp_path, engine, signal
         assert ops and ops[-1] in ("insert", "extend")  # up to the step it died in, shrunk
         assert r.steps == len(ops) <= r.found_steps
     if signal_name is not None or engine == "ExitsZero":
-        assert "faulty_engine.py" in got["fuzz-cache"].traceback
+        assert 'File "faulty_engine.py"' in got["fuzz-cache"].traceback
+    _no_machine_paths(tmp_path / "report.json")
     assert not report.ok
 
 
@@ -78,7 +88,8 @@ def test_a_silent_engine_gives_timeout_with_its_stacks(tmp_path):
     r = got["namespace-isolation"]
     assert r.status is Status.TIMEOUT, r.message
     assert "1.5 s" in r.message and "step" in r.message
-    assert "in fault" in r.traceback and "faulty_engine.py" in r.traceback
+    assert "in fault" in r.traceback and 'File "faulty_engine.py"' in r.traceback
+    _no_machine_paths(tmp_path / "report.json")
     assert (tmp_path / r.trace).exists()
     assert time.monotonic() - t0 < 30
 
@@ -88,7 +99,10 @@ def test_an_engine_exception_is_a_fail_with_its_traceback(tmp_path):
     report = _run("faulty_engine:Raises", tmp_path, cases=CASES[:2])
     r = _by_case(report)["namespace-isolation"]
     assert r.status is Status.FAIL and "RuntimeError: the engine's own bug" in r.message
-    assert "faulty_engine.py" in r.traceback and "RuntimeError" in r.traceback
+    assert 'File "faulty_engine.py"' in r.traceback and "RuntimeError" in r.traceback
+    # The kit's own frames by their module's path, wherever the checkout lies.
+    assert 'File "kvconf/conformance/' in r.traceback, r.traceback
+    _no_machine_paths(tmp_path / "report.json")
 
 
 def _kvconf(*args: str, cwd: Path = HERE, **kw) -> subprocess.CompletedProcess:

@@ -104,7 +104,9 @@ class CaseResult(BaseModel):
     known: str | None = None  # the expectation file's reason and reference for this case
     traceback: str | None = Field(None, description=(
         "where the engine raised (a Python traceback, innermost call last), died or hung (the "
-        "Python stacks of every thread, innermost call first)"))
+        "Python stacks of every thread, innermost call first); source files are named relative "
+        "to where they are imported from (kvconf/conformance/..., hypothesis/core.py), never "
+        "by the folders of the machine that ran it"))
     output: str | None = Field(None, description=(
         "the engine's last output (its worker's stdout and stderr) in a CRASH or TIMEOUT"))
     exit_code: int | None = Field(None, description=(

@@ -13,6 +13,7 @@ from kvconf.conformance.engine.config import EngineConfig, Requires
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles import MEMORY_ORACLES, STEP_ORACLES, Oracle
 from kvconf.conformance.reporting.report import CaseResult, Status
+from kvconf.conformance.reporting.source_paths import relative_paths
 from kvconf.conformance.running import progress
 from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.units import Unit
@@ -34,10 +35,11 @@ class Case:
 
 
 def engine_traceback(err: BaseException | None, limit: int = 60) -> str | None:
-    """The formatted traceback of an exception (its last ``limit`` lines), or None."""
+    """The formatted traceback of an exception (its last ``limit`` lines), or None; its source
+    paths relative to where they are imported from (no machine's folders in a report)."""
     if err is None:
         return None
-    lines = "".join(traceback.format_exception(err)).splitlines()
+    lines = relative_paths("".join(traceback.format_exception(err))).splitlines()
     return "\n".join(lines[-limit:])
 
 

@@ -30,6 +30,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
+from kvconf.conformance.reporting.source_paths import relative_paths
 from kvconf.conformance.running.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
 from kvconf.conformance.running.findings import crash_finding, trace_name
 from kvconf.conformance.running.flight import read_play
@@ -126,7 +127,8 @@ class Worker:
         """Its output since the job began, and the stacks of the moment it died or stalled:
         the traceback of a sys.exit it reported, else what ``faulthandler`` wrote."""
         output, stacks = split_stacks(self.output())
-        return output, (self.exit_info or {}).get("traceback") or stacks
+        return (relative_paths(output),
+                (self.exit_info or {}).get("traceback") or (stacks and relative_paths(stacks)))
 
     def output(self) -> str:
         """The engine's last output since the current job began."""

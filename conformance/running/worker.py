@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from importlib import import_module
 
 from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.reporting.source_paths import relative_paths
 from kvconf.conformance.running import flight, progress, shrink
 from kvconf.conformance.running.wire import read_command
 
@@ -231,7 +232,7 @@ def main(argv: list[str]) -> int:
             answer(b"X", {"message": str(e)})
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            answer(b"C", {"code": code, "traceback": "".join(traceback.format_exc())})
+            answer(b"C", {"code": code, "traceback": relative_paths(traceback.format_exc())})
             return 0
         except KeyboardInterrupt:
             answer(b"I")
