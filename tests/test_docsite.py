@@ -81,6 +81,38 @@ def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
     assert "- not judged (the cases need features the engine does not declare): tokenspeed " in card
 
 
+def test_a_cards_write_ups_are_the_ones_the_results_section_gives(site_src: Path):
+    """The cards and the results section share one mapping from a finding to its write-up
+    (docs/peers/writeups.toml): each engine a card lists as failing links exactly the write-ups
+    of its findings that break the rule, nothing guessed from a guide's headings."""
+    from kvconf.conformance.reporting import results_runs as rr
+
+    res = rr.gather([])
+    want: dict[tuple[str, str], set[str]] = {}  # (rule, run) -> "page#anchor"
+    for run in res.runs:
+        for x in run.report.results:
+            if x.status not in rr.BAD:
+                continue
+            found = x.findings or [None]
+            for f, (_sig, reason, _trace) in zip(found, rr.findings_of(x), strict=True):
+                w = rr.writeup_for(run.report.run_info.engine, reason, res.writeups)
+                rules = f.behaviours if f is not None and f.behaviours else x.behaviours
+                for b in x.behaviours:
+                    links = want.setdefault((b, run.key), set())
+                    if w is not None and b in rules:
+                        links.add(f"{w.page}#{w.anchor}")
+    got: dict[tuple[str, str], set[str]] = {}
+    for page in (site_src / "spec").glob("*.md"):
+        for card in re.split(r"^### ", page.read_text(), flags=re.M)[1:]:
+            bid = card.split()[0]
+            for label, rest in re.findall(r'kv-fail">([^<]+)</span> \((.*?)(?=; <span|$)',
+                                          card, re.M):
+                got[(bid, label)] = set(re.findall(r"\[why\]\(\.\./([^)]+)\)", rest))
+    assert got, "no card lists a failing engine"
+    assert got == want
+    assert got[("PIN-3", "vllm")] == {"peers.md#vllm-unlock"}
+
+
 def test_no_empty_rows(site_src: Path):
     for page in [*site_src.glob("spec/*.md"), *(site_src / n for n in ("catalog.md", "seeds.md",
                                                                        "rules.md"))]:

@@ -14,6 +14,7 @@ from kvconf.conformance.mutants.kill import KillInfo, KillMatrix, MutantResult
 from kvconf.conformance.reporting import results_site, trace_page
 from kvconf.conformance.reporting.compliance import Inputs, build
 from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Status
+from kvconf.conformance.reporting.results_runs import findings_of
 
 PEERS = results_site.DOCS_DIR / "peers"
 
@@ -153,6 +154,10 @@ def test_every_committed_failure_is_written_up():
         for x in run.report.results:
             if x.status in results_site.BAD:
                 assert results_site.writeup_of(res, run, x), (run.key, x.case, x.known)
+                for sig, reason, _trace in findings_of(x):  # each finding, as the pages list it
+                    w = results_site.writeup_for(run.report.run_info.engine, reason,
+                                                 res.writeups)
+                    assert w, (run.key, x.case, sig, x.known)
 
 
 def test_the_findings_page_lists_each_engine_with_its_findings(site_src: Path):

@@ -195,11 +195,14 @@ def reason_of(x: CaseResult, signature: str | None = None) -> str | None:
 
 def findings_of(x: CaseResult) -> list[tuple[str | None, str | None, str | None]]:
     """(signature, reason, trace) per distinct finding a failing case shows: each of its
-    findings where the report lists them (a fuzz case can show several), else the case."""
+    findings where the report lists them (a fuzz case can show several), else the case. A
+    reason given for the whole case (an expectation entry without a signature) is each
+    finding's; one given by signature is that finding's alone."""
     if not x.findings:
         return [(None, reason_of(x), x.trace)]
     reasons = known_reasons(x.known)
-    return [(f.signature, reasons.get(f.signature), f.trace or x.trace) for f in x.findings]
+    return [(f.signature, reasons.get(f.signature, reasons.get(None)), f.trace or x.trace)
+            for f in x.findings]
 
 
 def writeup_of(res: Results, run: Run, x: CaseResult,

@@ -65,9 +65,9 @@ def engines_section(bid: str, facts: Facts, root: str) -> list[str]:
     for run in facts.runs:
         st = run.status(bid)
         if st == "fail":
-            links = sorted({f.link for f in run.fails[bid] if f.link})
+            links = sorted({link for f in run.fails[bid] for link in f.links})
             cases = sorted({f.case for f in run.fails[bid]})
-            why = ", ".join(f"[why]({root}{link})" for link in links[:1])
+            why = ", ".join(f"[why]({root}{link})" for link in links)
             fails.append(f'<span class="kv-eng kv-fail">{run.label}</span> '
                          f"({', '.join(f'`{c}`' for c in cases[:3])}"
                          f"{', ...' if len(cases) > 3 else ''}{'; ' + why if why else ''})")

@@ -4,42 +4,40 @@
 A rule fails on an engine when a FAIL, CRASH or TIMEOUT result names it; it passes when a case
 that cites it passed and none failed; it is undecided when the cases citing it ran but each
 failed on another rule first; otherwise the engine was not judged on it (the cases need features
-it does not declare). The write-up is the heading of the engine's guide that names the
-finding (the defect or rule its expectation entry begins with, else the failing rule), else the
-one about the revision, else the engine's section.
+it does not declare). A failure's write-up is the one the results section gives it:
+``docs/peers/writeups.toml``, matched by engine and by the start of the reason the engine's
+expectation file gives the finding (``results_runs.writeup_for``); a finding no entry matches
+has none.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from kvconf.conformance.errors import KitError
-from kvconf.conformance.reporting.site.headings import headings
+from kvconf.conformance.reporting.report import CaseResult
+from kvconf.conformance.reporting.results_runs import (
+    WRITEUPS,
+    Writeup,
+    findings_of,
+    load_writeups,
+    writeup_for,
+)
 
 BAD = {"FAIL", "CRASH", "TIMEOUT", "ERROR"}
 SKIPPED = {"NOT_SUPPORTED", "NOT_APPLICABLE"}
-ID = re.compile(r"\b[A-Z][A-Z0-9]*-\d+\b")
-# Where each engine's findings are written up: the guide, and the section of it (a heading's
-# words) that is about this engine; None: the whole guide.
-WRITE_UPS: dict[str, tuple[str, str | None]] = {
-    "tokenspeed": ("tokenspeed.md", None),
-    "sglang-radix": ("peers.md", "SGLang RadixCache"),
-    "sglang-radix-salt": ("peers.md", "SGLang RadixCache"),
-    "sglang-unified": ("peers.md", "SGLang UnifiedRadixCache"),
-    "vllm": ("peers.md", "vLLM KVCacheManager"),
-    "vllm-salt": ("peers.md", "vLLM KVCacheManager"),
-}
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
     case: str
     status: str
-    link: str | None  # "<guide>.md#anchor", relative to the site root
+    links: tuple[str, ...]  # its findings' write-ups, "<guide>.md#anchor" from the site root
 
 
 @dataclass(slots=True)
@@ -63,38 +61,18 @@ class EngineRun:
         return "undecided" if rule in self.ran else "not judged"
 
 
-def _section(docs: Path, engine: str) -> tuple[str, list] | None:
-    family = engine if engine in WRITE_UPS else engine.split("-")[0]
-    if family not in WRITE_UPS:
-        return None
-    page, title = WRITE_UPS[family]
-    hs = headings(docs / page)
-    if title is not None:
-        start = next((i for i, h in enumerate(hs) if h.level == 2 and h.text.startswith(title)),
-                     None)
-        if start is None:  # the guide was reorganised: its findings are still on the page
-            return page, [h for h in hs if h.level >= 3]
-        end = next((i for i in range(start + 1, len(hs)) if hs[i].level <= 2), len(hs))
-        hs = hs[start:end]
-    return page, hs
-
-
-def _write_up(docs: Path, engine: str, label: str, candidates: list[str]) -> str | None:
-    """The heading that names a candidate ID; else one that begins with the revision
-    (``pr268: ...``); else the engine's section or guide."""
-    found = _section(docs, engine)
-    if found is None:
-        return None
-    page, hs = found
-    for cand in candidates:
-        for h in hs:
-            if h.level >= 3 and cand in ID.findall(h.text):
-                return f"{page}#{h.anchor}"
-    revision = label.removeprefix(f"{engine}-")
-    for h in hs:
-        if h.level >= 3 and h.text.startswith(f"{revision}:"):
-            return f"{page}#{h.anchor}"
-    return f"{page}#{hs[0].anchor}" if hs and hs[0].level == 2 else page
+def _write_ups(engine: str, x: CaseResult, writeups: list[Writeup]) -> dict[str, set[str]]:
+    """Rule -> the write-ups (``<guide>.md#anchor``) of the findings of failing result ``x``
+    that break it, each as the results section links it."""
+    found = x.findings or [None]
+    out: dict[str, set[str]] = {b: set() for b in x.behaviours}
+    for f, (_sig, reason, _trace) in zip(found, findings_of(x), strict=True):
+        w = writeup_for(engine, reason, writeups)
+        if w is None:
+            continue
+        for b in (f.behaviours if f is not None and f.behaviours else x.behaviours):
+            out.setdefault(b, set()).add(f"{w.page}#{w.anchor}")
+    return out
 
 
 def load_runs(peers: Path, docs: Path,
@@ -102,6 +80,7 @@ def load_runs(peers: Path, docs: Path,
     """Every committed report under ``peers``, the reference first, then by name. ``cited``:
     case -> the rules it cites (a failing result names only the rules it broke)."""
     cited = cited or {}
+    writeups = load_writeups(docs / WRITEUPS)
     runs: list[EngineRun] = []
     for path in sorted(peers.glob("*/report.json")):
         try:
@@ -115,13 +94,13 @@ def load_runs(peers: Path, docs: Path,
                 elif r["status"] not in SKIPPED:  # the rules it broke, and what it cites now
                     run.ran.update(rules, cited.get(r["case"], ()))
                 if r["status"] in BAD:
-                    lead = ID.findall((r.get("known") or "")[:40])[:1]
-                    link = _write_up(docs, run.engine, run.label, lead + rules)
+                    links = _write_ups(run.engine, CaseResult.model_validate(r), writeups)
                     for b in rules:
-                        run.fails.setdefault(b, []).append(Failure(r["case"], r["status"], link))
+                        run.fails.setdefault(b, []).append(
+                            Failure(r["case"], r["status"], tuple(sorted(links.get(b, ())))))
                 elif r["status"] == "PASS":
                     run.passes.update(rules)
-        except (KeyError, TypeError, json.JSONDecodeError) as e:
+        except (KeyError, TypeError, json.JSONDecodeError, ValidationError) as e:
             raise KitError(f"{path}: not a kvconf report ({e})") from None
         runs.append(run)
     return sorted(runs, key=lambda r: (r.label != "reference", r.label))
