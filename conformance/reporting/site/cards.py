@@ -67,7 +67,10 @@ def engines_section(bid: str, facts: Facts, root: str) -> list[str]:
         if st == "fail":
             links = sorted({link for f in run.fails[bid] for link in f.links})
             cases = sorted({f.case for f in run.fails[bid]})
-            why = ", ".join(f"[why]({root}{link})" for link in links)
+            # One write-up: "why"; several (the case's findings break the rule in more than
+            # one way, or its expectation reason covers several): each by its title.
+            why = "" if not links else f"[why]({root}{links[0][0]})" if len(links) == 1 else \
+                "why: " + ", ".join(f"[{title}]({root}{link})" for link, title in links)
             fails.append(f'<span class="kv-eng kv-fail">{run.label}</span> '
                          f"({', '.join(f'`{c}`' for c in cases[:3])}"
                          f"{', ...' if len(cases) > 3 else ''}{'; ' + why if why else ''})")

@@ -37,7 +37,8 @@ SKIPPED = {"NOT_SUPPORTED", "NOT_APPLICABLE"}
 class Failure:
     case: str
     status: str
-    links: tuple[str, ...]  # its findings' write-ups, "<guide>.md#anchor" from the site root
+    links: tuple[tuple[str, str], ...]  # its findings' write-ups: ("<guide>.md#anchor" from
+    # the site root, the write-up's title)
 
 
 @dataclass(slots=True)
@@ -61,17 +62,18 @@ class EngineRun:
         return "undecided" if rule in self.ran else "not judged"
 
 
-def _write_ups(engine: str, x: CaseResult, writeups: list[Writeup]) -> dict[str, set[str]]:
-    """Rule -> the write-ups (``<guide>.md#anchor``) of the findings of failing result ``x``
-    that break it, each as the results section links it."""
+def _write_ups(engine: str, x: CaseResult,
+               writeups: list[Writeup]) -> dict[str, set[tuple[str, str]]]:
+    """Rule -> the write-ups (``<guide>.md#anchor``, title) of the findings of failing result
+    ``x`` that break it, each as the results section links it."""
     found = x.findings or [None]
-    out: dict[str, set[str]] = {b: set() for b in x.behaviours}
+    out: dict[str, set[tuple[str, str]]] = {b: set() for b in x.behaviours}
     for f, (_sig, reason, _trace) in zip(found, findings_of(x), strict=True):
         w = writeup_for(engine, reason, writeups)
         if w is None:
             continue
         for b in (f.behaviours if f is not None and f.behaviours else x.behaviours):
-            out.setdefault(b, set()).add(f"{w.page}#{w.anchor}")
+            out.setdefault(b, set()).add((f"{w.page}#{w.anchor}", w.title))
     return out
 
 
