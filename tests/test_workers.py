@@ -290,3 +290,19 @@ def test_an_interrupted_shrink_keeps_the_best_trace_so_far():
         assert 0 < len(best.steps) < len(trace.steps) and v.message == "still"
     finally:
         shrinking.reset_interrupted()
+
+
+def test_source_paths_are_named_from_their_import_root():
+    """Packages by their dotted name, other files from the sys.path entry or site-packages
+    they lie in; a path under none is left as it is."""
+    from kvconf.conformance.reporting import report
+    from kvconf.conformance.reporting.source_paths import relative_paths
+
+    here = Path(report.__file__).resolve()
+    text = (f'  File "{here}", line 3, in f\n'
+            '/opt/env/lib/python3.11/site-packages/sglang/srt/x.py:7: UserWarning: w\n'
+            '  File "/nowhere/y.py", line 1 in g')
+    assert relative_paths(text) == (
+        '  File "kvconf/conformance/reporting/report.py", line 3, in f\n'
+        'sglang/srt/x.py:7: UserWarning: w\n'
+        '  File "/nowhere/y.py", line 1 in g')
