@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -40,8 +41,10 @@ class Live:
     published_at: int | None = None  # plan after which its prompt's first result was reported
 
 
+@cache
 def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3) -> bool:
-    """``b`` from ``a`` by at most ``depth`` table transitions using only ``events``."""
+    """``b`` from ``a`` by at most ``depth`` table transitions using only ``events`` (a
+    function of the fixed table alone, so each question is answered once)."""
     frontier = {a}
     for _ in range(depth):
         if b in frontier:
