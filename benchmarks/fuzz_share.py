@@ -4,13 +4,15 @@ Usage: python benchmarks/fuzz_share.py [--profile default] [--budget 100] [--see
        [--case NAME ...] [--against PYTHON] [--json]
 
 Runs each fuzz case of the reference engine in this process (one core, no example database),
-with the engine wrapped so every call is timed: the calls a serving runtime makes (``match``,
-``insert``, ``evict``, ``next_plan``, ``advance``, ...) are the engine's own work; ``snapshot``,
-``counters``, ``block_hash`` and ``transitions`` are the kit looking inside it for its oracles,
-shown apart. Steps are trace steps for cache cases and plans of the workloads for scheduler
-cases (each counted once, though DET-1 replays it). ``--against`` names a second Python (another
-checkout's venv, say the kit before a change): the same cases run there, one case at a time
-in turn with this one, and the two are printed side by side with the ratios.
+timed in CPU seconds of this process (``time.process_time``: a loaded machine slows the wall
+clock, not this), with the engine wrapped so every call is timed: the calls a serving runtime
+makes (``match``, ``insert``, ``evict``, ``next_plan``, ``advance``, ...) are the engine's own
+work; ``snapshot``, ``counters``, ``block_hash`` and ``transitions`` are the kit looking inside
+it for its oracles, shown apart. Steps are trace steps for cache cases and plans of the
+workloads for scheduler cases (each counted once, though DET-1 replays it). ``--against`` names
+a second Python (another checkout's venv, say the kit before a change): the same cases run
+there, one case at a time in turn with this one, and the two are printed side by side with the
+ratios.
 """
 
 from __future__ import annotations
@@ -49,11 +51,11 @@ class Timed:
         looks = name in INTROSPECTION
 
         def timed(*args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             try:
                 return value(*args, **kwargs)
             finally:
-                dt = time.perf_counter() - t0
+                dt = time.process_time() - t0
                 if looks:
                     clock.introspection += dt
                 else:
@@ -70,9 +72,9 @@ def timed_factory(factory: Callable | None, clock: Clock) -> Callable | None:
         return None
 
     def make(config):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         engine = factory(config)
-        clock.engine += time.perf_counter() - t0
+        clock.engine += time.process_time() - t0
         return Timed(engine, clock)
 
     for attr in ("name",):
@@ -117,10 +119,10 @@ def measure(profile: str, budget: int | None, seed: int, names: list[str]) -> di
             continue
         ctx.factory = timed_factory(ctx.factory, clock)
         ctx.sched_factory = timed_factory(ctx.sched_factory, clock)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with import_independent_draws():
             r = run_case(ctx, case)
-        s = time.perf_counter() - t0
+        s = time.process_time() - t0
         steps = r.steps if case.name.startswith("fuzz-cache") else clock.plans
         out[case.name] = {"traces": r.examples or 0, "steps": steps or 0, "s": s,
                           "engine_s": clock.engine, "introspection_s": clock.introspection,

@@ -91,7 +91,8 @@ def test_the_audit_holds_every_mutant_to_a_catalog_defect(monkeypatch):
 FUZZ_KILLS = {
     **dict.fromkeys([
         "CopiesToWrongPages", "EvictableOffByOne", "EvictionDropsHostCopy", "EvictsPinned",
-        "HashWithoutNamespace", "IgnoresFailedAck", "LeaksDuplicates", "LoadbackVisibleEarly", "MatchOnePageLong",
+        "HashWithoutNamespace", "IgnoresFailedAck", "LeaksDuplicates", "LoadbackVisibleEarly",
+        "MatchOnePageLong",
         "NegativeDepthAtRoot", "NewestFirst", "NoHostRefresh", "RootNotLockableOnHost",
         "SharedNamespaces", "SplitDropsPins", "StoresTwice", "TieByNewestSeq",
         "UnbalancedUnlockAccepted", "UnloadFreesPinned", "UnloadKeepsUnpinned", "UnloadSilent",

@@ -24,7 +24,7 @@ __all__ = ["TraceHolder", "fuzz_walks", "play_walk"]
 
 
 def play_walk(factory: EngineFactory, config: EngineConfig, holder: TraceHolder, seed: int,
-              steps: int, *, swarm: bool = True, determinism: bool = True,
+              steps: int, *, swarm: bool = False, determinism: bool = True,
               memory: MemoryFactory = shadow_memory,
               oracles: Sequence[type[Oracle]] = STEP_ORACLES) -> CacheWalk:
     """The trace of ``seed``: ``steps`` rules drawn and played, then the engine brought to rest
@@ -40,7 +40,7 @@ def play_walk(factory: EngineFactory, config: EngineConfig, holder: TraceHolder,
 def fuzz_walks(factory: EngineFactory, config: EngineConfig, holder: TraceHolder,
                budget: Budget, steps: int, base_seed: int, *, stream: int = 0, database=None,
                on_finding: Callable[[Trace, Violation], None] | None = None,
-               swarm: bool = True, memory: MemoryFactory = shadow_memory,
+               swarm: bool = False, memory: MemoryFactory = shadow_memory,
                oracles: Sequence[type[Oracle]] = STEP_ORACLES) -> bool:
     """Play seeded walks for ``budget`` (``seeding.walk_search``): the example database's
     seeds first, then the unit's own. Returns whether a finding went to ``on_finding``."""

@@ -879,7 +879,9 @@ class SchedulerDriver:
             return  # the replay without the events the engine ignores (REQ-6)
         if pair is not None:
             self.illegal.add(pair)
-        before = self._snapshot()
+        # The state the probe must leave unchanged: the snapshot just taken after the plan or
+        # the advance (only reads, ``counters`` and ``drain_events``, came since).
+        before = self.snap
         try:
             self.engine.advance(events)
         except EngineRejected:
