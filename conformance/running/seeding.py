@@ -10,22 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import chain
 
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed, settings
 from hypothesis.errors import FlakyFailure
-
-
-def fuzz_settings(examples: int, steps: int, database=None) -> settings:
-    return settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=database,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-        report_multiple_bugs=False,
-        # Shrinking is ours (conformance.shrink): bounded, and judged on the trace itself.
-        phases=(Phase.explicit, Phase.reuse, Phase.generate),
-    )
 
 
 def stream_seed(base_seed: int, stream: int, batch: int) -> int:
