@@ -173,6 +173,9 @@ REPORTED_UNDER: dict[str, set[str]] = {
     # The same tokens in two namespaces give one hash: the second store is a duplicate
     # (EVENT-1), and the hash does not recompute with the engine's declared function (EVENT-4).
     "HashWithoutNamespace": {"EVENT-1", "EVENT-4"},
+    # A loadback that lands after its adapter was unloaded: the extra store announces a block
+    # no live tree holds on the device, so the stored set drifts from the device tier first.
+    "StoresTwice": {"EVENT-1", "EVENT-6"},
     # Eviction-order defects surface as "evicted more than needed" when the wrong victim is
     # smaller than the right one.
     "NewestFirst": {"EVICT-3", "EVICT-4"},

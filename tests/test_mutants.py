@@ -91,13 +91,13 @@ def test_the_audit_holds_every_mutant_to_a_catalog_defect(monkeypatch):
 FUZZ_KILLS = {
     **dict.fromkeys([
         "CopiesToWrongPages", "EvictableOffByOne", "EvictionDropsHostCopy", "EvictsPinned",
-        "HashWithoutNamespace", "LeaksDuplicates", "LoadbackVisibleEarly", "MatchOnePageLong",
+        "HashWithoutNamespace", "IgnoresFailedAck", "LeaksDuplicates", "LoadbackVisibleEarly",
+        "MatchOnePageLong",
         "NegativeDepthAtRoot", "NewestFirst", "NoHostRefresh", "RootNotLockableOnHost",
         "SharedNamespaces", "SplitDropsPins", "StoresTwice", "TieByNewestSeq",
         "UnbalancedUnlockAccepted", "UnloadFreesPinned", "UnloadKeepsUnpinned", "UnloadSilent",
         "UnlockDropsTransferPin", "WritebackNeverRetired", "WritebackParentUnpinned",
     ], "fuzz-cache"),
-    "IgnoresFailedAck": "fuzz-cache-page1",
     **dict.fromkeys([
         "AbortKeepsPin", "AbortRaisesWhileWritingBack", "AckAfterAbortDropped",
         "ComputesInBaseModel", "ContinuesInBaseModel", "FailedWritebackIsDone",

@@ -41,11 +41,11 @@ class FailedWritebackAndAbortRaises(FailedWritebackIsDone, AbortRaisesWhileWriti
 class CrashesAndEvictsPinned(ReferenceCacheAdapter):
     """A crash beside a FAIL (issue 21, class 10): the reference with ``MUTANT`` planted (an
     EVICT-1 FAIL) whose process dies of SIGSEGV on an insert of ``crash_pages`` or more pages in
-    namespace 1 (at seed 0 of ``fuzz-cache`` a FAIL comes first, at seed 1 the crash). A crash
+    namespace 1 (at seed 4 of ``fuzz-cache`` a FAIL comes first, at seed 0 the crash). A crash
     must not hide the FAIL, nor the FAIL the crash."""
 
     name = "crashes-and-evicts-pinned"
-    crash_pages = 7
+    crash_pages = 10
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config, cache_cls=MUTANT)

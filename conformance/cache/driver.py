@@ -38,6 +38,9 @@ from kvconf.reference.kv_events import KVEvent
 from kvconf.reference.tiers import Tier
 
 _FAULTS = "faults"
+# The oracles' hooks (``Oracle``), each called only on the oracles that override it.
+HOOKS = ("on_alloc", "on_forward", "on_match", "on_insert", "on_evict", "on_unchanged_call",
+         "on_unload", "after_step")
 
 
 def _crash(call: str, err: BaseException) -> Violation:
@@ -92,9 +95,14 @@ class CacheDriver:
         self.config = config
         self.behaviours = tuple(behaviours)
         self.expect = expect
-        self.white = Feature.SNAPSHOT in engine.features
-        self.events_on = Feature.KV_EVENTS in engine.features
         self.oracles = [o() for o in oracles if o.applies(engine)]
+        # Snapshots are for the oracles: a replay with none (DET-1 compares the logs) takes none.
+        self.white = Feature.SNAPSHOT in engine.features and bool(self.oracles)
+        self.events_on = Feature.KV_EVENTS in engine.features
+        # Each hook's handlers: only the oracles that override it are called.
+        self.hooks: dict[str, list] = {
+            h: [getattr(o, h) for o in self.oracles
+                if getattr(type(o), h) is not getattr(Oracle, h)] for h in HOOKS}
         self.ledger = Ledger(
             engine.page_size,
             memory(engine.page_size,
@@ -106,17 +114,26 @@ class CacheDriver:
             isinstance(o, CounterOracle) for o in self.oracles)
         self.rest = next((o for o in self.oracles if isinstance(o, RestOracle)), None)
         self.log: list[dict[str, Any]] = []
+        self._last = None
+        self._clean = False  # no call that may change the engine since ``_last`` was taken
         self._snap = self._snapshot()
         self.ctx = Ctx(-1, "init", engine, self.ledger)
 
     # ----------------------------------------------------------------- plumbing
     def _snapshot(self):
+        """The engine's snapshot now. The last one taken is reused while no call since could
+        have changed the engine (``snapshot``, ``counters``, ``drain_events`` and ``block_hash``
+        only read it): a step that evicts, say, needs no second snapshot of the same state."""
         if not self.white:
             return None
+        if self._clean:
+            return self._last
         try:
-            return self.engine.snapshot()
+            self._last = self.engine.snapshot()
         except Exception as e:
             raise _crash("snapshot", e) from e
+        self._clean = True
+        return self._last
 
     def _counters(self) -> dict[str, int] | None:
         """The engine's counts now, where an oracle judges them (POOL-6)."""
@@ -126,6 +143,8 @@ class CacheDriver:
 
     def _call(self, call: str, fn, *args, legal: bool = True):
         """Call the engine; a rejection of a legal call or any crash is a FAULT-2 violation."""
+        if call != "counters":
+            self._clean = False
         try:
             return _check_return(call, fn(*args), self.ctx.index)
         except EngineRejected as e:
@@ -138,8 +157,8 @@ class CacheDriver:
             raise _crash(call, e) from e
 
     def _notify(self, hook: str, *args) -> None:
-        for o in self.oracles:
-            getattr(o, hook)(self.ctx, *args)
+        for fn in self.hooks[hook]:
+            fn(self.ctx, *args)
 
     # ----------------------------------------------------------------- engine calls
     def _alloc(self, n: int) -> list[int] | None:

@@ -12,6 +12,7 @@ otherwise only what the kit itself observed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -30,16 +31,34 @@ def _cached(owner: str) -> bool:
     return owner.startswith("node:")
 
 
+# Each tier's counter names (POOL-6), spelled once.
+_NAMES = {tier: tuple(f"{kind}_{tier.value}" for kind in ("available", "cached", "evictable"))
+          for tier in Tier}
+
+
 def snapshot_counts(snap: CacheSnapshot) -> dict[str, int]:
     """What a cache snapshot shows, by counter name: the pools' free lists and owner records,
     and the pages of the nodes no lock pins (a node's count covers locks at or below it)."""
     out: dict[str, int] = {}
+    evictable = {Tier.DEVICE: 0, Tier.HOST: 0}
+    for n in snap.nodes:
+        if n.parent is None:
+            continue
+        if n.device is not None and not n.device_ref:
+            evictable[Tier.DEVICE] += len(n.device)
+        if n.host is not None and not n.host_ref:
+            evictable[Tier.HOST] += len(n.host)
     for tier, pool in snap.pools.items():
-        out[f"available_{tier.value}"] = len(pool.free)
-        out[f"cached_{tier.value}"] = sum(1 for o in pool.owners if _cached(o))
-        out[f"evictable_{tier.value}"] = sum(len(n.pages(tier) or ()) for n in snap.nodes
-                                             if n.parent is not None and n.ref(tier) == 0)
+        available, cached, unpinned = _NAMES[tier]
+        out[available] = len(pool.free)
+        out[cached] = sum(map(str.startswith, pool.owners, repeat("node:")))
+        out[unpinned] = evictable[tier]
     return out
+
+
+def _any_transfer(owners: Iterable[str]) -> bool:
+    """Whether any owner is a copy in flight (one pass in C; most steps have none)."""
+    return any(map(str.startswith, owners, repeat("transfer:")))
 
 
 def _ids(items: Iterable[Any]) -> str:
@@ -80,7 +99,7 @@ class CounterOracle(Oracle):
         cached."""
         for tier, size in sizes.items():
             t = tier.value
-            a, c, e = (counts.get(f"{k}_{t}") for k in ("available", "cached", "evictable"))
+            a, c, e = (counts.get(k) for k in _NAMES[tier])
             if a is not None and c is not None and a + c > size:
                 raise self.fail("POOL-6", f"{where}: {a} available and {c} cached {t} pages "
                                 f"exceed the pool of {size}")
@@ -217,6 +236,8 @@ class TransferOracle(Oracle):
         for t3 in cache.l3:
             dst.update((Tier.HOST, pg, f"transfer:{t3.op_id}") for pg in t3.pages)
         for tier, pool in cache.pools.items():
+            if not _any_transfer(pool.owners):
+                continue
             for pg, owner in enumerate(pool.owners):
                 if owner.startswith("transfer:") and (tier, pg, owner) not in dst:
                     raise self.fail("HOST-10", f"{where}: {tier} page {pg} is owned by {owner}, "
@@ -226,6 +247,8 @@ class TransferOracle(Oracle):
             live = {f"transfer:{op}" for op in (*writes, *loads, *landing)}
             live.update(f"transfer:{x.op_id}" for x in (*cache.transfers, *cache.l3))
             for tier, owners in mamba.owners.items():
+                if not _any_transfer(owners):
+                    continue
                 for slot, owner in enumerate(owners):
                     if owner.startswith("transfer:") and owner not in live:
                         raise self.fail("HOST-10", f"{where}: {tier} state slot {slot} is owned "
@@ -284,7 +307,7 @@ class RestOracle(Oracle):
         is pinned; ``empty``: after evicting everything, every page is free."""
         for tier, size in sizes.items():
             t = tier.value
-            a, c, e = (counts.get(f"{k}_{t}") for k in ("available", "cached", "evictable"))
+            a, c, e = (counts.get(k) for k in _NAMES[tier])
             if empty and a is not None and a != size:
                 raise self.fail("POOL-5", f"{where}: with everything evicted the engine counts "
                                 f"{a} available {t} pages of {size}: pages leaked")

@@ -12,6 +12,8 @@ from kvconf.conformance.oracles.base import Ctx, Oracle
 from kvconf.conformance.oracles.tree_view import TreeView
 from kvconf.reference.tiers import Tier
 
+DEVICE, HOST = Tier.DEVICE, Tier.HOST
+
 
 class OwnershipOracle(Oracle):
     name = "ownership"
@@ -22,6 +24,11 @@ class OwnershipOracle(Oracle):
         snap = ctx.after
         if snap is None:
             return
+        if not _holds(snap, ctx):
+            self.judge(ctx, snap)  # names the first rule broken, as it always did
+
+    def judge(self, ctx: Ctx, snap) -> None:
+        """Every check in turn, raising at the first broken one with what it saw."""
         claimed: dict[tuple[Tier, int], str] = {}
         nodes = snap.node_map()
         for n in snap.nodes:
@@ -131,3 +138,82 @@ class OwnershipOracle(Oracle):
                 "PIN-1", f"engine lists {kit_locks} caller locks, the caller holds "
                 f"{len(ctx.ledger.live_locks())}"
             )
+
+
+def _holds(snap, ctx: Ctx) -> bool:
+    """Whether every check of ``OwnershipOracle.judge`` holds, decided in one pass over the
+    snapshot without building a message. False whenever ``judge`` would raise (it may also be
+    False where ``judge`` then finds nothing: the verdict is always ``judge``'s)."""
+    p = snap.page_size
+    view = TreeView(snap)
+    nodes = view.nodes
+    claim: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
+    dev_claim, host_claim = claim[DEVICE], claim[HOST]
+    for n in snap.nodes:
+        dev, host, par = n.device, n.host, n.parent
+        parent = nodes.get(par) if par is not None else None
+        if par is not None and parent is None:
+            return False
+        if dev is not None:
+            if parent is not None and (len(dev) * p != len(n.key) or parent.device is None):
+                return False
+            for pg in dev:
+                if pg in dev_claim:
+                    return False
+                dev_claim[pg] = n.id
+        if host is not None:
+            if parent is not None and (len(host) * p != len(n.key) or parent.host is None):
+                return False
+            for pg in host:
+                if pg in host_claim:
+                    return False
+                host_claim[pg] = n.id
+    dst: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
+    for t in snap.transfers:
+        src, to = (DEVICE, HOST) if t.kind == "writeback" else (HOST, DEVICE)
+        for s, d in t.pairs:
+            dst[to][d] = t.op_id
+            if s not in claim[src]:
+                return False
+    held = ctx.ledger.held
+    for tier, pool in snap.pools.items():
+        owners = pool.owners
+        if len(owners) != pool.size or tier not in claim:
+            return False
+        free = set(pool.free)
+        if len(free) != len(pool.free):
+            return False
+        mine, landing = claim[tier], dst[tier]
+        tags = {nid: f"node:{nid}" for nid in set(mine.values())}
+        caller = 0
+        for pg, owner in enumerate(owners):
+            nid = mine.get(pg)
+            if nid is not None:
+                if owner != tags[nid] or pg in free:
+                    return False
+            elif owner == "free":
+                if pg not in free:
+                    return False
+            elif pg in free:
+                return False
+            elif owner == "caller":
+                caller += 1
+                if tier is DEVICE and pg not in held:
+                    return False
+            elif owner.startswith("node:") or (
+                    owner.startswith("transfer:") and owner != f"transfer:{landing.get(pg)}"):
+                return False
+        if tier is DEVICE and caller != len(held):
+            return False
+        for d, op in landing.items():
+            if not 0 <= d < len(owners) or owners[d] != f"transfer:{op}":
+                return False
+    counts = view.subtree_locks()
+    by_node = Feature.LOCK_HANDLES not in ctx.engine.features
+    for n in snap.nodes:
+        if by_node and n.parent is None:
+            continue
+        if (n.device_ref != counts.get((n.id, DEVICE), 0)
+                or n.host_ref != counts.get((n.id, HOST), 0)):
+            return False
+    return sum(1 for lk in snap.locks if not lk.internal) == len(ctx.ledger.live_locks())

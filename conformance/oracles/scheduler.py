@@ -199,6 +199,8 @@ class RequestStateOracle(Oracle):
 
     def __init__(self, features: frozenset[Feature] = frozenset()) -> None:
         self.table = table_for(features)  # REQ-7: what the engine's allowances add
+        # Each (from, to, events) question has one answer under a fixed table: ask it once.
+        self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = {}
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
@@ -214,7 +216,12 @@ class RequestStateOracle(Oracle):
             if old is not None and old.state is not v.state:
                 events = PLAN_EVENTS if phase == "plan" else frozenset(
                     external.get(v.rid, set()) | {Event.WRITEBACK_DONE, Event.PREFETCH_DONE})
-                if not reachable(old.state, v.state, events, table=self.table):
+                key = (old.state, v.state, events)
+                ok = self._reachable.get(key)
+                if ok is None:
+                    ok = self._reachable[key] = reachable(old.state, v.state, events,
+                                                          table=self.table)
+                if not ok:
                     rules = ("REQ-1", "L3-2") if {old.state, v.state} & L3_STATES else (
                         ("REQ-1", "REQ-7") if old.state is State.PREFILLING else "REQ-1")
                     raise self.fail(rules, f"{v.rid} went {old.state} -> {v.state} during "

@@ -22,7 +22,23 @@ class Block:
 
 
 class TreeView:
-    def __init__(self, snap: CacheSnapshot) -> None:
+    """Lookups over one snapshot. ``TreeView(snap)`` for the snapshot the driver just took is
+    the view the other oracles of the step already built: the queries below are computed once
+    per snapshot, whoever asks first (a snapshot is immutable, so its answers never change)."""
+
+    _recent: list[TreeView] = []  # the views of the latest snapshots asked for (a step's
+    # before, between and after), newest last
+
+    def __new__(cls, snap: CacheSnapshot) -> TreeView:
+        for view in TreeView._recent:
+            if view.snap is snap:
+                return view
+        self = super().__new__(cls)
+        self._build(snap)
+        TreeView._recent = [*TreeView._recent[-3:], self]
+        return self
+
+    def _build(self, snap: CacheSnapshot) -> None:
         self.snap = snap
         self.p = snap.page_size
         self.nodes = snap.node_map()
@@ -30,6 +46,10 @@ class TreeView:
         for n in snap.nodes:
             if n.parent is not None:
                 self.child[(n.parent, n.key[: self.p])] = n
+        self._reachable: set[int] | None = None
+        self._blocks: dict[tuple, Block] | None = None
+        self._locks: dict[tuple[int, Tier], int] | None = None
+        self._hashes: set[int] | None = None
 
     def walk(self, namespace: int, tokens: Sequence[int]) -> list[tuple[NodeView, int]]:
         """(node, pages of it the query covers) from the root down."""
@@ -65,7 +85,13 @@ class TreeView:
     def blocks(self) -> dict[tuple, Block]:
         """(namespace, full prefix to the end of the block) -> the block. Blocks of unloaded
         adapters (NS-2) can repeat a prefix a live tree holds again; nothing matches or splits
-        them, so they are told apart by their node: (namespace, prefix, node id)."""
+        them, so they are told apart by their node: (namespace, prefix, node id). The mapping
+        is shared: callers read it, never change it."""
+        if self._blocks is None:
+            self._blocks = self._all_blocks()
+        return self._blocks
+
+    def _all_blocks(self) -> dict[tuple, Block]:
         out: dict[tuple, Block] = {}
         prefix: dict[int, tuple[int, ...]] = {}
         live = self.reachable()
@@ -88,24 +114,38 @@ class TreeView:
         return out
 
     def reachable(self) -> set[int]:
-        """Nodes of some namespace's tree; the rest belong to unloaded adapters (NS-2)."""
+        """Nodes of some namespace's tree; the rest belong to unloaded adapters (NS-2).
+        Shared: callers read it, never change it."""
+        if self._reachable is not None:
+            return self._reachable
         out: set[int] = set(self.snap.roots.values())
         for n in self.snap.nodes:  # parents come before children
             if n.parent in out:
                 out.add(n.id)
+        self._reachable = out
         return out
 
     def device_hashes(self) -> set[int]:
-        """Hashes of the blocks cached on device: what the published events must add up to."""
+        """Hashes of the blocks cached on device: what the published events must add up to.
+        Shared: callers read it, never change it."""
+        if self._hashes is not None:
+            return self._hashes
         live = self.reachable()
-        return {
+        self._hashes = {
             h for n in self.snap.nodes
             if n.device is not None and n.parent is not None and n.id in live
             for h in n.hashes
         }
+        return self._hashes
 
     def subtree_locks(self) -> dict[tuple[int, Tier], int]:
-        """(node, tier) -> number of locks held on the node or below it (PIN-1)."""
+        """(node, tier) -> number of locks held on the node or below it (PIN-1). Shared:
+        callers read it, never change it."""
+        if self._locks is None:
+            self._locks = self._subtree_locks()
+        return self._locks
+
+    def _subtree_locks(self) -> dict[tuple[int, Tier], int]:
         counts: dict[tuple[int, Tier], int] = {}
         for lk in self.snap.locks:
             cur: int | None = lk.node

@@ -19,12 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hypothesis.errors import HypothesisException
-from hypothesis.stateful import get_state_machine_test
 
 from kvconf.conformance import __version__
 from kvconf.conformance.adapters import cache_engine_factory, check_engine, sched_engine_factory
 from kvconf.conformance.cache.driver import CacheDriver
-from kvconf.conformance.cache.generator import TraceHolder, cache_machine
+from kvconf.conformance.cache.generator import TraceHolder, fuzz_walks
 from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
@@ -56,9 +55,7 @@ from kvconf.conformance.running.cases import (
 from kvconf.conformance.running.findings import Collector, finding
 from kvconf.conformance.running.profiles import Budget, Profile
 from kvconf.conformance.running.seeding import (
-    fuzz_settings,
     import_independent_draws,
-    search,
 )
 from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
 from kvconf.conformance.running.shrink import reset_interrupted, shrink
@@ -140,27 +137,14 @@ def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget,
              oracles: Sequence[type[Oracle]] = STEP_ORACLES, *, stream: int = 0,
              database=None, on_finding: Callable[[Trace, Violation], None] | None = None
              ) -> None:
-    """Run the stateful generator under the budget. Without ``on_finding`` the first Violation
-    found is raised; with it, each failing example's (trace, violation) goes to ``on_finding``
-    and the search resumes with the next seed for the rest of the budget, so one defect that
-    every example reaches cannot hide the others. ``stream`` picks the seeds (a unit's index);
-    ``database`` is Hypothesis's example store (only the first batch replays from it: a saved
-    failure would otherwise be found again at the start of every resumed batch)."""
-    with import_independent_draws():
-        _run_fuzz(factory, config, holder, budget, steps, base_seed, memory, oracles, stream,
-                  database, on_finding)
-
-
-def _run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,
-              base_seed: int, memory: MemoryFactory,
-              oracles: Sequence[type[Oracle]], stream: int, database, on_finding) -> None:
-    machine = cache_machine(factory, config, holder, memory=memory, oracles=oracles)
-    search(lambda n, db: get_state_machine_test(machine, settings=fuzz_settings(n, steps, db)),
-           lambda: (budget.examples - holder.examples if budget.examples is not None
-                    else None),
-           None if budget.examples is not None else (budget.seconds or 0),
-           base_seed, stream, database, on_finding,
-           lambda: holder.last or Trace(config=config), shrink_interrupted)
+    """Run seeded walks (``kvconf.conformance.cache.generator``) under the budget. Without
+    ``on_finding`` the first Violation found is raised; with it, each failing walk's (trace,
+    violation) goes to ``on_finding`` and the search goes on with the next seed for the rest of
+    the budget, so one defect that every walk reaches cannot hide the others. ``stream`` picks
+    the seeds (a unit's index); ``database`` is Hypothesis's example store, whose seeds of
+    earlier failing walks play first."""
+    fuzz_walks(factory, config, holder, budget, steps, base_seed, stream=stream,
+               database=database, on_finding=on_finding, memory=memory, oracles=oracles)
 
 
 def _counted(ctx: RunContext, replay: Callable) -> Callable:

@@ -1,28 +1,17 @@
-"""Hypothesis, seeded: the same run seed gives the same traces in every process, worker and
-unit, and the example database still replays earlier failures first."""
+"""Seeded search: the same run seed gives the same traces in every process, worker and unit,
+and the example database still replays earlier failures first. Cache-level traces are seeded
+walks (``walk_search``); scheduler workloads are Hypothesis draws (``search``, ``seeded``)."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed, settings
 from hypothesis.errors import FlakyFailure
-
-
-def fuzz_settings(examples: int, steps: int, database=None) -> settings:
-    return settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=database,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-        report_multiple_bugs=False,
-        # Shrinking is ours (conformance.shrink): bounded, and judged on the trace itself.
-        phases=(Phase.explicit, Phase.reuse, Phase.generate),
-    )
 
 
 def stream_seed(base_seed: int, stream: int, batch: int) -> int:
@@ -65,6 +54,56 @@ def search(batch: Callable[[int, object], Callable], remaining: Callable[[], int
             return reported  # the whole budget of examples ran without a failure
         if deadline is not None and time.perf_counter() >= deadline:
             return reported
+
+
+WALK_KEY = b"walk-seeds"  # where a case's failing walk seeds are kept in the example database
+
+
+def walk_seeds(base_seed: int, stream: int) -> Iterator[int]:
+    """The walk seeds of one unit, in order: a function of the run's seed and the unit alone."""
+    rng = random.Random(stream_seed(base_seed, stream, 0))
+    while True:
+        yield rng.getrandbits(64)
+
+
+def walk_search(play: Callable[[int], None], remaining: Callable[[], int | None],
+                seconds: float | None, base_seed: int, stream: int, database,
+                on_finding: Callable | None, last_trace: Callable[[], object],
+                interrupted: Callable[[], bool]) -> bool:
+    """One unit's search by seeded walks (``play(seed)`` draws and plays one trace) for its
+    budget: ``remaining()`` walks, or until ``seconds`` pass. The seeds the example ``database``
+    keeps for the case (walks that failed before, in any run or worker that shares it) are
+    played first, each counted as a walk; one that passes now is dropped from it, one that
+    fails is kept. Without ``on_finding`` the first Violation is raised; with it, each failing
+    walk's (``last_trace()``, violation) goes there and the search goes on with the next seed,
+    so one defect cannot hide the others. Returns whether a finding went to ``on_finding``."""
+    from kvconf.conformance.violation import Violation
+
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    stored = [] if database is None else sorted(database.fetch(WALK_KEY))
+    reported = False
+    for k, walk in enumerate(chain((int.from_bytes(b, "big") for b in stored),
+                                   walk_seeds(base_seed, stream))):
+        left = remaining()
+        if (left is not None and left <= 0) or (
+                deadline is not None and time.perf_counter() >= deadline):
+            return reported
+        value = walk.to_bytes(8, "big")
+        try:
+            play(walk)
+        except Violation as v:
+            if database is not None:
+                database.save(WALK_KEY, value)
+            if on_finding is None:
+                raise
+            on_finding(last_trace(), v)
+            reported = True
+            if interrupted():
+                return reported
+            continue
+        if k < len(stored):
+            database.delete(WALK_KEY, value)  # fixed since: no longer replayed first
+    return reported
 
 
 def seeded(test, seed_value: int, database=None):

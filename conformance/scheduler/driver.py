@@ -276,9 +276,6 @@ class SchedulerDriver:
         if self.mamba_owners is not None and after is not None:
             done = {rid for rid, evs in external.items() if Event.FINISH in evs}
             self.mamba_owners.check(self.snap, after, done, self.p)
-        taken = getattr(self.engine, "transitions", None)
-        if taken is not None:
-            self.exercised.update(taken())
         if phase == "plan":
             self.before_plan = self.snap
         self.snap = after
@@ -304,6 +301,11 @@ class SchedulerDriver:
         end, when nothing else broke (``play_sched`` tells a consequence of an accepted probe
         from a failure of its own)."""
         log = self._run()
+        # Transition coverage for the report: the engine lists every transition it took, so
+        # it is read once, at the end of the workload.
+        taken = getattr(self.engine, "transitions", None)
+        if taken is not None:
+            self.exercised.update(taken())
         if self.probe_finding is not None:
             raise self.probe_finding
         return log
@@ -899,7 +901,9 @@ class SchedulerDriver:
             return  # the replay without the events the engine ignores (REQ-6)
         if pair is not None:
             self.illegal.add(pair)
-        before = self._snapshot()
+        # The state the probe must leave unchanged: the snapshot just taken after the plan or
+        # the advance (only reads, ``counters`` and ``drain_events``, came since).
+        before = self.snap
         try:
             self.engine.advance(events)
         except EngineRejected:

@@ -1,0 +1,83 @@
+"""Where a cache fuzz case's time goes, oracle by oracle: seconds in each oracle's hooks.
+
+Usage: python benchmarks/oracle_costs.py [--walks 200] [--steps 40] [--seed 0] [--tight]
+
+Plays seeded walks (``kvconf.conformance.cache.generator.play_walk``) against the reference
+engine in this process, with every oracle hook and every engine call timed, and prints each
+oracle's seconds and share of the whole, beside the engine's own calls and its snapshots.
+Without a profiler's overhead, so the shares are those of a real run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.cache.driver import HOOKS
+from kvconf.conformance.cache.generator import TraceHolder, play_walk
+from kvconf.conformance.engine.config import EngineConfig
+from kvconf.conformance.oracles import STEP_ORACLES
+
+SPENT: dict[str, float] = defaultdict(float)
+LOOKS = ("snapshot", "counters", "block_hash")
+
+
+def _timed(fn, key: str):
+    def wrapped(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SPENT[key] += time.perf_counter() - t0
+
+    return wrapped
+
+
+def _time_oracles() -> None:
+    for cls in STEP_ORACLES:
+        for hook in HOOKS:
+            if hook in vars(cls):
+                setattr(cls, hook, _timed(vars(cls)[hook], f"oracle {cls.name}"))
+
+
+class TimedEngine(ReferenceCacheAdapter):
+    """The reference with each call timed: its own work, or a look inside for the oracles."""
+
+    def __getattribute__(self, name: str):
+        value = super().__getattribute__(name)
+        if name.startswith("_") or not callable(value) or name == "cache":
+            return value
+        return _timed(value, "engine: snapshot etc." if name in LOOKS else "engine: own calls")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--walks", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=40, help="rules per walk (the profile's steps)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tight", action="store_true", help="8 device and 6 host pages")
+    a = ap.parse_args()
+    config = EngineConfig(device_pages=8, host_pages=6) if a.tight else EngineConfig()
+    _time_oracles()
+    holder = TraceHolder()
+    found = 0
+    t0 = time.perf_counter()
+    for k in range(a.walks):
+        try:
+            play_walk(TimedEngine, config, holder, a.seed * 1_000_003 + k, a.steps)
+        except Exception:  # a finding on the reference would be a bug: counted, not hidden
+            found += 1
+    total = time.perf_counter() - t0
+    print(f"{a.walks} walks, {holder.steps} steps in {total:.2f} s ({holder.steps / total:,.0f} "
+          f"steps/s), config {config.model_dump()}; failures: {found}")
+    rest = total - sum(SPENT.values())
+    for key, s in sorted(SPENT.items(), key=lambda kv: -kv[1]):
+        print(f"  {key:40} {s:7.2f} s {100 * s / total:5.1f}%")
+    kit = "the kit: walk, driver, ledger, memory"
+    print(f"  {kit:40} {rest:7.2f} s {100 * rest / total:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Time to the first finding: CPU seconds until each catalog mutant is killed, kit against kit.
+
+Usage: python benchmarks/time_to_kill.py [--profile default] [--fuzz-only] [--seed 0]
+       [--mutant NAME ...] [--level cache|scheduler] [--against PYTHON]
+
+Each mutant is killed as ``kvconf mutants`` kills it (``kill_one``: the suite's cases in order,
+only the fuzz cases with ``--fuzz-only``, until the first failure), in a child process of its
+own, timed in that child's CPU seconds (a loaded machine slows the wall clock the kill matrix
+records, not this). With ``--against`` (another checkout's Python, say the kit before a change)
+each mutant is killed by both kits in turn before the next, and the median and maximum of each,
+and their ratios, are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+
+def child(name: str, profile: str, fuzz_only: bool, seed: int) -> None:
+    import time
+
+    from kvconf.conformance.mutants import all_mutants
+    from kvconf.conformance.mutants.kill import kill_one
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
+    from kvconf.spec.registry import load_registry
+
+    prof = get_profile(profile)
+    catalog = set(load_registry().catalog)
+    mutant = next(m for m in all_mutants() if m.name == name)
+    t0 = time.process_time()
+    r = kill_one(mutant, catalog, seed_value=seed, profile=prof, budget=parse_budget(None, prof),
+                 out_dir=None, fuzz_only=fuzz_only)
+    print(json.dumps({"cpu_s": time.process_time() - t0, "killed": r.killed, "case": r.case,
+                      "examples": r.examples, "skipped": r.skipped}))
+
+
+def run(python: str, name: str, a) -> dict:
+    cmd = [python, __file__, "--child", name, "--profile", a.profile, "--seed", str(a.seed)]
+    if a.fuzz_only:
+        cmd.append("--fuzz-only")
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+    if done.returncode:
+        sys.exit(f"{python} {name}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="default")
+    ap.add_argument("--fuzz-only", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mutant", action="append", default=[])
+    ap.add_argument("--level", choices=["cache", "scheduler"])
+    ap.add_argument("--against")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.profile, a.fuzz_only, a.seed)
+        return
+    from kvconf.conformance.mutants import all_mutants
+
+    names = [m.name for m in all_mutants() if m.level != "memory"
+             and (not a.mutant or m.name in a.mutant) and (not a.level or m.level == a.level)]
+    kits = [("now", sys.executable)] + ([("before", a.against)] if a.against else [])
+    got: dict[str, dict[str, dict]] = {k: {} for k, _ in kits}
+    print(f"--profile {a.profile}{' --fuzz-only' if a.fuzz_only else ''}, seed {a.seed}; "
+          "CPU seconds to the first finding, each mutant in a child process")
+    print(f"{'mutant':30} " + " ".join(f"{k:38}" for k, _ in kits))
+    for name in names:
+        row = []
+        for kit, python in kits:
+            r = got[kit][name] = run(python, name, a)
+            row.append(f"{r['cpu_s']:7.2f} s {r['case'] if r['killed'] else 'ALIVE'}")
+        print(f"{name:30} " + " ".join(f"{c:38}" for c in row), flush=True)
+    for kit, _ in kits:
+        secs = [r["cpu_s"] for r in got[kit].values() if r["killed"]]
+        alive = [n for n, r in got[kit].items() if not r["killed"]]
+        print(f"{kit}: killed {len(secs)} of {len(got[kit])}, median {statistics.median(secs):.2f}"
+              f" s, max {max(secs):.2f} s; alive: {alive or 'none'}")
+    if a.against:
+        b = [r["cpu_s"] for r in got["before"].values() if r["killed"]]
+        n = [r["cpu_s"] for r in got["now"].values() if r["killed"]]
+        print(f"sooner: median {statistics.median(b) / statistics.median(n):.2f}x, max "
+              f"{max(b) / max(n):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
