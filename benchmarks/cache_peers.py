@@ -12,7 +12,8 @@ The trace is made up front from a seeded RNG: requests whose prompts are a share
 plus a unique tail, whole pages of 16 tokens. Per request: ``match`` the prompt, ``lock`` the
 match, ``insert`` the whole prompt (the matched pages plus new ones), ``unlock``; every 50
 operations an ``evict`` of a few pages. The engines run in lockstep, one request of each in
-turn (the first engine rotating), so a load on the machine falls on all of them alike. Only the
+turn (the first engine rotating), and the clock is the process's CPU time, so a load on the
+machine falls on all of them alike and time spent waiting for a core is not counted. Only the
 engines' own calls are timed: inputs are built in each engine's own form beforehand (a list for
 the reference, a ``RadixKey`` for SGLang) and the glue between calls (allocating pages, building
 the value tensor) is outside the clock. vLLM has no separate lock, insert or evict: its request
@@ -123,7 +124,7 @@ class Reference(Engine):
         self.cache = PrefixCache(CacheConfig(page_size=PAGE, device_pages=device_pages))
 
     def request(self, key: list[int], tokens: list[int]) -> None:
-        c, clock = self.cache, time.perf_counter
+        c, clock = self.cache, time.process_time
         c.tick()
         t0 = clock()
         m = c.match(0, key)
@@ -143,9 +144,9 @@ class Reference(Engine):
         self.ops += 4
 
     def evict(self, pages: int) -> None:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         self.cache.evict(self.tier, pages)
-        self.seconds += time.perf_counter() - t0
+        self.seconds += time.process_time() - t0
         self.ops += 1
 
     def drain(self) -> None:
@@ -175,7 +176,7 @@ class SGLangRadix(Engine):
         return (t.tensor(pages, dtype=t.int64)[:, None] * PAGE + self.offsets).reshape(-1)
 
     def request(self, key: Any, tokens: list[int]) -> None:
-        c, clock, base = self.cache, time.perf_counter, self.sg.base
+        c, clock, base = self.cache, time.process_time, self.sg.base
         t0 = clock()
         m = c.match_prefix(base.MatchPrefixParams(key=key))
         node, n = m.last_device_node, m.device_prefix_len
@@ -200,9 +201,9 @@ class SGLangRadix(Engine):
         self.ops += 4
 
     def evict(self, pages: int) -> None:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         self.cache.evict(self.sg.base.EvictParams(num_tokens=pages * PAGE))
-        self.seconds += time.perf_counter() - t0
+        self.seconds += time.process_time() - t0
         self.ops += 1
 
     def drain(self) -> None:
@@ -225,7 +226,7 @@ class SGLangUnified(SGLangRadix):
         self.torch = torch
 
     def request(self, key: Any, tokens: list[int]) -> None:
-        c, clock, base, t = self.cache, time.perf_counter, self.sg.base, self.torch
+        c, clock, base, t = self.cache, time.process_time, self.sg.base, self.torch
         t0 = clock()
         m = c.match_prefix(base.MatchPrefixParams(key=key))
         n = m.device_prefix_len
@@ -261,7 +262,7 @@ class VLLM(Engine):
         self.n = 0
 
     def request(self, key: list[int], tokens: list[int]) -> None:
-        v, clock = self.v, time.perf_counter
+        v, clock = self.v, time.process_time
         self.n += 1
         t0 = clock()  # the request's block hashes are computed as it is made: matching work
         req = v.request.Request(f"r{self.n}", key, self.params, None, arrival_time=0.0,

@@ -70,14 +70,15 @@ class PagePool:
         return pages
 
     def check_owned(self, pages: Iterable[int], owner: str) -> None:
+        owners, size = self._owner, self.size
         for p in pages:
-            if not isinstance(p, int) or isinstance(p, bool):
+            if type(p) is not int:  # a page id is a plain int (not a bool, not a float)
                 raise CacheError("bad_pages", f"{self.tier} page {p!r} is not an int")
-            if not 0 <= p < self.size:
+            if not 0 <= p < size:
                 raise CacheError("bad_pages", f"{self.tier} page {p} is outside the pool")
-            if self._owner[p] != owner:
+            if owners[p] != owner:
                 raise CacheError(
-                    "bad_pages", f"{self.tier} page {p} is owned by {self._owner[p]}, not {owner}"
+                    "bad_pages", f"{self.tier} page {p} is owned by {owners[p]}, not {owner}"
                 )
 
     def move(self, pages: list[int], src: str, dst: str) -> None:

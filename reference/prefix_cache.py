@@ -6,6 +6,7 @@ rejected call raises :class:`CacheError` and leaves the cache exactly as it was 
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from kvconf.reference.snapshot import (
     TransferView,
 )
 from kvconf.reference.tiers import Tier, as_tier
+
+_TOP_BYTE = 7 if sys.byteorder == "little" else 0  # where an array("Q") word keeps its top byte
 
 
 @dataclass(slots=True, frozen=True)
@@ -207,20 +210,23 @@ class PrefixCache:
         mid.children[node.key[:p]] = node
         return mid
 
-    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> None:
+    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> tuple[int, ...]:
+        """``tokens`` as the tuple the tree compares and keys by, once checked (FAULT-1)."""
         if whole_pages and len(tokens) % self.page_size:
             raise CacheError(
                 "bad_tokens",
                 f"{len(tokens)} tokens is not a whole number of pages of {self.page_size}",
             )
-        try:  # the common case at C speed: every token an int, none negative
-            if not tokens or min(array("q", tokens)) >= 0:
-                return
+        try:  # the common case at C speed: every token an int in 0..2**64-1, each word's top
+            # byte below 0x80 (so below 2**63)
+            if array("Q", tokens).tobytes()[_TOP_BYTE::8].isascii():
+                return tuple(tokens)
         except (TypeError, OverflowError):
             pass
         for t in tokens:
             if not isinstance(t, int) or t < 0 or t >= 2**63:
                 raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
+        return tuple(tokens)
 
     # ----------------------------------------------------------------- match / insert
     def reserve_op(self) -> int:
@@ -230,7 +236,7 @@ class PrefixCache:
 
     def match(self, namespace: int, tokens: Sequence[int]) -> MatchResult:
         """Longest cached whole-page prefix on each tier; splits where the query diverges."""
-        self._check_tokens(tokens, whole_pages=False)
+        tokens = self._check_tokens(tokens, whole_pages=False)
         root = self._root(namespace)
         now = self.clock.now
         node = root
@@ -274,16 +280,12 @@ class PrefixCache:
             )
         if len(set(pages)) != len(pages):
             raise CacheError("bad_pages", "the same page is given twice")
-        tree_pages: dict[int, int] = {}
+        held: list[int | None] = []  # the tree's device page at each place the walk covers
         for step in walk(root, tokens, p) if root is not None else ():
-            if step.node.device is not None:
-                for i in range(step.pages):
-                    tree_pages[step.start // p + i] = step.node.device[i]
-        pool = self.pools[Tier.DEVICE]
-        for i, page in enumerate(pages):
-            if tree_pages.get(i) == page:
-                continue
-            pool.check_owned([page], CALLER)
+            device = step.node.device
+            held.extend(device[: step.pages] if device is not None else [None] * step.pages)
+        mine = [page for page, tree in zip(pages, held, strict=False) if page != tree]
+        self.pools[Tier.DEVICE].check_owned(mine + list(pages[len(held) :]), CALLER)
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> InsertResult:
         """Publish ``tokens`` (whole pages) with the device ``pages`` that hold their KV.
@@ -292,7 +294,7 @@ class PrefixCache:
         Caller pages at places the tree already holds on device are duplicates and go back to the
         free list (TREE-5); the rest move into the tree. New nodes become eviction candidates.
         """
-        self._check_tokens(tokens, whole_pages=True)
+        tokens = self._check_tokens(tokens, whole_pages=True)
         self._validate_insert(self._roots.get(namespace), tokens, pages)
         root = self._root(namespace)  # only now: a rejected insert creates nothing (FAULT-1)
         p = self.page_size
@@ -302,9 +304,9 @@ class PrefixCache:
         cached = 0
         freed: list[int] = []
         while pos < len(tokens):
-            child = node.children.get(tuple(tokens[pos : pos + p]))
+            child = node.children.get(tokens[pos : pos + p])
             if child is None:
-                key = tuple(tokens[pos:])
+                key = tokens[pos:]
                 hashes = chain_hashes(node.last_hash(), namespace, key, p)
                 child = self._new_node(namespace, node, key, hashes)
                 child.keys = self._keys_below(node, key)

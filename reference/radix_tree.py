@@ -64,8 +64,11 @@ class Node:
 
 def common_pages(key: Sequence[int], tokens: Sequence[int], start: int, page_size: int) -> int:
     """Number of whole pages of ``key`` equal to ``tokens[start:]``."""
-    n = 0
     limit = min(len(key), len(tokens) - start) // page_size
+    span = limit * page_size
+    if tuple(key[:span]) == tuple(tokens[start : start + span]):  # the usual case: all of them
+        return limit
+    n = 0
     while n < limit:
         a = n * page_size
         if tuple(key[a : a + page_size]) != tuple(tokens[start + a : start + a + page_size]):
