@@ -7,7 +7,7 @@ the expected previous owner, so a double free or a stolen page is caught where i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from kvconf.reference.errors import CacheError
 from kvconf.reference.tiers import Tier
@@ -81,7 +81,7 @@ class PagePool:
                     "bad_pages", f"{self.tier} page {p} is owned by {owners[p]}, not {owner}"
                 )
 
-    def move(self, pages: list[int], src: str, dst: str) -> None:
+    def move(self, pages: Sequence[int], src: str, dst: str) -> None:
         """Transfer ownership of ``pages`` from ``src`` to ``dst`` (checked first, then applied)."""
         self.check_owned(pages, src)
         if len(set(pages)) != len(pages):
@@ -90,13 +90,18 @@ class PagePool:
             self._owner[p] = dst
         self._cached += len(pages) * (_cached(dst) - _cached(src))
 
-    def release(self, pages: list[int], src: str) -> None:
+    def release(self, pages: Sequence[int], src: str) -> None:
         """Return ``pages`` from ``src`` to the free list."""
         self.move(pages, src, FREE)
         self._free.extend(sorted(pages, reverse=True))
 
     def owner(self, page: int) -> str:
         return self._owner[page]
+
+    def held_by(self, pages: Iterable[int], owner: str) -> list[int]:
+        """The pages of ``pages`` that ``owner`` holds, in order."""
+        owners = self._owner
+        return [p for p in pages if owners[p] == owner]
 
     def owners(self) -> list[str]:
         return list(self._owner)

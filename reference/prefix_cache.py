@@ -138,9 +138,11 @@ class PrefixCache:
         if pages:
             self._pinned[tier] += sign * len(pages)
 
-    def _set_pages(self, node: Node, tier: Tier, pages: list[int] | None) -> None:
+    def _set_pages(self, node: Node, tier: Tier, pages: Sequence[int] | None) -> None:
         """Give ``node`` its pages on ``tier`` (None: it leaves the tier), keeping the pinned
         count right when the node is pinned there."""
+        if pages is not None:
+            pages = tuple(pages)
         if node.ref(tier) > 0:
             self._pinned[tier] += len(pages or ()) - len(node.pages(tier) or ())
         if tier is Tier.DEVICE:
@@ -154,7 +156,7 @@ class PrefixCache:
         namespace: int,
         parent: Node | None,
         key: tuple[int, ...],
-        hashes: list[int],
+        hashes: Sequence[int],
     ) -> Node:
         self._next_id += 1
         self._seq += 1
@@ -165,7 +167,7 @@ class PrefixCache:
             key=key,
             device=None,
             host=None,
-            hashes=hashes,
+            hashes=tuple(hashes),
             seq=self._seq,
         )
         self._nodes[node.id] = node
@@ -176,8 +178,8 @@ class PrefixCache:
     def _root(self, namespace: int) -> Node:
         root = self._roots.get(namespace)
         if root is None:
-            root = self._new_node(namespace, None, (), [])
-            root.device, root.host = [], []
+            root = self._new_node(namespace, None, (), ())
+            root.device, root.host = (), ()
             self._roots[namespace] = root
         return root
 
@@ -200,7 +202,7 @@ class PrefixCache:
             if pages is None:
                 continue
             upper, lower = pages[:k], pages[k:]
-            self.pools[tier].move(upper, node_owner(node.id), node_owner(mid.id))
+            self.pools[tier].move(list(upper), node_owner(node.id), node_owner(mid.id))
             self._set_pages(node, tier, lower)
             self._set_pages(mid, tier, upper)
         mid.keys, node.keys = node.keys[:k], node.keys[k:]
@@ -322,7 +324,7 @@ class PrefixCache:
                 self._attach_device(child, span, CALLER, now)
             else:
                 cached += len(child.key)
-                dups = [pg for pg in span if pool.owner(pg) == CALLER]
+                dups = pool.held_by(span, CALLER)
                 if dups:
                     pool.release(dups, CALLER)
                     freed.extend(dups)
@@ -342,7 +344,7 @@ class PrefixCache:
         self._emit(
             KVEvent(
                 kind=EventKind.STORED,
-                block_hashes=tuple(node.hashes),
+                block_hashes=node.hashes,
                 namespace=node.namespace,
                 parent_hash=node.parent.last_hash() if node.parent else None,
                 tokens=node.key,
@@ -463,7 +465,7 @@ class PrefixCache:
             child.host_access = now
             self._victims.offer(child)
             node, pos = child, pos + len(child.key)
-        leftover = [pg for pg in t.pages if pool.owner(pg) == owner]
+        leftover = pool.held_by(t.pages, owner)
         if leftover:
             pool.release(leftover, owner)
         for handle in t.locks:
@@ -546,7 +548,7 @@ class PrefixCache:
         self.pools[tier].release(list(pages), node_owner(node.id))
         self._set_pages(node, tier, None)
         if tier is Tier.DEVICE and not (self._ghosts and self._detached(node)):
-            self._emit(KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0))
+            self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
             del node.parent.children[node.key[: self.page_size]]
@@ -567,7 +569,7 @@ class PrefixCache:
         self._ghosts.append(root)
         for node in self._subtree(root):  # nothing of it can be matched any more
             if node.device is not None and node is not root:
-                self._emit(KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace,
+                self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace,
                                    None, (), 0))
         return self._sweep_ghosts()
 
@@ -670,7 +672,7 @@ class PrefixCache:
             else:
                 # The caller inserted this part on device while the copy was in flight.
                 self.pools[Tier.DEVICE].release(mine, owner)
-        leftover = [d for _, d in t.pairs if self.pools[t.dst_tier].owner(d) == owner]
+        leftover = self.pools[t.dst_tier].held_by((d for _, d in t.pairs), owner)
         if leftover:
             self.pools[t.dst_tier].release(leftover, owner)
         for handle in t.locks:
