@@ -155,6 +155,23 @@ class SchedulerSnapshot:
     mamba: MambaView | None = None  # state pools and entries (spec chapter mamba)
 
 
+class _StatesAfter(dict):
+    """Each request's (state, awaiting) as the events checked so far leave it: read from the
+    request until an event changes it, so checking a list costs what its events name, not a
+    copy of every request's state."""
+
+    def __init__(self, requests: dict[str, Request]) -> None:
+        super().__init__()
+        self._requests = requests
+
+    def __missing__(self, rid: str) -> tuple[State, bool]:
+        r = self._requests[rid]
+        return (r.state, r.awaiting)
+
+    def __contains__(self, rid: object) -> bool:
+        return dict.__contains__(self, rid) or rid in self._requests
+
+
 class Scheduler:
     """Deterministic: requests are ordered by arrival, pages and slots come from stacks."""
 
@@ -545,7 +562,7 @@ class Scheduler:
             self._apply(ev)
 
     def _check(self, events: Sequence[RuntimeEvent]) -> None:
-        states = {rid: (r.state, r.awaiting) for rid, r in self.requests.items()}
+        states = _StatesAfter(self.requests)
         ops = dict(self._ops)
         l3 = dict(self._l3)
         for ev in events:
