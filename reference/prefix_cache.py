@@ -98,6 +98,8 @@ class PrefixCache:
         self._victims = VictimIndex()
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
+        # Each node's fields and view at the last snapshot, reused while the fields stay.
+        self._views: dict[int, tuple[tuple, NodeView]] = {}
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -597,6 +599,21 @@ class PrefixCache:
                 self._ghosts.remove(ghost)
         return freed
 
+    def _depths(self) -> dict[int, int]:
+        """Each node's depth below its root, every ancestor walked once."""
+        depth: dict[int, int] = {}
+        for node in self._nodes.values():
+            chain: list[Node] = []
+            n: Node | None = node
+            while n is not None and n.id not in depth:
+                chain.append(n)
+                n = n.parent
+            d = -1 if n is None else depth[n.id]
+            for x in reversed(chain):
+                d += 1
+                depth[x.id] = d
+        return depth
+
     def _subtree(self, root: Node) -> list[Node]:
         out, stack = [], [root]
         while stack:
@@ -694,23 +711,34 @@ class PrefixCache:
         return out
 
     def snapshot(self) -> CacheSnapshot:
+        """The white-box view. A node whose fields are as they were at the last snapshot keeps
+        the view it had then, so a snapshot's cost follows what changed, plus one short
+        comparison per node."""
         nodes: list[NodeView] = []
         starts: dict[int, int] = {}
+        views: dict[int, tuple[tuple, NodeView]] = {}
         # A split parent gets a larger id than its child: order the views by depth, not id.
-        order = sorted(self._nodes.values(), key=lambda n: (len(n.path()), n.id))
-        for n in order:
-            start = 0 if n.parent is None else starts[n.parent.id] + len(n.parent.key)
+        depth = self._depths()
+        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
+            parent = n.parent
+            start = 0 if parent is None else starts[parent.id] + len(parent.key)
             starts[n.id] = start
-            nodes.append(
-                NodeView(
+            seen = (parent.id if parent else None, start, n.key, n.device, n.host, n.hashes,
+                    n.device_ref, n.host_ref, n.device_access, n.host_access, n.pending,
+                    tuple(n.keys))
+            last = self._views.get(n.id)
+            if last is not None and last[0] == seen:
+                view = last[1]
+            else:
+                view = NodeView(
                     id=n.id,
                     namespace=n.namespace,
-                    parent=n.parent.id if n.parent else None,
+                    parent=seen[0],
                     start=start,
                     key=n.key,
-                    device=tuple(n.device) if n.device is not None else None,
-                    host=tuple(n.host) if n.host is not None else None,
-                    hashes=tuple(n.hashes),
+                    device=n.device,
+                    host=n.host,
+                    hashes=n.hashes,
                     device_ref=n.device_ref,
                     host_ref=n.host_ref,
                     device_access=n.device_access,
@@ -719,7 +747,9 @@ class PrefixCache:
                     pending=n.pending,
                     keys=tuple(k.hex() for k in n.keys),
                 )
-            )
+            views[n.id] = (seen, view)
+            nodes.append(view)
+        self._views = views
         pools = {
             t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
             for t, p in self.pools.items()
