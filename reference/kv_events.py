@@ -38,9 +38,6 @@ class KVEvent:
     block_size: int = 0
 
 
-_HEAD = struct.Struct("<?QqI")  # has-parent flag, parent hash, namespace (signed), token count
-
-
 def token_bytes(tokens: Sequence[int]) -> bytes:
     """Each token as 4 little-endian bytes; a token wider than 32 bits enters by its low 32."""
     try:
@@ -49,15 +46,25 @@ def token_bytes(tokens: Sequence[int]) -> bytes:
         return struct.pack(f"<{len(tokens)}I", *(t & 0xFFFFFFFF for t in tokens))
 
 
+def _link(parent: int | None) -> bytes:
+    """The has-parent flag (1 byte) and the parent hash (8 bytes, little-endian)."""
+    return (b"\x01" if parent is not None else b"\x00") + (parent or 0).to_bytes(8, "little")
+
+
+def _scope(namespace: int, count: int) -> bytes:
+    """The namespace (8 bytes, little-endian, signed) and the token count (4 bytes)."""
+    return namespace.to_bytes(8, "little", signed=True) + count.to_bytes(4, "little")
+
+
 def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
     """The reference's 64-bit block hash (EVENT-5).
 
     BLAKE2b over: a has-parent flag, the parent hash, the namespace, the token count and the
-    tokens, each as little-endian integers (1, 8, 8 signed, 4 and 4 bytes each); the spec fixes
-    the inputs, an engine picks the function.
+    tokens, each as little-endian integers; the spec fixes the inputs, an engine picks the
+    function.
     """
-    head = _HEAD.pack(parent is not None, parent or 0, namespace, len(tokens))
-    return int.from_bytes(blake2b(head + token_bytes(tokens), digest_size=8).digest(), "little")
+    data = _link(parent) + _scope(namespace, len(tokens)) + token_bytes(tokens)
+    return int.from_bytes(blake2b(data, digest_size=8).digest(), "little")
 
 
 def chain_hashes(
@@ -66,10 +73,10 @@ def chain_hashes(
     """Hashes of consecutive full pages of ``tokens``, chained from ``parent``: each page's
     :func:`block_hash`, with the tokens packed once for all pages."""
     body, width = token_bytes(tokens), 4 * page_size
+    link, scope = _link(parent), _scope(namespace, page_size)
     out: list[int] = []
     for start in range(0, len(tokens) // page_size * width, width):
-        head = _HEAD.pack(parent is not None, parent or 0, namespace, page_size)
-        data = head + body[start : start + width]
-        parent = int.from_bytes(blake2b(data, digest_size=8).digest(), "little")
-        out.append(parent)
+        digest = blake2b(link + scope + body[start : start + width], digest_size=8).digest()
+        out.append(int.from_bytes(digest, "little"))
+        link = b"\x01" + digest  # the next page's parent is this page: its digest, as is
     return out
