@@ -253,9 +253,9 @@ class PrefixCache:
         device: list[int] = []
         host: list[int] = []
         for n in node.path()[1:]:
+            # A new access time makes no new candidate: the index re-files moved entries.
             n.device_access = now
             n.host_access = now
-            self._victims.offer(n)
             if n.device is not None and dev_node is n.parent:
                 dev_node = n
                 device.extend(n.device)
@@ -332,7 +332,6 @@ class PrefixCache:
                     freed.extend(dups)
                 child.device_access = now
             child.host_access = now
-            self._victims.offer(child)
             node, pos = child, pos + len(child.key)
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed))
 

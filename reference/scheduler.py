@@ -155,6 +155,10 @@ class SchedulerSnapshot:
     mamba: MambaView | None = None  # state pools and entries (spec chapter mamba)
 
 
+# The request-level runtime events and the state-machine event each one is.
+_EVENT_OF = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH, Abort: Event.ABORT}
+
+
 class _StatesAfter(dict):
     """Each request's (state, awaiting) as the events checked so far leave it: read from the
     request until an event changes it, so checking a list costs what its events name, not a
@@ -587,8 +591,7 @@ class Scheduler:
                     states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
                 continue
             rid = ev.rid
-            kind = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH,
-                    Abort: Event.ABORT}[type(ev)]
+            kind = _EVENT_OF[type(ev)]
             if rid not in states:
                 raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
                                      rid, None, str(kind))
