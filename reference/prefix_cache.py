@@ -71,6 +71,10 @@ class InsertResult:
     cached_len: int  # tokens already on device before the insert (their caller pages were freed)
     new_len: int  # tokens whose caller pages the tree took over
     freed: tuple[int, ...]  # duplicate caller pages returned to the free list (TREE-5)
+    # What a match of the same tokens now returns on device: the node holding the last page
+    # (the namespace root for no tokens) and the tree's pages for them, in order.
+    node: int = 0
+    device_pages: tuple[int, ...] = ()
 
 
 class PrefixCache:
@@ -316,6 +320,7 @@ class PrefixCache:
                 child.keys = self._keys_below(node, key)
                 child.host_access = now
                 self._attach_device(child, list(pages[pos // p :]), CALLER, now)
+                node = child
                 break
             k = common_pages(child.key, tokens, pos, p)
             if k * p < len(child.key):
@@ -333,7 +338,9 @@ class PrefixCache:
                 child.device_access = now
             child.host_access = now
             node, pos = child, pos + len(child.key)
-        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed))
+        held = tuple(pg for n in node.path()[1:] for pg in n.device or ())
+        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
+                            node=node.id, device_pages=held)
 
     def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
         self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))

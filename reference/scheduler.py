@@ -520,16 +520,16 @@ class Scheduler:
         ns = r.spec.namespace
         ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
         freed = set(ins.freed)
-        m = self.cache.match(ns, r.tokens[: full * self.p])
-        # Pages the tree already held are now the tree's copies; ours went back free.
-        r.pages[:full] = list(m.device_pages)
+        # Pages the tree already held are now the tree's copies; ours went back free. The
+        # insert says what a match of the same tokens would: the node and the tree's pages.
+        r.pages[:full] = list(ins.device_pages)
         assert not freed & set(r.pages[:full])
         old = r.lock
-        r.lock, r.node = self.cache.lock(m.device_node, Tier.DEVICE), m.device_node
+        r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
         if old is not None:
             self.cache.unlock(old)
         r.shared = full
-        return m.device_node
+        return ins.node
 
     def _host_room(self, need: int) -> None:
         """Evict host pages until a writeback of ``need`` pages fits, where unpinned ones allow
