@@ -15,9 +15,13 @@ from kvconf.reference.tiers import Tier
 
 def is_candidate(node: Node, tier: Tier) -> bool:
     """An evictable leaf of ``tier``: holds pages there, unpinned there, no child has any there."""
-    if node.is_root or node.pages(tier) is None or node.ref(tier) != 0:
+    if node.parent is None:  # a root holds no pages of its own
         return False
-    return all(c.pages(tier) is None for c in node.children.values())
+    if tier is Tier.DEVICE:
+        return node.device is not None and node.device_ref == 0 \
+            and all(c.device is None for c in node.children.values())
+    return node.host is not None and node.host_ref == 0 \
+        and all(c.host is None for c in node.children.values())
 
 
 class VictimIndex:
@@ -39,9 +43,10 @@ class VictimIndex:
     def offer(self, node: Node | None) -> None:
         if node is None or node.parent is None:
             return
-        for tier, heap in self._heaps.items():
-            if is_candidate(node, tier):
-                heapq.heappush(heap, (node.access(tier), node.seq, node))
+        if is_candidate(node, Tier.DEVICE):
+            heapq.heappush(self._heaps[Tier.DEVICE], (node.device_access, node.seq, node))
+        if is_candidate(node, Tier.HOST):
+            heapq.heappush(self._heaps[Tier.HOST], (node.host_access, node.seq, node))
 
     def pop(self, tier: Tier, nodes: dict[int, Node]) -> Node | None:
         heap = self._heaps[tier]

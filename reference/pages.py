@@ -7,7 +7,7 @@ the expected previous owner, so a double free or a stolen page is caught where i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from kvconf.reference.errors import CacheError
 from kvconf.reference.tiers import Tier
@@ -70,17 +70,18 @@ class PagePool:
         return pages
 
     def check_owned(self, pages: Iterable[int], owner: str) -> None:
+        owners, size = self._owner, self.size
         for p in pages:
-            if not isinstance(p, int) or isinstance(p, bool):
+            if type(p) is not int:  # a page id is a plain int (not a bool, not a float)
                 raise CacheError("bad_pages", f"{self.tier} page {p!r} is not an int")
-            if not 0 <= p < self.size:
+            if not 0 <= p < size:
                 raise CacheError("bad_pages", f"{self.tier} page {p} is outside the pool")
-            if self._owner[p] != owner:
+            if owners[p] != owner:
                 raise CacheError(
-                    "bad_pages", f"{self.tier} page {p} is owned by {self._owner[p]}, not {owner}"
+                    "bad_pages", f"{self.tier} page {p} is owned by {owners[p]}, not {owner}"
                 )
 
-    def move(self, pages: list[int], src: str, dst: str) -> None:
+    def move(self, pages: Sequence[int], src: str, dst: str) -> None:
         """Transfer ownership of ``pages`` from ``src`` to ``dst`` (checked first, then applied)."""
         self.check_owned(pages, src)
         if len(set(pages)) != len(pages):
@@ -89,13 +90,18 @@ class PagePool:
             self._owner[p] = dst
         self._cached += len(pages) * (_cached(dst) - _cached(src))
 
-    def release(self, pages: list[int], src: str) -> None:
+    def release(self, pages: Sequence[int], src: str) -> None:
         """Return ``pages`` from ``src`` to the free list."""
         self.move(pages, src, FREE)
         self._free.extend(sorted(pages, reverse=True))
 
     def owner(self, page: int) -> str:
         return self._owner[page]
+
+    def held_by(self, pages: Iterable[int], owner: str) -> list[int]:
+        """The pages of ``pages`` that ``owner`` holds, in order."""
+        owners = self._owner
+        return [p for p in pages if owners[p] == owner]
 
     def owners(self) -> list[str]:
         return list(self._owner)

@@ -6,6 +6,7 @@ rejected call raises :class:`CacheError` and leaves the cache exactly as it was 
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from kvconf.reference.snapshot import (
     TransferView,
 )
 from kvconf.reference.tiers import Tier, as_tier
+
+_TOP_BYTE = 7 if sys.byteorder == "little" else 0  # where an array("Q") word keeps its top byte
 
 
 @dataclass(slots=True, frozen=True)
@@ -68,6 +71,10 @@ class InsertResult:
     cached_len: int  # tokens already on device before the insert (their caller pages were freed)
     new_len: int  # tokens whose caller pages the tree took over
     freed: tuple[int, ...]  # duplicate caller pages returned to the free list (TREE-5)
+    # What a match of the same tokens now returns on device: the node holding the last page
+    # (the namespace root for no tokens) and the tree's pages for them, in order.
+    node: int = 0
+    device_pages: tuple[int, ...] = ()
 
 
 class PrefixCache:
@@ -95,6 +102,8 @@ class PrefixCache:
         self._victims = VictimIndex()
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
+        # Each node's fields and view at the last snapshot, reused while the fields stay.
+        self._views: dict[int, tuple[tuple, NodeView]] = {}
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -135,9 +144,11 @@ class PrefixCache:
         if pages:
             self._pinned[tier] += sign * len(pages)
 
-    def _set_pages(self, node: Node, tier: Tier, pages: list[int] | None) -> None:
+    def _set_pages(self, node: Node, tier: Tier, pages: Sequence[int] | None) -> None:
         """Give ``node`` its pages on ``tier`` (None: it leaves the tier), keeping the pinned
         count right when the node is pinned there."""
+        if pages is not None:
+            pages = tuple(pages)
         if node.ref(tier) > 0:
             self._pinned[tier] += len(pages or ()) - len(node.pages(tier) or ())
         if tier is Tier.DEVICE:
@@ -151,7 +162,7 @@ class PrefixCache:
         namespace: int,
         parent: Node | None,
         key: tuple[int, ...],
-        hashes: list[int],
+        hashes: Sequence[int],
     ) -> Node:
         self._next_id += 1
         self._seq += 1
@@ -162,7 +173,7 @@ class PrefixCache:
             key=key,
             device=None,
             host=None,
-            hashes=hashes,
+            hashes=tuple(hashes),
             seq=self._seq,
         )
         self._nodes[node.id] = node
@@ -173,8 +184,8 @@ class PrefixCache:
     def _root(self, namespace: int) -> Node:
         root = self._roots.get(namespace)
         if root is None:
-            root = self._new_node(namespace, None, (), [])
-            root.device, root.host = [], []
+            root = self._new_node(namespace, None, (), ())
+            root.device, root.host = (), ()
             self._roots[namespace] = root
         return root
 
@@ -197,7 +208,7 @@ class PrefixCache:
             if pages is None:
                 continue
             upper, lower = pages[:k], pages[k:]
-            self.pools[tier].move(upper, node_owner(node.id), node_owner(mid.id))
+            self.pools[tier].move(list(upper), node_owner(node.id), node_owner(mid.id))
             self._set_pages(node, tier, lower)
             self._set_pages(mid, tier, upper)
         mid.keys, node.keys = node.keys[:k], node.keys[k:]
@@ -207,20 +218,23 @@ class PrefixCache:
         mid.children[node.key[:p]] = node
         return mid
 
-    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> None:
+    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> tuple[int, ...]:
+        """``tokens`` as the tuple the tree compares and keys by, once checked (FAULT-1)."""
         if whole_pages and len(tokens) % self.page_size:
             raise CacheError(
                 "bad_tokens",
                 f"{len(tokens)} tokens is not a whole number of pages of {self.page_size}",
             )
-        try:  # the common case at C speed: every token an int, none negative
-            if not tokens or min(array("q", tokens)) >= 0:
-                return
+        try:  # the common case at C speed: every token an int in 0..2**64-1, each word's top
+            # byte below 0x80 (so below 2**63)
+            if array("Q", tokens).tobytes()[_TOP_BYTE::8].isascii():
+                return tuple(tokens)
         except (TypeError, OverflowError):
             pass
         for t in tokens:
             if not isinstance(t, int) or t < 0 or t >= 2**63:
                 raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
+        return tuple(tokens)
 
     # ----------------------------------------------------------------- match / insert
     def reserve_op(self) -> int:
@@ -230,7 +244,7 @@ class PrefixCache:
 
     def match(self, namespace: int, tokens: Sequence[int]) -> MatchResult:
         """Longest cached whole-page prefix on each tier; splits where the query diverges."""
-        self._check_tokens(tokens, whole_pages=False)
+        tokens = self._check_tokens(tokens, whole_pages=False)
         root = self._root(namespace)
         now = self.clock.now
         node = root
@@ -243,9 +257,9 @@ class PrefixCache:
         device: list[int] = []
         host: list[int] = []
         for n in node.path()[1:]:
+            # A new access time makes no new candidate: the index re-files moved entries.
             n.device_access = now
             n.host_access = now
-            self._victims.offer(n)
             if n.device is not None and dev_node is n.parent:
                 dev_node = n
                 device.extend(n.device)
@@ -274,16 +288,12 @@ class PrefixCache:
             )
         if len(set(pages)) != len(pages):
             raise CacheError("bad_pages", "the same page is given twice")
-        tree_pages: dict[int, int] = {}
+        held: list[int | None] = []  # the tree's device page at each place the walk covers
         for step in walk(root, tokens, p) if root is not None else ():
-            if step.node.device is not None:
-                for i in range(step.pages):
-                    tree_pages[step.start // p + i] = step.node.device[i]
-        pool = self.pools[Tier.DEVICE]
-        for i, page in enumerate(pages):
-            if tree_pages.get(i) == page:
-                continue
-            pool.check_owned([page], CALLER)
+            device = step.node.device
+            held.extend(device[: step.pages] if device is not None else [None] * step.pages)
+        mine = [page for page, tree in zip(pages, held, strict=False) if page != tree]
+        self.pools[Tier.DEVICE].check_owned(mine + list(pages[len(held) :]), CALLER)
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> InsertResult:
         """Publish ``tokens`` (whole pages) with the device ``pages`` that hold their KV.
@@ -292,7 +302,7 @@ class PrefixCache:
         Caller pages at places the tree already holds on device are duplicates and go back to the
         free list (TREE-5); the rest move into the tree. New nodes become eviction candidates.
         """
-        self._check_tokens(tokens, whole_pages=True)
+        tokens = self._check_tokens(tokens, whole_pages=True)
         self._validate_insert(self._roots.get(namespace), tokens, pages)
         root = self._root(namespace)  # only now: a rejected insert creates nothing (FAULT-1)
         p = self.page_size
@@ -302,14 +312,15 @@ class PrefixCache:
         cached = 0
         freed: list[int] = []
         while pos < len(tokens):
-            child = node.children.get(tuple(tokens[pos : pos + p]))
+            child = node.children.get(tokens[pos : pos + p])
             if child is None:
-                key = tuple(tokens[pos:])
+                key = tokens[pos:]
                 hashes = chain_hashes(node.last_hash(), namespace, key, p)
                 child = self._new_node(namespace, node, key, hashes)
                 child.keys = self._keys_below(node, key)
                 child.host_access = now
                 self._attach_device(child, list(pages[pos // p :]), CALLER, now)
+                node = child
                 break
             k = common_pages(child.key, tokens, pos, p)
             if k * p < len(child.key):
@@ -320,15 +331,16 @@ class PrefixCache:
                 self._attach_device(child, span, CALLER, now)
             else:
                 cached += len(child.key)
-                dups = [pg for pg in span if pool.owner(pg) == CALLER]
+                dups = pool.held_by(span, CALLER)
                 if dups:
                     pool.release(dups, CALLER)
                     freed.extend(dups)
                 child.device_access = now
             child.host_access = now
-            self._victims.offer(child)
             node, pos = child, pos + len(child.key)
-        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed))
+        held = tuple(pg for n in node.path()[1:] for pg in n.device or ())
+        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
+                            node=node.id, device_pages=held)
 
     def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
         self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))
@@ -340,7 +352,7 @@ class PrefixCache:
         self._emit(
             KVEvent(
                 kind=EventKind.STORED,
-                block_hashes=tuple(node.hashes),
+                block_hashes=node.hashes,
                 namespace=node.namespace,
                 parent_hash=node.parent.last_hash() if node.parent else None,
                 tokens=node.key,
@@ -461,7 +473,7 @@ class PrefixCache:
             child.host_access = now
             self._victims.offer(child)
             node, pos = child, pos + len(child.key)
-        leftover = [pg for pg in t.pages if pool.owner(pg) == owner]
+        leftover = pool.held_by(t.pages, owner)
         if leftover:
             pool.release(leftover, owner)
         for handle in t.locks:
@@ -544,7 +556,7 @@ class PrefixCache:
         self.pools[tier].release(list(pages), node_owner(node.id))
         self._set_pages(node, tier, None)
         if tier is Tier.DEVICE and not (self._ghosts and self._detached(node)):
-            self._emit(KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace, None, (), 0))
+            self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
             del node.parent.children[node.key[: self.page_size]]
@@ -565,7 +577,7 @@ class PrefixCache:
         self._ghosts.append(root)
         for node in self._subtree(root):  # nothing of it can be matched any more
             if node.device is not None and node is not root:
-                self._emit(KVEvent(EventKind.REMOVED, tuple(node.hashes), node.namespace,
+                self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace,
                                    None, (), 0))
         return self._sweep_ghosts()
 
@@ -592,6 +604,21 @@ class PrefixCache:
                 del self._nodes[ghost.id]
                 self._ghosts.remove(ghost)
         return freed
+
+    def _depths(self) -> dict[int, int]:
+        """Each node's depth below its root, every ancestor walked once."""
+        depth: dict[int, int] = {}
+        for node in self._nodes.values():
+            chain: list[Node] = []
+            n: Node | None = node
+            while n is not None and n.id not in depth:
+                chain.append(n)
+                n = n.parent
+            d = -1 if n is None else depth[n.id]
+            for x in reversed(chain):
+                d += 1
+                depth[x.id] = d
+        return depth
 
     def _subtree(self, root: Node) -> list[Node]:
         out, stack = [], [root]
@@ -668,7 +695,7 @@ class PrefixCache:
             else:
                 # The caller inserted this part on device while the copy was in flight.
                 self.pools[Tier.DEVICE].release(mine, owner)
-        leftover = [d for _, d in t.pairs if self.pools[t.dst_tier].owner(d) == owner]
+        leftover = self.pools[t.dst_tier].held_by((d for _, d in t.pairs), owner)
         if leftover:
             self.pools[t.dst_tier].release(leftover, owner)
         for handle in t.locks:
@@ -690,23 +717,34 @@ class PrefixCache:
         return out
 
     def snapshot(self) -> CacheSnapshot:
+        """The white-box view. A node whose fields are as they were at the last snapshot keeps
+        the view it had then, so a snapshot's cost follows what changed, plus one short
+        comparison per node."""
         nodes: list[NodeView] = []
         starts: dict[int, int] = {}
+        views: dict[int, tuple[tuple, NodeView]] = {}
         # A split parent gets a larger id than its child: order the views by depth, not id.
-        order = sorted(self._nodes.values(), key=lambda n: (len(n.path()), n.id))
-        for n in order:
-            start = 0 if n.parent is None else starts[n.parent.id] + len(n.parent.key)
+        depth = self._depths()
+        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
+            parent = n.parent
+            start = 0 if parent is None else starts[parent.id] + len(parent.key)
             starts[n.id] = start
-            nodes.append(
-                NodeView(
+            seen = (parent.id if parent else None, start, n.key, n.device, n.host, n.hashes,
+                    n.device_ref, n.host_ref, n.device_access, n.host_access, n.pending,
+                    tuple(n.keys))
+            last = self._views.get(n.id)
+            if last is not None and last[0] == seen:
+                view = last[1]
+            else:
+                view = NodeView(
                     id=n.id,
                     namespace=n.namespace,
-                    parent=n.parent.id if n.parent else None,
+                    parent=seen[0],
                     start=start,
                     key=n.key,
-                    device=tuple(n.device) if n.device is not None else None,
-                    host=tuple(n.host) if n.host is not None else None,
-                    hashes=tuple(n.hashes),
+                    device=n.device,
+                    host=n.host,
+                    hashes=n.hashes,
                     device_ref=n.device_ref,
                     host_ref=n.host_ref,
                     device_access=n.device_access,
@@ -715,7 +753,9 @@ class PrefixCache:
                     pending=n.pending,
                     keys=tuple(k.hex() for k in n.keys),
                 )
-            )
+            views[n.id] = (seen, view)
+            nodes.append(view)
+        self._views = views
         pools = {
             t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
             for t, p in self.pools.items()

@@ -19,23 +19,23 @@ class Node:
     namespace: int
     parent: Node | None = field(repr=False)
     key: tuple[int, ...]
-    device: list[int] | None
-    host: list[int] | None
-    hashes: list[int]
+    device: tuple[int, ...] | None  # page ids, one per page of the key; None: not on the tier
+    host: tuple[int, ...] | None
+    hashes: tuple[int, ...]  # block hash of each page of the key (EVENT-4)
     seq: int
     device_access: int = 0
     host_access: int = 0
     device_ref: int = 0
     host_ref: int = 0
     pending: int | None = None
-    keys: list[bytes] = field(default_factory=list)  # L3 rolling key of each page (L3-1)
+    keys: Sequence[bytes] = ()  # L3 rolling key of each page (L3-1)
     children: dict[tuple[int, ...], Node] = field(default_factory=dict, repr=False)
 
     @property
     def is_root(self) -> bool:
         return self.parent is None
 
-    def pages(self, tier: Tier) -> list[int] | None:
+    def pages(self, tier: Tier) -> tuple[int, ...] | None:
         return self.device if tier is Tier.DEVICE else self.host
 
     def ref(self, tier: Tier) -> int:
@@ -64,8 +64,11 @@ class Node:
 
 def common_pages(key: Sequence[int], tokens: Sequence[int], start: int, page_size: int) -> int:
     """Number of whole pages of ``key`` equal to ``tokens[start:]``."""
-    n = 0
     limit = min(len(key), len(tokens) - start) // page_size
+    span = limit * page_size
+    if tuple(key[:span]) == tuple(tokens[start : start + span]):  # the usual case: all of them
+        return limit
+    n = 0
     while n < limit:
         a = n * page_size
         if tuple(key[a : a + page_size]) != tuple(tokens[start + a : start + a + page_size]):

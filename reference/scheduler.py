@@ -155,6 +155,27 @@ class SchedulerSnapshot:
     mamba: MambaView | None = None  # state pools and entries (spec chapter mamba)
 
 
+# The request-level runtime events and the state-machine event each one is.
+_EVENT_OF = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH, Abort: Event.ABORT}
+
+
+class _StatesAfter(dict):
+    """Each request's (state, awaiting) as the events checked so far leave it: read from the
+    request until an event changes it, so checking a list costs what its events name, not a
+    copy of every request's state."""
+
+    def __init__(self, requests: dict[str, Request]) -> None:
+        super().__init__()
+        self._requests = requests
+
+    def __missing__(self, rid: str) -> tuple[State, bool]:
+        r = self._requests[rid]
+        return (r.state, r.awaiting)
+
+    def __contains__(self, rid: object) -> bool:
+        return dict.__contains__(self, rid) or rid in self._requests
+
+
 class Scheduler:
     """Deterministic: requests are ordered by arrival, pages and slots come from stacks."""
 
@@ -499,16 +520,16 @@ class Scheduler:
         ns = r.spec.namespace
         ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
         freed = set(ins.freed)
-        m = self.cache.match(ns, r.tokens[: full * self.p])
-        # Pages the tree already held are now the tree's copies; ours went back free.
-        r.pages[:full] = list(m.device_pages)
+        # Pages the tree already held are now the tree's copies; ours went back free. The
+        # insert says what a match of the same tokens would: the node and the tree's pages.
+        r.pages[:full] = list(ins.device_pages)
         assert not freed & set(r.pages[:full])
         old = r.lock
-        r.lock, r.node = self.cache.lock(m.device_node, Tier.DEVICE), m.device_node
+        r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
         if old is not None:
             self.cache.unlock(old)
         r.shared = full
-        return m.device_node
+        return ins.node
 
     def _host_room(self, need: int) -> None:
         """Evict host pages until a writeback of ``need`` pages fits, where unpinned ones allow
@@ -545,7 +566,7 @@ class Scheduler:
             self._apply(ev)
 
     def _check(self, events: Sequence[RuntimeEvent]) -> None:
-        states = {rid: (r.state, r.awaiting) for rid, r in self.requests.items()}
+        states = _StatesAfter(self.requests)
         ops = dict(self._ops)
         l3 = dict(self._l3)
         for ev in events:
@@ -570,8 +591,7 @@ class Scheduler:
                     states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
                 continue
             rid = ev.rid
-            kind = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH,
-                    Abort: Event.ABORT}[type(ev)]
+            kind = _EVENT_OF[type(ev)]
             if rid not in states:
                 raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
                                      rid, None, str(kind))

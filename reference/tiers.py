@@ -18,6 +18,8 @@ class Tier(str, Enum):
 def as_tier(value: Tier | str) -> Tier:
     """The Tier member for ``value``: code compares tiers by identity, so strings are converted
     once at the public boundary (a plain "device" would compare equal but not identical)."""
+    if value.__class__ is Tier:  # the common case, without the enum's lookup
+        return value
     try:
         return Tier(value)
     except ValueError:
