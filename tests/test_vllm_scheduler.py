@@ -230,3 +230,22 @@ def test_vllm_window_group_is_the_rows_window_table() -> None:
     reuse = [r for r in seen if r.kind == "prefill" and r.reused]
     assert reuse and all(0 not in r.window_table[(r.reused - w + 1) // p: r.reused // p]
                          for r in reuse)
+
+
+@needs_vllm
+@pytest.mark.behaviours("WIN-1")
+def test_vllm_reads_a_models_window_from_its_text_config_alone() -> None:
+    """vLLM's reading of a model config (ModelConfig.get_sliding_window over get_hf_text_config):
+    one level stating a window, or none, reads as the spec reads it; a top level beside a nested
+    text_config is not read, and a switch on with no size takes the config class's default."""
+    eng = _vllm()(SchedConfig())
+    assert eng.model_window({"sliding_window": 4}) == 4
+    assert eng.model_window({"text_config": {"sliding_window": 3}}) == 3
+    assert eng.model_window({"use_sliding_window": False, "sliding_window": 4096}) == 0
+    assert eng.model_window({"sliding_window": 0}) == 0
+    assert eng.model_window({"hidden_size": 64}) == 0
+    # The finding (docs/peers.md, #vllm-scheduler-window): the spec refuses both.
+    assert eng.model_window({"sliding_window": 4, "text_config": {"sliding_window": 8}}) == 8
+    assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096
+    with pytest.raises(EngineRejected):
+        eng.model_window([("sliding_window", 4)])

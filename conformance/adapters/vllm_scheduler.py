@@ -43,8 +43,11 @@ full-attention group and a ``SlidingWindowSpec`` group, each with a block table 
 shared pool (vLLM's hybrid allocator; the pool holds a block per group per page), so a row
 carries the window group's table as its ``window_table`` (WIN-3), with vLLM's null block where the
 window's blocks were freed behind it; the KV events are the full-attention group's (the window
-group stores the same hashes again for its own blocks). Mamba groups and the window of a model
-config (``model_window``) are not mapped.
+group stores the same hashes again for its own blocks). ``model_window`` reads a model config's
+window by vLLM's own steps, with the kit's config written as the ``config.json`` of an
+architecture whose transformers config class carries the keys it uses (``as_architecture``):
+vLLM reads the window through that class, from the text config alone. Mamba groups are not
+mapped.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import import_module
 from types import SimpleNamespace
@@ -86,14 +89,46 @@ MODEL = {
 }
 
 
+# The model configs ``model_window`` writes: the architecture's keys (a tiny text model) over the
+# kit's config. A config with a use_sliding_window switch at a level is written as an architecture
+# whose transformers config class has that switch (Qwen2, Qwen2-VL's text config); one without as
+# one whose class has a sliding_window that defaults to none and no switch (Phi-3, Ministral 3).
+# A nested text_config makes the model a composite one (Qwen2-VL, Mistral 3).
+TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 32000,
+        "max_position_embeddings": MAX_LEN, "rms_norm_eps": 1e-6, "bos_token_id": 1,
+        "eos_token_id": 2, "pad_token_id": 0}
+FLAT = {True: ("Qwen2ForCausalLM", "qwen2"), False: ("Phi3ForCausalLM", "phi3")}
+COMPOSITE = {True: ("Qwen2VLForConditionalGeneration", "qwen2_vl", "qwen2_vl_text"),
+             False: ("Mistral3ForConditionalGeneration", "mistral3", "ministral3")}
+
+
+def as_architecture(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The kit's model config as the ``config.json`` of an architecture vLLM knows (``TEXT``
+    and the architecture's names win over the kit's keys of the same name, which say nothing
+    about a window)."""
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping):
+        arch, kind, text_kind = COMPOSITE["use_sliding_window" in text]
+        return {**cfg, "architectures": [arch], "model_type": kind,
+                "text_config": {**text, **TEXT, "model_type": text_kind}}
+    arch, kind = FLAT["use_sliding_window" in cfg]
+    return {**cfg, **TEXT, "architectures": [arch], "model_type": kind}
+
+
+def write_config(path: str, cfg: Mapping[str, Any]) -> None:
+    """``cfg`` as ``config.json`` in the folder ``path``, written atomically."""
+    tmp = os.path.join(path, "config.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(cfg, f)
+    os.replace(tmp, os.path.join(path, "config.json"))
+
+
 def model_config(config_cls: Any) -> Any:
     """vLLM's ``ModelConfig`` of ``MODEL``, read from a ``config.json`` in a temporary folder,
     which is gone once the config is built (vLLM reads the files only then)."""
     with tempfile.TemporaryDirectory(prefix="kvconf-vllm-model-") as path:
-        tmp = os.path.join(path, "config.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(MODEL, f)
-        os.replace(tmp, os.path.join(path, "config.json"))
+        write_config(path, MODEL)
         # A ModelConfig inspects the architecture's class, importing vLLM's model code.
         return config_cls(model=path, skip_tokenizer_init=True, dtype="float16", seed=0,
                           max_model_len=MAX_LEN)
@@ -109,6 +144,7 @@ def sched_modules() -> SimpleNamespace:
         v.outputs = import_module("vllm.v1.outputs")
         v.structured = import_module("vllm.v1.structured_output")
         v.model_config = model_config(v.config.ModelConfig)
+        v.hf_configs = import_module("vllm.transformers_utils.config")
     except Exception as e:
         raise EngineUnavailable(
             f"vllm's scheduler cannot be built here ({type(e).__name__}: {e}); install vllm "
@@ -121,7 +157,7 @@ class VLLMSchedulerAdapter:
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.IGNORES_UNKNOWN_EVENTS,
         Feature.SAME_FORWARD_REUSE, Feature.PREEMPTS_PREFILLING, Feature.MIXED_ONLY,
-        Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE,
+        Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE, Feature.MODEL_CONFIG,
     })
 
     def __init__(self, config: SchedConfig) -> None:
@@ -321,6 +357,29 @@ class VLLMSchedulerAdapter:
 
     def snapshot(self) -> None:
         return None
+
+    def model_window(self, model_config: Mapping[str, Any]) -> int:
+        """The window vLLM reads from a model config (WIN-1), by ``ModelConfig``'s own steps:
+        ``get_config`` of the folder, ``get_hf_text_config`` (the nested text config where there
+        is one), a window of 0 read as none, then ``ModelConfig.get_sliding_window`` (the text
+        config's ``sliding_window``). ``ModelConfig`` itself is not built: it also inspects the
+        architecture's model code, which for the composite architectures needs packages that
+        are not here (Mistral 3's ``mistral_common``) and plays no part in the window."""
+        if not isinstance(model_config, Mapping):
+            raise EngineRejected("bad_config", f"a model config is a mapping, got "
+                                 f"{type(model_config).__name__}")
+        v = self.v
+        with tempfile.TemporaryDirectory(prefix="kvconf-vllm-model-") as path:
+            write_config(path, as_architecture(model_config))
+            try:
+                hf = v.hf_configs.get_config(path, trust_remote_code=False)
+            except (ValueError, TypeError) as e:  # transformers refuses the config
+                raise EngineRejected("bad_config", f"{type(e).__name__}: {e}") from None
+        text = v.hf_configs.get_hf_text_config(hf)
+        if getattr(text, "sliding_window", None) == 0:  # as ModelConfig.__post_init__ does
+            text.sliding_window = None
+        window = v.config.ModelConfig.get_sliding_window(SimpleNamespace(hf_text_config=text))
+        return window or 0
 
 
 class VLLMEngine(VLLMAdapter):
