@@ -249,3 +249,49 @@ def test_vllm_reads_a_models_window_from_its_text_config_alone() -> None:
     assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096
     with pytest.raises(EngineRejected):
         eng.model_window([("sliding_window", 4)])
+
+
+@needs_vllm
+@pytest.mark.behaviours("MAMBA-1", "MAMBA-3", "MAMBA-6")
+def test_vllm_mamba_group_is_the_rows_state_blocks() -> None:
+    """With Mamba the model has a MambaSpec group in "align" mode: a row leaves its state in the
+    block of its last position and reads it from the block before its first (the cached
+    state's block, copied on write, where it resumes from a hit). The content oracle holds the
+    mapping to it: reading a resumed row's state from its working block instead fails MAMBA-1."""
+    seen: list = []
+
+    class Spy(_without(Feature.KV_EVENTS)):
+        def next_plan(self):
+            plan = super().next_plan()
+            seen.extend(plan.rows)
+            return plan
+
+    trace = scenario("sched-mamba-reuse")
+    play_sched(Spy, trace)
+    p = trace.config.page_size
+    hits = [r for r in seen if r.kind == "prefill" and r.reused]
+    assert hits and all(r.mamba_src > 0 and r.mamba_src != r.mamba for r in hits)
+    assert all(r.mamba > 0 for r in seen)  # never the null block (PLAN-10)
+    assert all(r.start % p == 0 for r in seen if r.kind == "prefill" and r.start)
+
+    class NoSource(_without(Feature.KV_EVENTS)):
+        def _state_blocks(self, table, start, end):
+            return super()._state_blocks(table, start, end)[0], -1
+
+    with pytest.raises(Violation) as e:
+        play_sched(NoSource, trace)
+    assert "MAMBA-1" in e.value.behaviours
+
+
+@needs_vllm
+@pytest.mark.behaviours("EVENT-1", "MAMBA-3")
+def test_vllm_computes_a_prefix_without_its_state_again_and_announces_it_twice() -> None:
+    """A prefix whose KV is cached but whose Mamba state is not is computed again (the hybrid
+    hit is the shortest group's, MAMBA-3 owes no more), and vLLM caches the recomputed blocks
+    beside the cached ones, announcing their hashes a second time (BlockPool.cache_full_blocks).
+    """
+    trace = scenario("sched-mamba-retract")
+    with pytest.raises(Violation) as e:
+        play_sched(_vllm(), trace)
+    assert list(e.value.behaviours) == ["EVENT-1"], e.value
+    play_sched(_without(Feature.KV_EVENTS), trace)  # nothing else is wrong with the run

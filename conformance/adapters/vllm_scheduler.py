@@ -46,8 +46,12 @@ window's blocks were freed behind it; the KV events are the full-attention group
 group stores the same hashes again for its own blocks). ``model_window`` reads a model config's
 window by vLLM's own steps, with the kit's config written as the ``config.json`` of an
 architecture whose transformers config class carries the keys it uses (``as_architecture``):
-vLLM reads the window through that class, from the text config alone. Mamba groups are not
-mapped.
+vLLM reads the window through that class, from the text config alone. With Mamba state the
+model has a ``MambaSpec`` group in vLLM's "align" cache mode, its blocks from the same pool
+(``state_ids`` are the pool's block ids): block p holds the state after p + 1 pages of tokens,
+so a row leaves its state in the block of its last position (its ``mamba``) and reads it from
+the block before its first (its ``mamba_src`` where that is another block): the spec's mapping
+of states kept in a table of blocks (chapter mamba).
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ class VLLMSchedulerAdapter:
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.IGNORES_UNKNOWN_EVENTS,
         Feature.SAME_FORWARD_REUSE, Feature.PREEMPTS_PREFILLING, Feature.MIXED_ONLY,
         Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE, Feature.MODEL_CONFIG,
+        Feature.MAMBA,
     })
 
     def __init__(self, config: SchedConfig) -> None:
@@ -174,7 +179,10 @@ class VLLMSchedulerAdapter:
             max_num_seqs=seqs, max_num_batched_tokens=config.max_tokens, max_model_len=MAX_LEN,
             enable_chunked_prefill=True, long_prefill_token_threshold=0,
             is_encoder_decoder=False)
-        cache_cfg = c.CacheConfig(block_size=p, enable_prefix_caching=True)
+        self.mamba = config.mamba
+        # Mamba prefix caching is vLLM's "align" mode (MambaManager asserts it with caching on).
+        cache_cfg = c.CacheConfig(block_size=p, enable_prefix_caching=True,
+                                  mamba_cache_mode="align" if self.mamba else "none")
         # The adapter cap (PLAN-9) is vLLM's max_loras; without one, LoRA requests are not
         # counted at all (Scheduler.schedule reads lora_config only when it is set).
         lora = c.LoRAConfig(max_loras=config.max_adapters) if config.max_adapters else None
@@ -191,9 +199,17 @@ class VLLMSchedulerAdapter:
             sw = v.spec.SlidingWindowSpec(block_size=p, num_kv_heads=1, head_size=8,
                                           dtype=torch.float16, sliding_window=w)
             groups.append(v.spec.KVCacheGroupSpec(["model.layers.1.self_attn.attn"], sw))
-        # One pool for every group (vLLM's hybrid allocator): a block per group per page.
-        blocks = len(groups) * config.device_pages + 1
+        if self.mamba:  # a Mamba group: one state per block of a page of tokens (chapter mamba)
+            ms = v.spec.MambaSpec(block_size=p, shapes=((4,),), dtypes=(torch.float16,),
+                                  mamba_cache_mode="align")
+            groups.append(v.spec.KVCacheGroupSpec(["model.layers.2.mixer"], ms))
+        self.state_group = len(groups) - 1 if self.mamba else -1
+        # One pool for every group (vLLM's hybrid allocator): a block per KV group per page,
+        # and the state slots beside them.
+        kv_groups = 2 if w else 1
+        blocks = kv_groups * config.device_pages + (config.mamba_slots if self.mamba else 0) + 1
         self.page_ids = (blocks, 0)
+        self.state_ids = self.page_ids  # states are blocks of the pool, numbered as pages
         kv = v.spec.KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                   kv_cache_groups=groups)
         cache_cfg.num_gpu_blocks = blocks
@@ -292,6 +308,8 @@ class VLLMSchedulerAdapter:
             ids = self.sched.kv_cache_manager.get_block_ids(rid)
             table = tuple(ids[0])
             window = tuple(ids[1]) if self.window else ()
+            work, src = (self._state_blocks(tuple(ids[self.state_group]), start, start + n)
+                         if self.mamba else (-1, -1))
             if rid in admitted:
                 self.decoding.discard(rid)
                 self.slot.setdefault(rid, min(set(range(self.slots)) - set(self.slot.values())))
@@ -306,10 +324,30 @@ class VLLMSchedulerAdapter:
             new = tuple(b for b in table[shared:] if b != 0)
             rows.append(ForwardRow(
                 rid, kind, self.ns.get(rid, 0), start, tuple(req.all_token_ids[start:start + n]),
-                reused, table, new, self.slot[rid], samples, window_table=window))
+                reused, table, new, self.slot[rid], samples, window_table=window,
+                mamba=work, mamba_src=src))
         self.pending = out if out.num_scheduled_tokens else None
         zero = tuple(out.new_block_ids_to_zero or ())
         return Plan(self._step, tuple(rows), (), (), zero=zero)
+
+    def _state_blocks(self, table: tuple[int, ...], start: int, end: int) -> tuple[int, int]:
+        """The Mamba group's blocks a row of [start, end) uses (chapter mamba, states in a
+        table of blocks): vLLM's "align" mode keeps in block p the state after (p + 1) pages
+        of tokens and cuts prefill chunks at block boundaries (``_mamba_block_aligned_split``:
+        "slot p holds the state after exactly (p + 1) * block_size tokens"), its model runner
+        copying the last state into the block a row ends in before the forward
+        (``precopy_mamba_align_fused_kernel``, ``mamba_utils.py``). So the state of depth
+        ``end`` is left in the block of position end - 1, and the one of depth ``start`` read
+        from the block of position start - 1 (a source of its own where that is another
+        block)."""
+        p = self.page_size
+
+        def block(k: int) -> int:
+            return table[k] if k < len(table) else self.null_page
+
+        work = block((end - 1) // p)
+        src = block((start - 1) // p) if start else -1
+        return work, (src if src != work else -1)
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         tokens: dict[str, int] = {}
@@ -346,8 +384,8 @@ class VLLMSchedulerAdapter:
         one batch per step)."""
         raw, self.published = self.published, []
         raw += self.sched.kv_cache_manager.take_events()
-        # The full-attention group's blocks are the cache's prefixes; a window group caches
-        # the same hashes again for its own blocks (group_idx 1).
+        # The full-attention group's blocks are the cache's prefixes; a window or Mamba group
+        # caches the same hashes again for its own blocks (group_idx 1, 2).
         raw = [e for e in raw if getattr(e, "group_idx", 0) in (0, None)]
         return to_kit_events(raw, self.v.events, self._hashes._event_namespace)
 
