@@ -1,6 +1,6 @@
-"""vLLM's v1 scheduler at the scheduler level, and the three declared engine properties it needs
-from the kit: same-forward reuse (PLAN-13), preempting a prefilling request (REQ-7) and having
-no unmixed mode (PLAN-3). The allowances are tested on the reference's legal variants (an engine
+"""vLLM's v1 scheduler at the scheduler level, and the four declared engine properties it needs
+from the kit: same-forward reuse (PLAN-13), preempting a prefilling request (REQ-7), having
+no unmixed mode (PLAN-3) and reading a model config through its config class (WIN-5). The allowances are tested on the reference's legal variants (an engine
 that declares one passes, the same engine without the declaration fails); the vLLM tests run
 where vLLM is installed (.ci/install-peers.sh) and are skipped otherwise."""
 
@@ -16,6 +16,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.mutants.scheduler import ReusesPinnedPage
+from kvconf.conformance.mutants.window import WindowFromTopLevelOnly
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.running.profiles import PROFILES, Budget
@@ -23,6 +24,7 @@ from kvconf.conformance.running.runner import run_suite
 from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
+from kvconf.conformance.scheduler.window_cases import check_model_windows
 from kvconf.conformance.variants import all_variants
 from kvconf.reference.plan import Abort, ExtendResult, WritebackDone
 
@@ -58,6 +60,43 @@ def test_same_forward_reuse_is_legal_only_when_declared() -> None:
     with pytest.raises(Violation) as e:
         play_sched(v.factory(with_features=False), trace)
     assert "PLAN-12" in e.value.behaviours, e.value
+
+
+@pytest.mark.behaviours("WIN-5", "WIN-1")
+def test_config_class_window_is_legal_only_when_declared() -> None:
+    """A config read through its class (the text config's window over the top level's, a switch
+    on with no size taking the class's default) passes every sample declared, and fails WIN-1
+    undeclared: the first disagreeing levels it reads instead of refusing."""
+    v = VARIANTS["ReadsByConfigClass"]
+    eng = v.factory()(SchedConfig())
+    assert eng.model_window({"sliding_window": 4, "text_config": {"sliding_window": 8}}) == 8
+    assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096
+    assert check_model_windows(eng) > 0
+    with pytest.raises(Violation) as e:
+        check_model_windows(v.factory(with_features=False)(SchedConfig()))
+    assert e.value.behaviours == ("WIN-1",) and "levels-disagree" in str(e.value), e.value
+
+
+def _declaring(model_window) -> object:
+    """The reference declaring config_class_window, its reading replaced by ``model_window``."""
+    cls = type("Declares", (ReferenceSchedulerAdapter,), {
+        "features": ReferenceSchedulerAdapter.features | {Feature.CONFIG_CLASS_WINDOW},
+        "model_window": lambda self, cfg: model_window(cfg)})
+    return cls(SchedConfig())
+
+
+@pytest.mark.behaviours("WIN-5", "WIN-1")
+def test_config_class_window_still_reads_the_text_config() -> None:
+    """Declaring WIN-5 does not excuse a reader of the top level alone (D381-6), nor a switch on
+    read as no window."""
+    with pytest.raises(Violation) as e:
+        check_model_windows(_declaring(WindowFromTopLevelOnly.model_window))
+    assert "nested-text-config" in str(e.value) and "WIN-5" in e.value.behaviours, e.value
+    variant = VARIANTS["ReadsByConfigClass"].cls.model_window
+    with pytest.raises(Violation, match="switch-without-size"):
+        check_model_windows(_declaring(lambda cfg: 0 if "text_config" in cfg and
+                                       cfg["text_config"].get("use_sliding_window")
+                                       else variant(cfg)))
 
 
 @pytest.mark.behaviours("PLAN-13", "REQ-3", "TREE-2")
@@ -233,22 +272,28 @@ def test_vllm_window_group_is_the_rows_window_table() -> None:
 
 
 @needs_vllm
-@pytest.mark.behaviours("WIN-1")
-def test_vllm_reads_a_models_window_from_its_text_config_alone() -> None:
+@pytest.mark.behaviours("WIN-1", "WIN-5")
+def test_vllm_reads_a_models_window_through_its_config_class() -> None:
     """vLLM's reading of a model config (ModelConfig.get_sliding_window over get_hf_text_config):
-    one level stating a window, or none, reads as the spec reads it; a top level beside a nested
-    text_config is not read, and a switch on with no size takes the config class's default."""
+    the nested text config alone where there is one, the config class's default for a size left
+    unsaid (WIN-5, declared). Both model-config samples pass declared and fail WIN-1 undeclared."""
     eng = _vllm()(SchedConfig())
+    assert Feature.CONFIG_CLASS_WINDOW in eng.features
     assert eng.model_window({"sliding_window": 4}) == 4
     assert eng.model_window({"text_config": {"sliding_window": 3}}) == 3
     assert eng.model_window({"use_sliding_window": False, "sliding_window": 4096}) == 0
     assert eng.model_window({"sliding_window": 0}) == 0
     assert eng.model_window({"hidden_size": 64}) == 0
-    # The finding (docs/peers.md, #vllm-scheduler-window): the spec refuses both.
     assert eng.model_window({"sliding_window": 4, "text_config": {"sliding_window": 8}}) == 8
-    assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096
+    assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096  # Qwen2-VL's
+    assert eng.model_window({"sliding_window": 4, "text_config": {}}) == 0  # Ministral 3's
     with pytest.raises(EngineRejected):
         eng.model_window([("sliding_window", 4)])
+    assert check_model_windows(eng) > 0
+    eng.features = eng.features - {Feature.CONFIG_CLASS_WINDOW}
+    with pytest.raises(Violation) as e:
+        check_model_windows(eng)
+    assert e.value.behaviours == ("WIN-1",), e.value
 
 
 @needs_vllm

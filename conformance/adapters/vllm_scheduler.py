@@ -36,7 +36,9 @@ request still prefilling can be preempted too (``preempts_prefilling``, REQ-7). 
 reuses blocks another row of that forward computes; vLLM's runtime writes every row's KV of a layer
 before any row of that layer attends (``_allow_microbatching`` in ``gpu_model_runner.py``), which
 the adapter declares (``same_forward_reuse``, PLAN-13). It has no unmixed mode: every batch may mix
-prefill and decode rows (``mixed_only``, PLAN-3). KV events are the manager's own
+prefill and decode rows (``mixed_only``, PLAN-3). A model's window is read through its
+architecture's transformers config class, the text config alone where there is one
+(``config_class_window``, WIN-5). KV events are the manager's own
 (``take_events``), read at every drain rather than once per step. There is no host tier or L3 store
 without a KV connector, and no snapshot. With a sliding window the model is hybrid: a
 full-attention group and a ``SlidingWindowSpec`` group, each with a block table of its own from one
@@ -162,7 +164,7 @@ class VLLMSchedulerAdapter:
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.IGNORES_UNKNOWN_EVENTS,
         Feature.SAME_FORWARD_REUSE, Feature.PREEMPTS_PREFILLING, Feature.MIXED_ONLY,
         Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE, Feature.MODEL_CONFIG,
-        Feature.MAMBA,
+        Feature.CONFIG_CLASS_WINDOW, Feature.MAMBA,
     })
 
     def __init__(self, config: SchedConfig) -> None:
@@ -397,7 +399,7 @@ class VLLMSchedulerAdapter:
         return None
 
     def model_window(self, model_config: Mapping[str, Any]) -> int:
-        """The window vLLM reads from a model config (WIN-1), by ``ModelConfig``'s own steps:
+        """The window vLLM reads from a model config (WIN-1, WIN-5), by ``ModelConfig``'s own steps:
         ``get_config`` of the folder, ``get_hf_text_config`` (the nested text config where there
         is one), a window of 0 read as none, then ``ModelConfig.get_sliding_window`` (the text
         config's ``sliding_window``). ``ModelConfig`` itself is not built: it also inspects the
