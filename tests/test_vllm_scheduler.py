@@ -1,8 +1,9 @@
 """vLLM's v1 scheduler at the scheduler level, and the four declared engine properties it needs
 from the kit: same-forward reuse (PLAN-13), preempting a prefilling request (REQ-7), having
-no unmixed mode (PLAN-3) and reading a model config through its config class (WIN-5). The allowances are tested on the reference's legal variants (an engine
-that declares one passes, the same engine without the declaration fails); the vLLM tests run
-where vLLM is installed (.ci/install-peers.sh) and are skipped otherwise."""
+no unmixed mode (PLAN-3) and reading a model config through its config class (WIN-5). The
+allowances are tested on the reference's legal variants (an engine that declares one passes,
+the same engine without the declaration fails); the vLLM tests run where vLLM is installed
+(.ci/install-peers.sh) and are skipped otherwise."""
 
 from __future__ import annotations
 
