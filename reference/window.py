@@ -63,3 +63,30 @@ def window_from_model_config(cfg: Mapping[str, Any]) -> int:
         said = ", ".join(f"{f} = {w}" for f, w in found)
         raise CacheError("bad_config", f"contradictory sliding windows: {said}")
     return found[0][1] if found else 0
+
+
+def window_by_config_class(cfg: Mapping[str, Any]) -> tuple[int | None, bool]:
+    """The window an engine reading the config through its architecture's config class takes
+    (WIN-5): the nested text config, where there is one, configures the language model alone,
+    else the top level does; ``use_sliding_window = false`` is no window, a stated size (null =
+    none) is the window. What that level leaves unsaid is the class's default, which the config
+    does not give: ``(None, positive)``, ``positive`` where the switch is on (a window, not
+    none)."""
+    if not isinstance(cfg, Mapping):
+        raise CacheError("bad_config", f"model config: {type(cfg).__name__} is not a mapping")
+    level, where = cfg, ""
+    for key in NESTED:
+        sub = cfg.get(key)
+        if sub is None:
+            continue
+        if not isinstance(sub, Mapping):
+            raise CacheError("bad_config", f"{key}: {type(sub).__name__} is not a mapping")
+        level, where = sub, f"{key}."
+    use = level.get("use_sliding_window")
+    if use is not None and not isinstance(use, bool):
+        raise CacheError("bad_config", f"{where}use_sliding_window: {use!r} is not a bool")
+    if use is False:
+        return 0, False
+    if "sliding_window" in level:
+        return _size(f"{where}sliding_window", level["sliding_window"]), False
+    return None, use is True

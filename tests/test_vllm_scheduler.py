@@ -1,8 +1,9 @@
-"""vLLM's v1 scheduler at the scheduler level, and the three declared engine properties it needs
-from the kit: same-forward reuse (PLAN-13), preempting a prefilling request (REQ-7) and having
-no unmixed mode (PLAN-3). The allowances are tested on the reference's legal variants (an engine
-that declares one passes, the same engine without the declaration fails); the vLLM tests run
-where vLLM is installed (.ci/install-peers.sh) and are skipped otherwise."""
+"""vLLM's v1 scheduler at the scheduler level, and the four declared engine properties it needs
+from the kit: same-forward reuse (PLAN-13), preempting a prefilling request (REQ-7), having
+no unmixed mode (PLAN-3) and reading a model config through its config class (WIN-5). The
+allowances are tested on the reference's legal variants (an engine that declares one passes,
+the same engine without the declaration fails); the vLLM tests run where vLLM is installed
+(.ci/install-peers.sh) and are skipped otherwise."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.mutants.scheduler import ReusesPinnedPage
+from kvconf.conformance.mutants.window import WindowFromTopLevelOnly
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.running.profiles import PROFILES, Budget
@@ -23,6 +25,7 @@ from kvconf.conformance.running.runner import run_suite
 from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
+from kvconf.conformance.scheduler.window_cases import check_model_windows
 from kvconf.conformance.variants import all_variants
 from kvconf.reference.plan import Abort, ExtendResult, WritebackDone
 
@@ -58,6 +61,43 @@ def test_same_forward_reuse_is_legal_only_when_declared() -> None:
     with pytest.raises(Violation) as e:
         play_sched(v.factory(with_features=False), trace)
     assert "PLAN-12" in e.value.behaviours, e.value
+
+
+@pytest.mark.behaviours("WIN-5", "WIN-1")
+def test_config_class_window_is_legal_only_when_declared() -> None:
+    """A config read through its class (the text config's window over the top level's, a switch
+    on with no size taking the class's default) passes every sample declared, and fails WIN-1
+    undeclared: the first disagreeing levels it reads instead of refusing."""
+    v = VARIANTS["ReadsByConfigClass"]
+    eng = v.factory()(SchedConfig())
+    assert eng.model_window({"sliding_window": 4, "text_config": {"sliding_window": 8}}) == 8
+    assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096
+    assert check_model_windows(eng) > 0
+    with pytest.raises(Violation) as e:
+        check_model_windows(v.factory(with_features=False)(SchedConfig()))
+    assert e.value.behaviours == ("WIN-1",) and "levels-disagree" in str(e.value), e.value
+
+
+def _declaring(model_window) -> object:
+    """The reference declaring config_class_window, its reading replaced by ``model_window``."""
+    cls = type("Declares", (ReferenceSchedulerAdapter,), {
+        "features": ReferenceSchedulerAdapter.features | {Feature.CONFIG_CLASS_WINDOW},
+        "model_window": lambda self, cfg: model_window(cfg)})
+    return cls(SchedConfig())
+
+
+@pytest.mark.behaviours("WIN-5", "WIN-1")
+def test_config_class_window_still_reads_the_text_config() -> None:
+    """Declaring WIN-5 does not excuse a reader of the top level alone (D381-6), nor a switch on
+    read as no window."""
+    with pytest.raises(Violation) as e:
+        check_model_windows(_declaring(WindowFromTopLevelOnly.model_window))
+    assert "nested-text-config" in str(e.value) and "WIN-5" in e.value.behaviours, e.value
+    variant = VARIANTS["ReadsByConfigClass"].cls.model_window
+    with pytest.raises(Violation, match="switch-without-size"):
+        check_model_windows(_declaring(lambda cfg: 0 if "text_config" in cfg and
+                                       cfg["text_config"].get("use_sliding_window")
+                                       else variant(cfg)))
 
 
 @pytest.mark.behaviours("PLAN-13", "REQ-3", "TREE-2")
@@ -230,3 +270,74 @@ def test_vllm_window_group_is_the_rows_window_table() -> None:
     reuse = [r for r in seen if r.kind == "prefill" and r.reused]
     assert reuse and all(0 not in r.window_table[(r.reused - w + 1) // p: r.reused // p]
                          for r in reuse)
+
+
+@needs_vllm
+@pytest.mark.behaviours("WIN-1", "WIN-5")
+def test_vllm_reads_a_models_window_through_its_config_class() -> None:
+    """vLLM's reading of a model config (ModelConfig.get_sliding_window over get_hf_text_config):
+    the nested text config alone where there is one, the config class's default for a size left
+    unsaid (WIN-5, declared). Both model-config samples pass declared and fail WIN-1 undeclared."""
+    eng = _vllm()(SchedConfig())
+    assert Feature.CONFIG_CLASS_WINDOW in eng.features
+    assert eng.model_window({"sliding_window": 4}) == 4
+    assert eng.model_window({"text_config": {"sliding_window": 3}}) == 3
+    assert eng.model_window({"use_sliding_window": False, "sliding_window": 4096}) == 0
+    assert eng.model_window({"sliding_window": 0}) == 0
+    assert eng.model_window({"hidden_size": 64}) == 0
+    assert eng.model_window({"sliding_window": 4, "text_config": {"sliding_window": 8}}) == 8
+    assert eng.model_window({"text_config": {"use_sliding_window": True}}) == 4096  # Qwen2-VL's
+    assert eng.model_window({"sliding_window": 4, "text_config": {}}) == 0  # Ministral 3's
+    with pytest.raises(EngineRejected):
+        eng.model_window([("sliding_window", 4)])
+    assert check_model_windows(eng) > 0
+    eng.features = eng.features - {Feature.CONFIG_CLASS_WINDOW}
+    with pytest.raises(Violation) as e:
+        check_model_windows(eng)
+    assert e.value.behaviours == ("WIN-1",), e.value
+
+
+@needs_vllm
+@pytest.mark.behaviours("MAMBA-1", "MAMBA-3", "MAMBA-6")
+def test_vllm_mamba_group_is_the_rows_state_blocks() -> None:
+    """With Mamba the model has a MambaSpec group in "align" mode: a row leaves its state in the
+    block of its last position and reads it from the block before its first (the cached
+    state's block, copied on write, where it resumes from a hit). The content oracle holds the
+    mapping to it: reading a resumed row's state from its working block instead fails MAMBA-1."""
+    seen: list = []
+
+    class Spy(_without(Feature.KV_EVENTS)):
+        def next_plan(self):
+            plan = super().next_plan()
+            seen.extend(plan.rows)
+            return plan
+
+    trace = scenario("sched-mamba-reuse")
+    play_sched(Spy, trace)
+    p = trace.config.page_size
+    hits = [r for r in seen if r.kind == "prefill" and r.reused]
+    assert hits and all(r.mamba_src > 0 and r.mamba_src != r.mamba for r in hits)
+    assert all(r.mamba > 0 for r in seen)  # never the null block (PLAN-10)
+    assert all(r.start % p == 0 for r in seen if r.kind == "prefill" and r.start)
+
+    class NoSource(_without(Feature.KV_EVENTS)):
+        def _state_blocks(self, table, start, end):
+            return super()._state_blocks(table, start, end)[0], -1
+
+    with pytest.raises(Violation) as e:
+        play_sched(NoSource, trace)
+    assert "MAMBA-1" in e.value.behaviours
+
+
+@needs_vllm
+@pytest.mark.behaviours("EVENT-1", "MAMBA-3")
+def test_vllm_computes_a_prefix_without_its_state_again_and_announces_it_twice() -> None:
+    """A prefix whose KV is cached but whose Mamba state is not is computed again (the hybrid
+    hit is the shortest group's, MAMBA-3 owes no more), and vLLM caches the recomputed blocks
+    beside the cached ones, announcing their hashes a second time (BlockPool.cache_full_blocks).
+    """
+    trace = scenario("sched-mamba-retract")
+    with pytest.raises(Violation) as e:
+        play_sched(_vllm(), trace)
+    assert list(e.value.behaviours) == ["EVENT-1"], e.value
+    play_sched(_without(Feature.KV_EVENTS), trace)  # nothing else is wrong with the run

@@ -36,15 +36,24 @@ request still prefilling can be preempted too (``preempts_prefilling``, REQ-7). 
 reuses blocks another row of that forward computes; vLLM's runtime writes every row's KV of a layer
 before any row of that layer attends (``_allow_microbatching`` in ``gpu_model_runner.py``), which
 the adapter declares (``same_forward_reuse``, PLAN-13). It has no unmixed mode: every batch may mix
-prefill and decode rows (``mixed_only``, PLAN-3). KV events are the manager's own
+prefill and decode rows (``mixed_only``, PLAN-3). A model's window is read through its
+architecture's transformers config class, the text config alone where there is one
+(``config_class_window``, WIN-5). KV events are the manager's own
 (``take_events``), read at every drain rather than once per step. There is no host tier or L3 store
 without a KV connector, and no snapshot. With a sliding window the model is hybrid: a
 full-attention group and a ``SlidingWindowSpec`` group, each with a block table of its own from one
 shared pool (vLLM's hybrid allocator; the pool holds a block per group per page), so a row
 carries the window group's table as its ``window_table`` (WIN-3), with vLLM's null block where the
 window's blocks were freed behind it; the KV events are the full-attention group's (the window
-group stores the same hashes again for its own blocks). Mamba groups and the window of a model
-config (``model_window``) are not mapped.
+group stores the same hashes again for its own blocks). ``model_window`` reads a model config's
+window by vLLM's own steps, with the kit's config written as the ``config.json`` of an
+architecture whose transformers config class carries the keys it uses (``as_architecture``):
+vLLM reads the window through that class, from the text config alone. With Mamba state the
+model has a ``MambaSpec`` group in vLLM's "align" cache mode, its blocks from the same pool
+(``state_ids`` are the pool's block ids): block p holds the state after p + 1 pages of tokens,
+so a row leaves its state in the block of its last position (its ``mamba``) and reads it from
+the block before its first (its ``mamba_src`` where that is another block): the spec's mapping
+of states kept in a table of blocks (chapter mamba).
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import import_module
 from types import SimpleNamespace
@@ -86,14 +95,46 @@ MODEL = {
 }
 
 
+# The model configs ``model_window`` writes: the architecture's keys (a tiny text model) over the
+# kit's config. A config with a use_sliding_window switch at a level is written as an architecture
+# whose transformers config class has that switch (Qwen2, Qwen2-VL's text config); one without as
+# one whose class has a sliding_window that defaults to none and no switch (Phi-3, Ministral 3).
+# A nested text_config makes the model a composite one (Qwen2-VL, Mistral 3).
+TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 32000,
+        "max_position_embeddings": MAX_LEN, "rms_norm_eps": 1e-6, "bos_token_id": 1,
+        "eos_token_id": 2, "pad_token_id": 0}
+FLAT = {True: ("Qwen2ForCausalLM", "qwen2"), False: ("Phi3ForCausalLM", "phi3")}
+COMPOSITE = {True: ("Qwen2VLForConditionalGeneration", "qwen2_vl", "qwen2_vl_text"),
+             False: ("Mistral3ForConditionalGeneration", "mistral3", "ministral3")}
+
+
+def as_architecture(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The kit's model config as the ``config.json`` of an architecture vLLM knows (``TEXT``
+    and the architecture's names win over the kit's keys of the same name, which say nothing
+    about a window)."""
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping):
+        arch, kind, text_kind = COMPOSITE["use_sliding_window" in text]
+        return {**cfg, "architectures": [arch], "model_type": kind,
+                "text_config": {**text, **TEXT, "model_type": text_kind}}
+    arch, kind = FLAT["use_sliding_window" in cfg]
+    return {**cfg, **TEXT, "architectures": [arch], "model_type": kind}
+
+
+def write_config(path: str, cfg: Mapping[str, Any]) -> None:
+    """``cfg`` as ``config.json`` in the folder ``path``, written atomically."""
+    tmp = os.path.join(path, "config.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(cfg, f)
+    os.replace(tmp, os.path.join(path, "config.json"))
+
+
 def model_config(config_cls: Any) -> Any:
     """vLLM's ``ModelConfig`` of ``MODEL``, read from a ``config.json`` in a temporary folder,
     which is gone once the config is built (vLLM reads the files only then)."""
     with tempfile.TemporaryDirectory(prefix="kvconf-vllm-model-") as path:
-        tmp = os.path.join(path, "config.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(MODEL, f)
-        os.replace(tmp, os.path.join(path, "config.json"))
+        write_config(path, MODEL)
         # A ModelConfig inspects the architecture's class, importing vLLM's model code.
         return config_cls(model=path, skip_tokenizer_init=True, dtype="float16", seed=0,
                           max_model_len=MAX_LEN)
@@ -109,6 +150,7 @@ def sched_modules() -> SimpleNamespace:
         v.outputs = import_module("vllm.v1.outputs")
         v.structured = import_module("vllm.v1.structured_output")
         v.model_config = model_config(v.config.ModelConfig)
+        v.hf_configs = import_module("vllm.transformers_utils.config")
     except Exception as e:
         raise EngineUnavailable(
             f"vllm's scheduler cannot be built here ({type(e).__name__}: {e}); install vllm "
@@ -121,7 +163,8 @@ class VLLMSchedulerAdapter:
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.IGNORES_UNKNOWN_EVENTS,
         Feature.SAME_FORWARD_REUSE, Feature.PREEMPTS_PREFILLING, Feature.MIXED_ONLY,
-        Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE,
+        Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE, Feature.MODEL_CONFIG,
+        Feature.CONFIG_CLASS_WINDOW, Feature.MAMBA,
     })
 
     def __init__(self, config: SchedConfig) -> None:
@@ -138,7 +181,10 @@ class VLLMSchedulerAdapter:
             max_num_seqs=seqs, max_num_batched_tokens=config.max_tokens, max_model_len=MAX_LEN,
             enable_chunked_prefill=True, long_prefill_token_threshold=0,
             is_encoder_decoder=False)
-        cache_cfg = c.CacheConfig(block_size=p, enable_prefix_caching=True)
+        self.mamba = config.mamba
+        # Mamba prefix caching is vLLM's "align" mode (MambaManager asserts it with caching on).
+        cache_cfg = c.CacheConfig(block_size=p, enable_prefix_caching=True,
+                                  mamba_cache_mode="align" if self.mamba else "none")
         # The adapter cap (PLAN-9) is vLLM's max_loras; without one, LoRA requests are not
         # counted at all (Scheduler.schedule reads lora_config only when it is set).
         lora = c.LoRAConfig(max_loras=config.max_adapters) if config.max_adapters else None
@@ -155,9 +201,17 @@ class VLLMSchedulerAdapter:
             sw = v.spec.SlidingWindowSpec(block_size=p, num_kv_heads=1, head_size=8,
                                           dtype=torch.float16, sliding_window=w)
             groups.append(v.spec.KVCacheGroupSpec(["model.layers.1.self_attn.attn"], sw))
-        # One pool for every group (vLLM's hybrid allocator): a block per group per page.
-        blocks = len(groups) * config.device_pages + 1
+        if self.mamba:  # a Mamba group: one state per block of a page of tokens (chapter mamba)
+            ms = v.spec.MambaSpec(block_size=p, shapes=((4,),), dtypes=(torch.float16,),
+                                  mamba_cache_mode="align")
+            groups.append(v.spec.KVCacheGroupSpec(["model.layers.2.mixer"], ms))
+        self.state_group = len(groups) - 1 if self.mamba else -1
+        # One pool for every group (vLLM's hybrid allocator): a block per KV group per page,
+        # and the state slots beside them.
+        kv_groups = 2 if w else 1
+        blocks = kv_groups * config.device_pages + (config.mamba_slots if self.mamba else 0) + 1
         self.page_ids = (blocks, 0)
+        self.state_ids = self.page_ids  # states are blocks of the pool, numbered as pages
         kv = v.spec.KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                   kv_cache_groups=groups)
         cache_cfg.num_gpu_blocks = blocks
@@ -256,6 +310,8 @@ class VLLMSchedulerAdapter:
             ids = self.sched.kv_cache_manager.get_block_ids(rid)
             table = tuple(ids[0])
             window = tuple(ids[1]) if self.window else ()
+            work, src = (self._state_blocks(tuple(ids[self.state_group]), start, start + n)
+                         if self.mamba else (-1, -1))
             if rid in admitted:
                 self.decoding.discard(rid)
                 self.slot.setdefault(rid, min(set(range(self.slots)) - set(self.slot.values())))
@@ -270,10 +326,30 @@ class VLLMSchedulerAdapter:
             new = tuple(b for b in table[shared:] if b != 0)
             rows.append(ForwardRow(
                 rid, kind, self.ns.get(rid, 0), start, tuple(req.all_token_ids[start:start + n]),
-                reused, table, new, self.slot[rid], samples, window_table=window))
+                reused, table, new, self.slot[rid], samples, window_table=window,
+                mamba=work, mamba_src=src))
         self.pending = out if out.num_scheduled_tokens else None
         zero = tuple(out.new_block_ids_to_zero or ())
         return Plan(self._step, tuple(rows), (), (), zero=zero)
+
+    def _state_blocks(self, table: tuple[int, ...], start: int, end: int) -> tuple[int, int]:
+        """The Mamba group's blocks a row of [start, end) uses (chapter mamba, states in a
+        table of blocks): vLLM's "align" mode keeps in block p the state after (p + 1) pages
+        of tokens and cuts prefill chunks at block boundaries (``_mamba_block_aligned_split``:
+        "slot p holds the state after exactly (p + 1) * block_size tokens"), its model runner
+        copying the last state into the block a row ends in before the forward
+        (``precopy_mamba_align_fused_kernel``, ``mamba_utils.py``). So the state of depth
+        ``end`` is left in the block of position end - 1, and the one of depth ``start`` read
+        from the block of position start - 1 (a source of its own where that is another
+        block)."""
+        p = self.page_size
+
+        def block(k: int) -> int:
+            return table[k] if k < len(table) else self.null_page
+
+        work = block((end - 1) // p)
+        src = block((start - 1) // p) if start else -1
+        return work, (src if src != work else -1)
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
         tokens: dict[str, int] = {}
@@ -310,8 +386,8 @@ class VLLMSchedulerAdapter:
         one batch per step)."""
         raw, self.published = self.published, []
         raw += self.sched.kv_cache_manager.take_events()
-        # The full-attention group's blocks are the cache's prefixes; a window group caches
-        # the same hashes again for its own blocks (group_idx 1).
+        # The full-attention group's blocks are the cache's prefixes; a window or Mamba group
+        # caches the same hashes again for its own blocks (group_idx 1, 2).
         raw = [e for e in raw if getattr(e, "group_idx", 0) in (0, None)]
         return to_kit_events(raw, self.v.events, self._hashes._event_namespace)
 
@@ -321,6 +397,29 @@ class VLLMSchedulerAdapter:
 
     def snapshot(self) -> None:
         return None
+
+    def model_window(self, model_config: Mapping[str, Any]) -> int:
+        """The window vLLM reads from a model config (WIN-1, WIN-5), by ``ModelConfig``'s own steps:
+        ``get_config`` of the folder, ``get_hf_text_config`` (the nested text config where there
+        is one), a window of 0 read as none, then ``ModelConfig.get_sliding_window`` (the text
+        config's ``sliding_window``). ``ModelConfig`` itself is not built: it also inspects the
+        architecture's model code, which for the composite architectures needs packages that
+        are not here (Mistral 3's ``mistral_common``) and plays no part in the window."""
+        if not isinstance(model_config, Mapping):
+            raise EngineRejected("bad_config", f"a model config is a mapping, got "
+                                 f"{type(model_config).__name__}")
+        v = self.v
+        with tempfile.TemporaryDirectory(prefix="kvconf-vllm-model-") as path:
+            write_config(path, as_architecture(model_config))
+            try:
+                hf = v.hf_configs.get_config(path, trust_remote_code=False)
+            except (ValueError, TypeError) as e:  # transformers refuses the config
+                raise EngineRejected("bad_config", f"{type(e).__name__}: {e}") from None
+        text = v.hf_configs.get_hf_text_config(hf)
+        if getattr(text, "sliding_window", None) == 0:  # as ModelConfig.__post_init__ does
+            text.sliding_window = None
+        window = v.config.ModelConfig.get_sliding_window(SimpleNamespace(hf_text_config=text))
+        return window or 0
 
 
 class VLLMEngine(VLLMAdapter):

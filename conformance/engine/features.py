@@ -51,6 +51,9 @@ class Feature(str, Enum):
     PREEMPTS_PREFILLING = "preempts_prefilling"
     # Every batch may mix prefill and decode rows: no unmixed mode to switch to (PLAN-3).
     MIXED_ONLY = "mixed_only"
+    # A model config is read through its architecture's config class: a nested text config
+    # configures the language model, what a level leaves unsaid takes the class's default (WIN-5).
+    CONFIG_CLASS_WINDOW = "config_class_window"
 
     def __str__(self) -> str:
         return self.value
@@ -72,6 +75,7 @@ ALLOWANCES: dict[Feature, str] = {
     Feature.SAME_FORWARD_REUSE: "PLAN-13",
     Feature.PREEMPTS_PREFILLING: "REQ-7",
     Feature.MIXED_ONLY: "PLAN-3",
+    Feature.CONFIG_CLASS_WINDOW: "WIN-5",
 }
 
 

@@ -1,4 +1,5 @@
-"""Model configs whose sliding window an engine must read as the spec does (WIN-1, D381-6): a
+"""Model configs whose sliding window an engine must read as the spec does (WIN-1, D381-6; by
+its config class where it declares config_class_window, WIN-5): a
 hand-written set, and generated ones (``model_configs``) for the fuzz case."""
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def check_model_window(engine, oracle: WindowConfigOracle, name: str, cfg: dict[
 
 def check_model_windows(engine) -> int:
     """Every sample config through ``engine.model_window``; returns how many were checked."""
-    oracle = WindowConfigOracle()
+    oracle = WindowConfigOracle(frozenset(engine.features))
     for name, cfg, want in MODEL_CONFIGS:
         check_model_window(engine, oracle, name, cfg, want)
     return len(MODEL_CONFIGS)
@@ -116,7 +117,7 @@ def model_configs(draw) -> tuple[str, dict[str, Any], int | None]:
 def window_config_fuzz_case() -> Case:
     """The fuzz case: generated model configs (``model_configs``), each read by the engine as
     the spec does, so WIN-1 has a fuzz path beside the hand-written set."""
-    name, behaviours = "fuzz-scheduler-model-config", ("WIN-1",)
+    name, behaviours = "fuzz-scheduler-model-config", ("WIN-1", "WIN-5")
     doc = ("generated model configs (a window at the top level, in text_config or both, null, "
            "switched off or on without a size, beside unrelated keys in any order) are read as "
            "the spec reads them")
@@ -131,7 +132,7 @@ def window_config_fuzz_case() -> Case:
         t0 = time.perf_counter()
         budget, stream = ctx.stream()
         engine = ctx.sched_factory(SchedConfig())
-        oracle = WindowConfigOracle()
+        oracle = WindowConfigOracle(frozenset(engine.features))
         index, of = (ctx.unit.index, ctx.unit.of) if ctx.unit is not None else (0, 1)
         seen = [0]
         deadline = None if budget.seconds is None else time.perf_counter() + budget.seconds
@@ -173,8 +174,9 @@ def window_config_fuzz_case() -> Case:
 
 
 def window_config_case():
-    """The kit case: the engine reads every sample config's window as the spec does."""
-    behaviours = ("WIN-1",)
+    """The kit case: the engine reads every sample config's window as the spec does (by its
+    config class where it declares config_class_window, WIN-5)."""
+    behaviours = ("WIN-1", "WIN-5")
 
     def run(ctx) -> CaseResult:
         t0 = time.perf_counter()

@@ -199,6 +199,27 @@ def witness(variant: Variant) -> str | None:
                 continue
             if _outcome(variant.level, ref, trace) != _outcome(variant.level, mine, trace):
                 return name if declared else f"{name} (each declaring the reference's features)"
+        if variant.level == "scheduler" and Feature.MODEL_CONFIG in features:
+            name = _config_witness(mine(SchedConfig()), ref(SchedConfig()))
+            if name is not None:
+                return name if declared else f"{name} (each declaring the reference's features)"
+    return None
+
+
+def _config_witness(mine, ref) -> str | None:
+    """The first sample model config whose window the two read differently (WIN-1, WIN-5)."""
+    from kvconf.conformance.errors import EngineRejected
+    from kvconf.conformance.scheduler.window_cases import MODEL_CONFIGS
+
+    def read(engine, cfg):
+        try:
+            return ("window", engine.model_window(cfg))
+        except EngineRejected as e:
+            return ("refused", e.code)
+
+    for name, cfg, _want in MODEL_CONFIGS:
+        if read(mine, cfg) != read(ref, cfg):
+            return f"model config {name}"
     return None
 
 

@@ -25,6 +25,7 @@ from kvconf.reference.plan import (
 from kvconf.reference.requests import Event, State
 from kvconf.reference.scheduler import Scheduler, SchedulerError
 from kvconf.reference.tiers import Tier
+from kvconf.reference.window import window_by_config_class
 
 
 def _an_id(value) -> bool:
@@ -147,6 +148,30 @@ class WindowTable(Scheduler):
     def _apply(self, ev):
         with _no_window_guard(self):
             return super()._apply(ev)
+
+
+# The default window of the config class ``ReadsByConfigClass`` reads through (Qwen2-VL's text
+# config: use_sliding_window on with no size takes 4096).
+CLASS_DEFAULT_WINDOW = 4096
+
+
+def _by_config_class(cfg) -> int:
+    """A config read through its architecture's class: its default where the read level leaves
+    the size unsaid (a window where the switch is on, none otherwise)."""
+    want, positive = window_by_config_class(cfg)
+    if want is not None:
+        return want
+    return CLASS_DEFAULT_WINDOW if positive else 0
+
+
+class ReadsByConfigClass(Scheduler):
+    """WIN-5: a model config is read through its architecture's config class: a nested text
+    config, where there is one, configures the language model alone (its window wins over the
+    top level's), and a switch on with no size takes the class's default window; nothing is
+    refused for disagreeing levels."""
+
+    features = frozenset({Feature.CONFIG_CLASS_WINDOW})
+    model_window = staticmethod(_by_config_class)
 
 
 # ----------------------------------------------------------------------------- events
@@ -399,7 +424,8 @@ class MixesEveryBatch(Scheduler):
 
 
 SCHED_VARIANTS: tuple[type, ...] = (
-    FreesBehindWindow, KeepsWindowPrefix, WindowTable, AnnouncesReusableBoundaries,
+    FreesBehindWindow, KeepsWindowPrefix, WindowTable, ReadsByConfigClass,
+    AnnouncesReusableBoundaries,
     IgnoresUnknownEvents,
     AcknowledgesLoadbacks, FailedCopyIsFatal, DeclinesWritebackWithoutRoom,
     SchedulerLowestFreePageFirst, ReservesCheckpointSlot, PublishesWhenPlanned,
