@@ -25,12 +25,29 @@ def _size(where: str, value: Any) -> int:
     return value
 
 
-def _level(where: str, cfg: Mapping[str, Any]) -> int | None:
-    """The window one level of the config states: None when it says nothing."""
-    size = _size(f"{where}sliding_window", cfg.get("sliding_window"))
+def _switch(where: str, cfg: Mapping[str, Any]) -> bool | None:
+    """A level's ``use_sliding_window``: None when it says nothing."""
     use = cfg.get("use_sliding_window")
     if use is not None and not isinstance(use, bool):
         raise CacheError("bad_config", f"{where}use_sliding_window: {use!r} is not a bool")
+    return use
+
+
+def _nested(cfg: Mapping[str, Any]):
+    """Each nested text config the model config holds, as (where, level), in NESTED order."""
+    for key in NESTED:
+        sub = cfg.get(key)
+        if sub is None:
+            continue
+        if not isinstance(sub, Mapping):
+            raise CacheError("bad_config", f"{key}: {type(sub).__name__} is not a mapping")
+        yield f"{key}.", sub
+
+
+def _level(where: str, cfg: Mapping[str, Any]) -> int | None:
+    """The window one level of the config states: None when it says nothing."""
+    size = _size(f"{where}sliding_window", cfg.get("sliding_window"))
+    use = _switch(where, cfg)
     if use is True and not size:
         raise CacheError("bad_config", f"{where}use_sliding_window is true but "
                          f"{where}sliding_window gives no size")
@@ -50,15 +67,10 @@ def window_from_model_config(cfg: Mapping[str, Any]) -> int:
     top = _level("", cfg)
     if top is not None:
         found.append(("sliding_window", top))
-    for key in NESTED:
-        sub = cfg.get(key)
-        if sub is None:
-            continue
-        if not isinstance(sub, Mapping):
-            raise CacheError("bad_config", f"{key}: {type(sub).__name__} is not a mapping")
-        got = _level(f"{key}.", sub)
+    for where, sub in _nested(cfg):
+        got = _level(where, sub)
         if got is not None:
-            found.append((f"{key}.sliding_window", got))
+            found.append((f"{where}sliding_window", got))
     if len({w for _f, w in found}) > 1:
         said = ", ".join(f"{f} = {w}" for f, w in found)
         raise CacheError("bad_config", f"contradictory sliding windows: {said}")
@@ -74,17 +86,9 @@ def window_by_config_class(cfg: Mapping[str, Any]) -> tuple[int | None, bool]:
     none)."""
     if not isinstance(cfg, Mapping):
         raise CacheError("bad_config", f"model config: {type(cfg).__name__} is not a mapping")
-    level, where = cfg, ""
-    for key in NESTED:
-        sub = cfg.get(key)
-        if sub is None:
-            continue
-        if not isinstance(sub, Mapping):
-            raise CacheError("bad_config", f"{key}: {type(sub).__name__} is not a mapping")
-        level, where = sub, f"{key}."
-    use = level.get("use_sliding_window")
-    if use is not None and not isinstance(use, bool):
-        raise CacheError("bad_config", f"{where}use_sliding_window: {use!r} is not a bool")
+    # The (last) nested text config configures the language model, else the top level does.
+    where, level = ([("", cfg)] + list(_nested(cfg)))[-1]
+    use = _switch(where, level)
     if use is False:
         return 0, False
     if "sliding_window" in level:
