@@ -100,12 +100,25 @@ def test_kvconf_report_keeps_its_html_columns_narrow(tmp_path: Path):
 # ---------------------------------------------------------------------------- the site
 
 
+def _site(folder: Path, inputs: list[Path]) -> Path:
+    """The results section rendered from ``inputs`` (reports, kill matrices) into a new
+    ``src`` folder under ``folder``; returns that folder."""
+    src = folder / "src"
+    src.mkdir()
+    results_site.render(src, inputs)
+    return src
+
+
+def _site_of(tmp_path: Path, report) -> Path:
+    """The results section of one report (written to ``tmp_path``) beside the committed runs."""
+    p = tmp_path / "r.json"
+    p.write_text(report.model_dump_json())
+    return _site(tmp_path, [p])
+
+
 @pytest.fixture(scope="module")
 def site_src(tmp_path_factory) -> Path:
-    src = tmp_path_factory.mktemp("results") / "src"
-    src.mkdir()
-    results_site.render(src, [])
-    return src
+    return _site(tmp_path_factory.mktemp("results"), [])
 
 
 def test_every_committed_run_is_a_column(site_src: Path):
@@ -217,9 +230,7 @@ def test_a_trace_that_is_no_trace_is_refused_by_name():
 def test_the_kill_matrix_page_shows_skipped_mutants_as_skipped(tmp_path: Path):
     k = tmp_path / "mutants.json"
     k.write_text(_kills().model_dump_json())
-    src = tmp_path / "src"
-    src.mkdir()
-    results_site.render(src, [k])
+    src = _site(tmp_path, [k])
     page = (src / "results" / "kill-matrix.md").read_text()
     assert "| `NeedsCuda` | memory | [D162-7](../catalog.md#D162-7) | skipped |  | " \
            "needs a CUDA device (kvconf gpu) |" in page
@@ -295,11 +306,7 @@ def test_a_failure_no_expectation_file_explains_shows_as_not_written_up(tmp_path
     r.results.append(CaseResult(case="unbalanced-unlock-rejected", status=Status.FAIL,
                                 behaviours=["PIN-3"], duration_s=0.0, step=3, oracle="faults",
                                 message="a second unlock was accepted", trace="t.json"))
-    p = tmp_path / "r.json"
-    p.write_text(r.model_dump_json())
-    src = tmp_path / "src"
-    src.mkdir()
-    results_site.render(src, [p])
+    src = _site_of(tmp_path, r)
     findings = (src / "results" / "findings.md").read_text()
     sec = findings[findings.index("{ #my-engine-2-0 }"):]
     assert "| **not written up**: a second unlock was accepted | [PIN-3](../spec/" in sec
@@ -343,11 +350,7 @@ def test_a_fuzz_case_with_several_findings_links_each_to_its_own_write_up(tmp_pa
         findings=[Finding(signature=e2, behaviours=["FAULT-2"], trace="fuzz-scheduler.json"),
                   Finding(signature=d381, behaviours=["PLAN-7"],
                           trace="sched-mid-flight-reuse.json")]))
-    p = tmp_path / "r.json"
-    p.write_text(r.model_dump_json())
-    src = tmp_path / "src"
-    src.mkdir()
-    results_site.render(src, [p])
+    src = _site_of(tmp_path, r)
     findings = (src / "results" / "findings.md").read_text()
     sec = findings[findings.index("{ #tokenspeed-main-radix }"):]
     sec = sec[:sec.index("\n## ")] if "\n## " in sec else sec
