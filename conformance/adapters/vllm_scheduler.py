@@ -73,6 +73,7 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected, EngineUnavailable
 from kvconf.conformance.oracles.scheduler import table_for
 from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.conformance.trace import write_atomic
 from kvconf.reference.kv_events import KVEvent
 from kvconf.reference.plan import (
     Abort,
@@ -124,10 +125,7 @@ def as_architecture(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_config(path: str, cfg: Mapping[str, Any]) -> None:
     """``cfg`` as ``config.json`` in the folder ``path``, written atomically."""
-    tmp = os.path.join(path, "config.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(cfg, f)
-    os.replace(tmp, os.path.join(path, "config.json"))
+    write_atomic(os.path.join(path, "config.json"), json.dumps(cfg))
 
 
 def model_config(config_cls: Any) -> Any:
