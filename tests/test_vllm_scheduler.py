@@ -247,12 +247,9 @@ def test_vllm_scheduler_meets_its_expectations() -> None:
     assert "scheduler" in report.run_info.features
 
 
-@needs_vllm
-@pytest.mark.behaviours("WIN-3", "WIN-4", "PLAN-8", "TREE-2")
-def test_vllm_window_group_is_the_rows_window_table() -> None:
-    """With a window the model is hybrid: each row carries the sliding-window group's block
-    table, vLLM's null block where it freed blocks behind the window, and a later request that
-    shares the prefix reads its window through blocks the first one freed but kept cached."""
+def _rows_played(name: str) -> tuple:
+    """The scenario ``name`` played on vLLM's scheduler (KV events set aside), and every row of
+    every plan it gave."""
     seen: list = []
 
     class Spy(_without(Feature.KV_EVENTS)):
@@ -261,8 +258,18 @@ def test_vllm_window_group_is_the_rows_window_table() -> None:
             seen.extend(plan.rows)
             return plan
 
-    trace = scenario("sched-sliding-window")
+    trace = scenario(name)
     play_sched(Spy, trace)
+    return trace, seen
+
+
+@needs_vllm
+@pytest.mark.behaviours("WIN-3", "WIN-4", "PLAN-8", "TREE-2")
+def test_vllm_window_group_is_the_rows_window_table() -> None:
+    """With a window the model is hybrid: each row carries the sliding-window group's block
+    table, vLLM's null block where it freed blocks behind the window, and a later request that
+    shares the prefix reads its window through blocks the first one freed but kept cached."""
+    trace, seen = _rows_played("sched-sliding-window")
     w, p = trace.config.sliding_window, trace.config.page_size
     assert all(len(r.window_table) == len(r.page_table) for r in seen)
     behind = [r for r in seen if 0 in r.window_table[: max(0, r.start - w + 1) // p]]
@@ -304,16 +311,7 @@ def test_vllm_mamba_group_is_the_rows_state_blocks() -> None:
     block of its last position and reads it from the block before its first (the cached
     state's block, copied on write, where it resumes from a hit). The content oracle holds the
     mapping to it: reading a resumed row's state from its working block instead fails MAMBA-1."""
-    seen: list = []
-
-    class Spy(_without(Feature.KV_EVENTS)):
-        def next_plan(self):
-            plan = super().next_plan()
-            seen.extend(plan.rows)
-            return plan
-
-    trace = scenario("sched-mamba-reuse")
-    play_sched(Spy, trace)
+    trace, seen = _rows_played("sched-mamba-reuse")
     p = trace.config.page_size
     hits = [r for r in seen if r.kind == "prefill" and r.reused]
     assert hits and all(r.mamba_src > 0 and r.mamba_src != r.mamba for r in hits)
