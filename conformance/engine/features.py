@@ -26,6 +26,9 @@ class Feature(str, Enum):
     MID_FLIGHT_PUBLISH = "mid_flight_publish"
     SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
     CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
+    # Speaks the hybrid cache level: per-group hits, window release, Mamba state slots
+    # (hit / admit / extend / finish; conformance/engine/hybrid.py).
+    HYBRID = "hybrid"
     UNLOAD = "unload"  # a namespace (adapter) can be unloaded
     ADAPTER_CAP = "adapter_cap"  # a cap on distinct adapters per forward (max_adapters, PLAN-9)
     MATCH_LEAVES_LAST = "match_leaves_last"  # matches never cover the query's last token (TREE-7)
