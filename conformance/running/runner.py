@@ -34,6 +34,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.hybrid.cases import hybrid_cases
 from kvconf.conformance.oracles import (
     MEMORY_ORACLES,
     SCHED_ORACLES,
@@ -378,6 +379,7 @@ def all_cases() -> list[Case]:
         "(retraction, protected retract states, eviction and recovery of states, failed "
         "checkpoints) or on a roomy one (several resumes per plan)",
         frozenset({Feature.MAMBA})))
+    cases.extend(hybrid_cases())
     return cases
 
 
