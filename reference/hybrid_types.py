@@ -61,13 +61,18 @@ class Extended:
     longer reads them (WIN-4; they become holes). For a Mamba group: the slot the chunk resumes
     from (``state_source``, None when it starts at 0), the slot the runtime leaves its end state
     in (``state_slot``), and any further states the runtime saves on the way
-    (``checkpoints``: depth, slot; MAMBA-1)."""
+    (``checkpoints``: depth, slot; MAMBA-1).
+
+    ``room`` False: the engine had no room for the chunk, yet gave back the window pages in
+    ``released`` on the way (a cache that frees behind the window before it allocates); nothing
+    else changed and nothing is computed. (An engine that changes nothing returns None.)"""
 
     pages: tuple[tuple[int, ...], ...]
     released: tuple[tuple[int, ...], ...]
     state_source: int | None = None
     state_slot: int | None = None
     checkpoints: tuple[tuple[int, int], ...] = ()
+    room: bool = True
 
 
 def window_pages(window: int, page_size: int) -> int:

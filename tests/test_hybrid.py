@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kvconf.conformance.adapters.reference_hybrid import ReferenceHybridAdapter
+from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.hybrid import GroupHit, HybridConfig, HybridHit
+from kvconf.conformance.errors import KitError
 from kvconf.conformance.hybrid.cases import fuzz_config
 from kvconf.conformance.hybrid.driver import play_hybrid
 from kvconf.conformance.hybrid.generator import WalkStats, search, shrink, walk
@@ -145,3 +147,26 @@ def test_walks_are_deterministic_and_shrink():
         search(factory, fuzz_config(1, 14), lambda k: k, 30, 40, None, stats)
     small, v = shrink(factory, stats.last, e.value, 300)
     assert len(small.steps) < len(stats.last.steps) and "WIN-4" in v.behaviours
+
+
+class _Aligned(ReferenceHybridAdapter):
+    """Declares mamba_aligned_chunks and refuses any chunk from inside a page across its end."""
+
+    features = ReferenceHybridAdapter.features | {Feature.MAMBA_ALIGNED_CHUNKS}
+
+    def extend(self, rid, upto):
+        start = self.cache.requests[rid].computed
+        p = self.page_size
+        assert not start % p or upto <= -(-start // p) * p, (rid, start, upto)
+        return super().extend(rid, upto)
+
+
+@pytest.mark.behaviours("MAMBA-11")
+def test_aligned_chunks_engine_is_played_only_aligned_chunks():
+    assert _caught(_Aligned) is None  # its assertion would be a FAULT-2 violation
+    bad = _trace(AdmitStep(rid="r1", tokens=A), ExtendStep(rid="r1", upto=3),
+                 ExtendStep(rid="r1", upto=6))
+    bad = bad.model_copy(update={"config": HybridConfig(page_size=2, window=5)})
+    with pytest.raises(KitError, match="mamba_aligned_chunks"):
+        play_hybrid(_Aligned, bad)
+    play_hybrid(ReferenceHybridAdapter, bad)  # undeclared: the same chunk is played

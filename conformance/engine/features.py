@@ -57,6 +57,9 @@ class Feature(str, Enum):
     # A model config is read through its architecture's config class: a nested text config
     # configures the language model, what a level leaves unsaid takes the class's default (WIN-5).
     CONFIG_CLASS_WINDOW = "config_class_window"
+    # Mamba states are kept per page, and a chunk that starts inside a page never crosses that
+    # page's end: the kit plays only such chunks to the engine (MAMBA-11).
+    MAMBA_ALIGNED_CHUNKS = "mamba_aligned_chunks"
 
     def __str__(self) -> str:
         return self.value
@@ -79,6 +82,7 @@ ALLOWANCES: dict[Feature, str] = {
     Feature.PREEMPTS_PREFILLING: "REQ-7",
     Feature.MIXED_ONLY: "PLAN-3",
     Feature.CONFIG_CLASS_WINDOW: "WIN-5",
+    Feature.MAMBA_ALIGNED_CHUNKS: "MAMBA-11",
 }
 
 

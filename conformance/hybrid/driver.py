@@ -166,10 +166,14 @@ class HybridDriver:
         if not r.computed < step.upto <= len(r.tokens):
             raise KitError(f"steps[{self.index}].upto: {step.upto} is not past {r.computed} "
                            f"within the {len(r.tokens)} tokens of {step.rid}")
+        s, e = r.computed, step.upto
+        limit = self.oracle.chunk_end_limit(s)
+        if limit is not None and e > limit:
+            raise KitError(f"steps[{self.index}].upto: the engine declares mamba_aligned_chunks; "
+                           f"a chunk from {s} (inside a page) may end at {limit} at most")
         ext = self._call("extend", self.engine.extend, step.rid, step.upto)
         if ext is None:
             return {"op": "extend", "room": False}
-        s, e = r.computed, step.upto
         groups = self.engine.groups
         o = self.oracle
         if self.judge:
@@ -184,6 +188,8 @@ class HybridDriver:
                 for page in ext.released[i]:
                     if page in r.tables[i]:
                         r.tables[i][r.tables[i].index(page)] = None
+        if not ext.room:
+            return {"op": "extend", "room": False, "released": [list(x) for x in ext.released]}
         # New pages: none a live request holds (POOL-2); a page in every table for every
         # position the row computes (WIN-3).
         need = -(-e // self.p)

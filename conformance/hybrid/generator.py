@@ -84,6 +84,9 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats)
             upto = min(total, done + rng.randint(1, 3 * p))
             if rng.random() < 0.5 and upto // p * p > done:
                 upto = upto // p * p  # end on a page boundary: a state is saved there
+            limit = driver.oracle.chunk_end_limit(done)  # MAMBA-11
+            if limit is not None:
+                upto = min(upto, limit)
             out = play(ExtendStep(rid=rid, upto=upto))
             if out["room"]:
                 live[rid][0] = upto

@@ -27,7 +27,7 @@ from kvconf.conformance.violation import Violation
 
 NAME = "hybrid"
 BEHAVIOURS = ("TREE-1", "TREE-2", "WIN-3", "WIN-4", "WIN-6", "MAMBA-1", "MAMBA-3", "MAMBA-8",
-              "POOL-2", "POOL-5")
+              "MAMBA-11", "POOL-2", "POOL-5")
 
 
 def fail(behaviours: str | Sequence[str], message: str) -> Violation:
@@ -141,6 +141,14 @@ class HybridOracle(Oracle):
                                   "admit")
 
     # ----------------------------------------------------------------- chunks
+    def chunk_end_limit(self, start: int) -> int | None:
+        """The furthest a chunk from ``start`` may be played to this engine: the end of the
+        page ``start`` lies in for an engine declaring mamba_aligned_chunks when ``start`` is
+        inside a page (MAMBA-11); None: anywhere."""
+        if Feature.MAMBA_ALIGNED_CHUNKS not in self.engine.features or not start % self.p:
+            return None
+        return -(-start // self.p) * self.p
+
     def check_released(self, rid: str, table: list[int | None], released: Sequence[int],
                        start: int, window: int) -> None:
         """Window pages given back must lie wholly before the row's first read (WIN-4)."""
