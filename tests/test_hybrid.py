@@ -170,3 +170,24 @@ def test_aligned_chunks_engine_is_played_only_aligned_chunks():
     with pytest.raises(KitError, match="mamba_aligned_chunks"):
         play_hybrid(_Aligned, bad)
     play_hybrid(ReferenceHybridAdapter, bad)  # undeclared: the same chunk is played
+
+
+@pytest.mark.behaviours("MAMBA-11", "MAMBA-3")
+def test_states_per_page_pass_declared_and_fail_undeclared():
+    from kvconf.conformance.variants.hybrid import StatesPerPage
+
+    class Declared(ReferenceHybridAdapter):
+        features = ReferenceHybridAdapter.features | StatesPerPage.features
+
+        def __init__(self, config):
+            super().__init__(config, cache_cls=StatesPerPage)
+
+    assert _caught(Declared) is None
+    # Undeclared, the kit plays a chunk from inside a page across its end: the slot of the
+    # page it leaves is published as that page's state, one token short.
+    crossing = _trace(AdmitStep(rid="r1", tokens=A), ExtendStep(rid="r1", upto=3),
+                      ExtendStep(rid="r1", upto=8), AdmitStep(rid="r2", tokens=A[:4] + [9, 9]))
+    crossing = crossing.model_copy(update={"config": HybridConfig(page_size=2, window=5)})
+    with pytest.raises(Violation) as e:
+        play_hybrid(_factory(StatesPerPage), crossing)
+    assert "MAMBA-3" in e.value.behaviours

@@ -35,6 +35,7 @@ BUILTIN: dict[str, str] = {
     "sglang-unified": "kvconf.conformance.adapters.sglang_unified:SGLangUnifiedAdapter",
     "tokenspeed": "kvconf.conformance.adapters.tokenspeed:tokenspeed_adapter",
     "vllm": "kvconf.conformance.adapters.vllm_cache:VLLMAdapter",
+    "vllm-hybrid": "kvconf.conformance.adapters.vllm_hybrid:VLLMHybridAdapter",
     "vllm-salt": "kvconf.conformance.adapters.vllm_cache:VLLMSaltAdapter",
     "vllm-scheduler": "kvconf.conformance.adapters.vllm_scheduler:VLLMEngine",
 }
