@@ -191,3 +191,24 @@ def test_states_per_page_pass_declared_and_fail_undeclared():
     with pytest.raises(Violation) as e:
         play_hybrid(_factory(StatesPerPage), crossing)
     assert "MAMBA-3" in e.value.behaviours
+
+
+@pytest.mark.behaviours("WIN-4")
+def test_a_saved_hybrid_trace_replays(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvconf.conformance.cli import app
+
+    factory = _factory(PLANTED_HYBRID["ReleasesInsideWindow"])
+    stats = WalkStats()
+    with pytest.raises(Violation) as e:
+        search(factory, fuzz_config(1, 14), lambda k: k, 30, 40, None, stats)
+    small, _ = shrink(factory, stats.last, e.value, 300)
+    path = tmp_path / "fuzz-hybrid.json"
+    path.write_text(small.model_dump_json(indent=2))
+    runner = CliRunner()
+    ok = runner.invoke(app, ["replay", str(path), "--engine", "reference", "--in-process"])
+    assert ok.exit_code == 0 and "PASS" in ok.output, ok.output
+    path.write_text("{\"level\": \"hybrid\", \"steps\": [{\"op\": \"hit\"}]}")
+    bad = runner.invoke(app, ["replay", str(path), "--engine", "reference"])
+    assert bad.exit_code == 2 and "steps" in bad.output, bad.output

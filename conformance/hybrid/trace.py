@@ -63,6 +63,7 @@ class HybridTrace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["kvconf-hybrid-trace/1"] = FORMAT
+    level: Literal["hybrid"] = "hybrid"  # what ``kvconf replay`` reads to pick the level
     name: str = ""
     behaviours: list[str] = Field(default_factory=list)
     config: HybridConfig = Field(default_factory=HybridConfig)
