@@ -26,13 +26,7 @@ ID = re.compile(r"\b[A-Z][A-Z0-9]*-[0-9]+\b")
 Level = Literal["cache", "scheduler", "hybrid"]
 
 # Rules the spec leaves open for which no variant is built yet, with the reason.
-NOT_BUILT: dict[str, str] = {
-    "MAMBA-11": "the rule narrows what the kit plays (no chunk from inside a page across its "
-                "end), not what an engine does: a variant declaring it would behave like the "
-                "reference on every trace the kit plays it, so no witness can exist; "
-                "tests/test_hybrid.py checks that the kit plays no such chunk to an engine "
-                "declaring it",
-}
+NOT_BUILT: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
