@@ -212,3 +212,22 @@ def test_a_saved_hybrid_trace_replays(tmp_path):
     path.write_text("{\"level\": \"hybrid\", \"steps\": [{\"op\": \"hit\"}]}")
     bad = runner.invoke(app, ["replay", str(path), "--engine", "reference"])
     assert bad.exit_code == 2 and "steps" in bad.output, bad.output
+
+
+@pytest.mark.behaviours("DET-1")
+def test_an_engine_that_answers_differently_on_replay_fails_determinism():
+    plays = []
+
+    class Flaky(ReferenceHybridAdapter):
+        """Gives its pages out from the other end of the pool on every second build."""
+
+        def __init__(self, config):
+            super().__init__(config)
+            plays.append(1)
+            if len(plays) % 2 == 0:
+                self.cache.kv.queue = type(self.cache.kv.queue)(
+                    (i, None) for i in reversed(list(self.cache.kv.queue)))
+
+    with pytest.raises(Violation) as e:
+        play_hybrid(Flaky, _trace(*COMPUTE_A))
+    assert e.value.behaviours == ("DET-1",)

@@ -14,6 +14,7 @@ from kvconf.conformance.oracles.hybrid import BEHAVIOURS
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
 from kvconf.conformance.running.cases import Case, RunContext, fail_result
 from kvconf.conformance.running.seeding import stream_seed
+from kvconf.conformance.runtime.memory import shadow_memory
 from kvconf.conformance.violation import Violation
 
 NEEDS = frozenset({Feature.HYBRID, Feature.SLIDING_WINDOW, Feature.MAMBA})
@@ -22,6 +23,14 @@ FUZZ_BEHAVIOURS = tuple(sorted({*BEHAVIOURS, "DET-1", "FAULT-2"}))
 
 def _elapsed(t0: float) -> float:
     return round(time.perf_counter() - t0, 4)
+
+
+def _where(ctx: RunContext, doc: str) -> str:
+    """A run on other memory (``kvconf gpu``) is told that this level played on the kit's own:
+    the hybrid level has no torch pools yet."""
+    if ctx.memory is shadow_memory and not ctx.memory_only:
+        return doc
+    return f"{doc} (played on the kit's shadow memory: the hybrid level has no torch pools yet)"
 
 
 def scenario_case(sc: HybridScenario) -> Case:
@@ -34,7 +43,7 @@ def scenario_case(sc: HybridScenario) -> Case:
             path = ctx.save_trace(sc.name, trace)
             return fail_result(sc.name, sc.behaviours, v, t0, path)
         return CaseResult(case=sc.name, status=Status.PASS, behaviours=list(sc.behaviours),
-                          duration_s=_elapsed(t0), steps=len(log), message=sc.doc)
+                          duration_s=_elapsed(t0), steps=len(log), message=_where(ctx, sc.doc))
 
     return Case(sc.name, sc.behaviours, NEEDS, run)
 
@@ -70,7 +79,8 @@ def fuzz_case(name: str, pages: int, doc: str) -> Case:
                                steps=len(trace.steps), units=unit(Status.FAIL))
         return CaseResult(case=name, status=Status.PASS, behaviours=list(FUZZ_BEHAVIOURS),
                           duration_s=_elapsed(t0), examples=stats.examples, steps=stats.steps,
-                          message=f"{doc}; ops played: {dict(sorted(stats.ops.items()))}",
+                          message=_where(ctx, f"{doc}; ops played: "
+                                         f"{dict(sorted(stats.ops.items()))}"),
                           units=unit(Status.PASS))
 
     return Case(name, FUZZ_BEHAVIOURS, NEEDS, run, fuzz=True, doc=doc)

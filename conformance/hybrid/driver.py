@@ -282,14 +282,18 @@ def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True
     driver.run(trace)
     driver.drain()
     if determinism:
-        again = HybridDriver(factory(trace.config), judge=False)
-        again.run(trace)
-        if again.log != driver.log:
-            k = next(i for i, (a, b) in enumerate(zip(driver.log, again.log, strict=False))
-                     if a != b)
-            v = Violation("determinism", ("DET-1",),
-                          f"the same trace played twice differs at step {k}: "
-                          f"{driver.log[k]} vs {again.log[k]}")
-            v.step = k
-            raise v
+        check_determinism(factory, trace, driver.log)
     return driver.log
+
+
+def check_determinism(factory, trace: HybridTrace, log: list[dict[str, Any]]) -> None:
+    """``trace`` played again on a fresh engine, unjudged, must say what ``log`` says (DET-1)."""
+    again = HybridDriver(factory(trace.config), judge=False)
+    again.run(trace)
+    if again.log != log:
+        k = next((i for i, (a, b) in enumerate(zip(log, again.log, strict=False)) if a != b),
+                 min(len(log), len(again.log)))
+        v = Violation("determinism", ("DET-1",),
+                      f"the same trace played twice differs at step {k}")
+        v.step = k
+        raise v

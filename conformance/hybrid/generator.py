@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.errors import KitError
-from kvconf.conformance.hybrid.driver import HybridDriver, play_hybrid
+from kvconf.conformance.hybrid.driver import HybridDriver, check_determinism, play_hybrid
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
     ExtendStep,
@@ -103,7 +103,7 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats)
             del live[rid]
     driver.drain()
     stats.examples += 1
-    play_hybrid(factory, trace)  # replayed on a fresh engine: the same outcome (DET-1)
+    check_determinism(factory, trace, driver.log)  # a fresh engine says the same (DET-1)
 
 
 def search(factory, config: HybridConfig, seeds: Callable[[int], int], steps: int,
