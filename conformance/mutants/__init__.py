@@ -39,6 +39,12 @@ class Mutant:
 
         return partial(ReferenceSchedulerAdapter, scheduler_cls=self.cls)
 
+    @property
+    def engine(self) -> str:
+        """Its name as an engine (``module:factory``), which a worker process opens
+        (``kvconf.conformance.mutants.engines``)."""
+        return f"kvconf.conformance.mutants.engines:{self.name}"
+
     def cites(self, known) -> tuple[str, ...]:
         """The IDs it names that are in ``known`` (the catalog, or the behaviours)."""
         return tuple(i for i in self.ids if i in known)

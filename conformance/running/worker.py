@@ -69,6 +69,7 @@ def _open(state: State, probe: bool) -> None:
                          budget=spec.budget, memory=build_memory(spec.memory_spec),
                          memory_only=spec.memory_only, database=open_database(spec.database))
     opened.ctx.deferred = {}
+    opened.ctx.first_only = spec.first_only
     state.opened = opened
     state.cases = {c.name: c for c in all_cases()}
     answer(b"P", {"features": sorted(f.value for f in opened.ctx.features),
