@@ -55,8 +55,10 @@ def _mutant(name: str, level: Level, cls: type) -> Mutant:
     return Mutant(name, level, cls, tuple(ID.findall(head)), " ".join(rest.split()))
 
 
-def all_mutants() -> list[Mutant]:
-    """Every mutant, cache level first, each level by name."""
+def all_mutants(memory: bool = True) -> list[Mutant]:
+    """Every mutant, cache level first, each level by name; the runtime side's last (not with
+    ``memory`` False: they import torch, which a worker opening a cache or scheduler mutant
+    need not)."""
     from kvconf.conformance.mutants.cache import PLANTED
     from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
     from kvconf.conformance.mutants.scheduler import PLANTED_SCHED
@@ -65,6 +67,8 @@ def all_mutants() -> list[Mutant]:
     sched = {**PLANTED_SCHED, **PLANTED_MAMBA, **PLANTED_WINDOW}
     out = ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
            + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())])
+    if not memory:
+        return out
     try:  # the runtime side's mutants need torch (the GPU harness)
         from kvconf.gpu_harness.mutants import MEMORY_MUTANTS
     except ImportError:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 def __getattr__(name: str) -> Callable:
     from kvconf.conformance.mutants import all_mutants
 
-    found = next((m for m in all_mutants() if m.name == name and m.level != "memory"), None)
+    found = next((m for m in all_mutants(memory=False) if m.name == name), None)
     if found is None:
         raise AttributeError(f"no mutant {name!r}")
     factory = found.factory()

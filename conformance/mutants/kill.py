@@ -342,7 +342,8 @@ def _run_in_workers(mutants: list[Mutant], catalog: set[str], *, seed_value: int
     pool = Pool(specs[mutants[0].name], jobs, call_timeout)
     try:
         pool.run(todo, campaign, out_dir, spec_of=lambda u: specs[u.mutant],
-                 out_dir_of=lambda u: out_dir / u.mutant if out_dir is not None else None)
+                 out_dir_of=lambda u: out_dir / u.mutant if out_dir is not None else None,
+                 cancel_unwanted=True)
     finally:
         with hold_signals():
             pool.close()

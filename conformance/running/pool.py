@@ -197,6 +197,7 @@ class Pool:
         self.spawned = 0
         # (folder, trace name) -> lowest failing unit that saved it
         self.written: dict[tuple[Path | None, str], int] = {}
+        self.cancel_unwanted = False
         self.spec_of: Callable[[Unit], WorkerSpec] = lambda unit: self.spec
         self.out_dir_of: Callable[[Unit], Path | None] = lambda unit: self.out_dir
 
@@ -308,13 +309,17 @@ class Pool:
     # ----------------------------------------------------------------- the run
     def run(self, units: list[Unit], campaign, out_dir: Path | None, *,
             spec_of: Callable[[Unit], WorkerSpec] | None = None,
-            out_dir_of: Callable[[Unit], Path | None] | None = None) -> None:
+            out_dir_of: Callable[[Unit], Path | None] | None = None,
+            cancel_unwanted: bool = False) -> None:
         """Run ``units`` on the workers until each is done or no longer wanted. Units of several
         engines can share the pool (the kill matrix: a mutant each): ``spec_of`` says which
         engine a unit runs on (default: the pool's), and a worker that ran another engine's
         units opens the unit's first; ``out_dir_of`` where a unit's traces go (default:
-        ``out_dir``)."""
+        ``out_dir``). With ``cancel_unwanted`` a worker whose fuzz unit is no longer wanted is
+        killed at once and replaced (the kill matrix: a unit past its mutant's killer), rather
+        than left to finish work nobody reads."""
         self.campaign, self.out_dir = campaign, out_dir
+        self.cancel_unwanted = cancel_unwanted
         if spec_of is not None:
             self.spec_of = spec_of
         if out_dir_of is not None:
@@ -335,6 +340,12 @@ class Pool:
             raise
 
     def _dispatch(self, queue: deque, shrinks: deque) -> None:
+        if self.cancel_unwanted:
+            for w in [w for w in self.workers if w.job is not None and w.job.kind == "unit"]:
+                if (self.campaign.cases[w.job.unit.case].fuzz
+                        and not self.campaign.wanted(w.job.unit)):
+                    w.kill()
+                    self._forget(w)
         if self.shrinker is None and shrinks:
             job = shrinks.popleft()
             spec = self.spec_of(job.unit)
