@@ -140,3 +140,23 @@ def test_bad_jobs_is_a_usage_error(tmp_path: Path):
     res = CliRunner().invoke(app, ["mutants", "--jobs", "-1", "--mutant", "EvictsPinned",
                                    "--report", str(tmp_path / "k.json")])
     assert res.exit_code == 2 and "--jobs -1" in res.output
+
+
+def test_a_cancelled_unit_stops_at_its_next_tick_and_the_next_unit_runs():
+    """A worker's SIGUSR2 (``progress.cancel``) stops the running fuzz unit at its next tick,
+    never in the middle of a step; a request that came after the unit ended is forgotten when
+    the next one starts (``cancel(wanted=True)``)."""
+    from kvconf.conformance.running import progress
+
+    meter = progress.Meter("fuzz-cache", "fuzz-cache[1/3]", Budget(examples=25))
+    meter.tick(1, 10)
+    progress.cancel()
+    try:
+        with pytest.raises(progress.Cancelled):
+            meter.tick(2, 20)
+        with pytest.raises(progress.Cancelled):
+            meter.shrinking(3)
+        assert not issubclass(progress.Cancelled, Exception)  # no engine-error handler takes it
+    finally:
+        progress.cancel(wanted=True)
+    meter.tick(3, 30)  # the next unit runs

@@ -85,6 +85,7 @@ class Worker:
     eof: bool = False
     started: float = 0.0
     spec: WorkerSpec | None = None  # the engine it opened (or is opening)
+    cancelled: bool = False  # asked to drop its unit (SIGUSR2); it answers K or its result
 
     def send(self, obj: object) -> None:
         self.proc.stdin.write(frame(obj))
@@ -315,9 +316,9 @@ class Pool:
         engines can share the pool (the kill matrix: a mutant each): ``spec_of`` says which
         engine a unit runs on (default: the pool's), and a worker that ran another engine's
         units opens the unit's first; ``out_dir_of`` where a unit's traces go (default:
-        ``out_dir``). With ``cancel_unwanted`` a worker whose fuzz unit is no longer wanted is
-        killed at once and replaced (the kill matrix: a unit past its mutant's killer), rather
-        than left to finish work nobody reads."""
+        ``out_dir``). With ``cancel_unwanted`` a worker whose unit is no longer wanted (the kill
+        matrix: a unit past its mutant's killer) is asked to drop it at its next step or example
+        (SIGUSR2, ``progress.cancel``) rather than left to finish work nobody reads."""
         self.campaign, self.out_dir = campaign, out_dir
         self.cancel_unwanted = cancel_unwanted
         if spec_of is not None:
@@ -341,11 +342,12 @@ class Pool:
 
     def _dispatch(self, queue: deque, shrinks: deque) -> None:
         if self.cancel_unwanted:
-            for w in [w for w in self.workers if w.job is not None and w.job.kind == "unit"]:
-                if (self.campaign.cases[w.job.unit.case].fuzz
+            for w in self.workers:
+                if (w.job is not None and w.job.kind == "unit" and not w.cancelled
                         and not self.campaign.wanted(w.job.unit)):
-                    w.kill()
-                    self._forget(w)
+                    w.cancelled = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(w.proc.pid, signal.SIGUSR2)
         if self.shrinker is None and shrinks:
             job = shrinks.popleft()
             spec = self.spec_of(job.unit)
@@ -400,12 +402,15 @@ class Pool:
                 raise KitError(json.loads(payload)["message"])
             if kind == b"I":
                 continue
+            if kind == b"K":  # it dropped the unit it was asked to: no result, free again
+                w.job, w.cancelled = None, False
+                continue
             if kind == b"P":  # a new worker opened the engine: it can take work
                 w.job = None
                 continue
             if kind == b"R":
                 doc = json.loads(payload)
-                job, w.job = w.job, None
+                job, w.job, w.cancelled = w.job, None, False
                 if job.kind == "shrink":  # a shrinker does one job and goes
                     w.close()
                     w.kill()
