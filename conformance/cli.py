@@ -639,9 +639,12 @@ def mutants(
     ] = False,
     quiet: QuietOpt = False,
     junit: JunitOpt = None,
+    jobs: JobsOpt = 1,
+    call_timeout: CallTimeoutOpt = 60.0,
 ) -> None:
     """Run the suite against every catalog mutant and write the kill matrix; exit 1 if any
-    mutant survives."""
+    mutant survives. The mutants' cases run in --jobs worker processes, as `kvconf run`'s do;
+    the matrix is the same for any number."""
     from kvconf.conformance.mutants import all_mutants
     from kvconf.conformance.mutants.kill import run_mutants
     from kvconf.conformance.running.profiles import get_profile, parse_budget
@@ -656,10 +659,8 @@ def mutants(
         names = [m.name for m in all_mutants() if not mutant or m.name in mutant]
         with _sigterm_as_interrupt(), _shown(quiet, len(names)) as display:
             display.plan(names)
-            current = [""]  # the mutant being run: its fuzz cases' notes carry its name
 
             def on_start(m) -> None:
-                current[0] = m.name
                 display.start(m.name)
 
             def on_result(m) -> None:  # a survivor shows as a failure line
@@ -668,11 +669,12 @@ def mutants(
                                   else ("ALIVE", m.message))
                 display.end(m.id, status, detail, bad=status == "ALIVE")
 
-            def on_progress(doc: dict) -> None:
-                display.note(current[0], f"{current[0]} {describe(doc)}")
+            def on_progress(name: str, doc: dict) -> None:  # a note of one of its fuzz cases
+                display.note(name, f"{name} {describe(doc)}")
 
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
-                                 names=mutant, fuzz_only=fuzz_only, on_result=on_result,
+                                 names=mutant, fuzz_only=fuzz_only, jobs=jobs,
+                                 call_timeout=call_timeout, on_result=on_result,
                                  on_start=on_start, on_progress=on_progress)
     except KitError as e:
         _die(str(e))

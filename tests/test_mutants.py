@@ -60,8 +60,10 @@ def test_a_mutant_nothing_kills_is_reported_alive_with_the_seed(tmp_path: Path, 
     (m,) = matrix.mutants
     assert not m.killed and "seed 3" in m.message and m.oracle is None
     assert matrix.summary["alive"] == ["Benign"] and not matrix.ok
+    # --jobs 0: a mutant this test adds lives in this process alone, where no worker sees it
     res = CliRunner().invoke(app, ["mutants", "--profile", "ci", "--budget", "5", "--quiet",
-                                   "--mutant", "Benign", "--report", str(tmp_path / "c.json")])
+                                   "--jobs", "0", "--mutant", "Benign",
+                                   "--report", str(tmp_path / "c.json")])
     assert res.exit_code == 1 and "alive: Benign" in res.output
 
 

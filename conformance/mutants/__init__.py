@@ -44,6 +44,12 @@ class Mutant:
 
         return partial(ReferenceSchedulerAdapter, scheduler_cls=self.cls)
 
+    @property
+    def engine(self) -> str:
+        """Its name as an engine (``module:factory``), which a worker process opens
+        (``kvconf.conformance.mutants.engines``)."""
+        return f"kvconf.conformance.mutants.engines:{self.name}"
+
     def cites(self, known) -> tuple[str, ...]:
         """The IDs it names that are in ``known`` (the catalog, or the behaviours)."""
         return tuple(i for i in self.ids if i in known)
@@ -54,8 +60,10 @@ def _mutant(name: str, level: Level, cls: type) -> Mutant:
     return Mutant(name, level, cls, tuple(ID.findall(head)), " ".join(rest.split()))
 
 
-def all_mutants() -> list[Mutant]:
-    """Every mutant, cache level first, each level by name."""
+def all_mutants(memory: bool = True) -> list[Mutant]:
+    """Every mutant, cache level first, each level by name; the runtime side's last (not with
+    ``memory`` False: they import torch, which a worker opening a cache or scheduler mutant
+    need not)."""
     from kvconf.conformance.mutants.cache import PLANTED
     from kvconf.conformance.mutants.hybrid import PLANTED_HYBRID
     from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
@@ -66,6 +74,8 @@ def all_mutants() -> list[Mutant]:
     out = ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
            + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())]
            + [_mutant(n, "hybrid", c) for n, c in sorted(PLANTED_HYBRID.items())])
+    if not memory:
+        return out
     try:  # the runtime side's mutants need torch (the GPU harness)
         from kvconf.gpu_harness.mutants import MEMORY_MUTANTS
     except ImportError:

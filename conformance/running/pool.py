@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class WorkerSpec:
     memory_spec: tuple[str, dict] | None = None
     memory_only: bool = False
     database: str | None = None
+    first_only: bool = False  # stop a fuzz unit at its first finding (the kill matrix)
 
 
 @dataclass
@@ -82,6 +84,8 @@ class Worker:
     notes: list[dict] = field(default_factory=list)  # G lines: progress, for the display
     eof: bool = False
     started: float = 0.0
+    spec: WorkerSpec | None = None  # the engine it opened (or is opening)
+    cancelled: bool = False  # asked to drop its unit (SIGUSR2); it answers K or its result
 
     def send(self, obj: object) -> None:
         self.proc.stdin.write(frame(obj))
@@ -192,10 +196,15 @@ class Pool:
         self.workers: list[Worker] = []
         self.shrinker: Worker | None = None
         self.spawned = 0
-        self.written: dict[str, int] = {}  # trace name -> lowest failing unit that saved it
+        # (folder, trace name) -> lowest failing unit that saved it
+        self.written: dict[tuple[Path | None, str], int] = {}
+        self.cancel_unwanted = False
+        self.spec_of: Callable[[Unit], WorkerSpec] = lambda unit: self.spec
+        self.out_dir_of: Callable[[Unit], Path | None] = lambda unit: self.out_dir
 
     # ----------------------------------------------------------------- processes
-    def _spawn(self, probe: bool) -> Worker:
+    def _spawn(self, probe: bool, spec: WorkerSpec | None = None) -> Worker:
+        spec = spec or self.spec
         self.spawned += 1
         log = self.tmp / f"worker-{self.spawned}.log"
         recorder = self.tmp / f"worker-{self.spawned}.play"
@@ -212,9 +221,15 @@ class Pool:
                 start_new_session=True, env=env)
         os.close(w)
         worker = Worker(proc, r, log, recorder)
-        worker.begin(Job("open"))
-        worker.send(("open", self.spec, probe))
+        self._open_on(worker, spec, probe)
         return worker
+
+    def _open_on(self, worker: Worker, spec: WorkerSpec, probe: bool = True) -> None:
+        """Have ``worker`` open the engine of ``spec`` (again, when it ran another's units);
+        it answers P and takes work once it has."""
+        worker.spec = spec
+        worker.begin(Job("open"))
+        worker.send(("open", spec, probe))
 
     def _await_answer(self, worker: Worker, deadline_s: float) -> tuple[bytes, bytes] | None:
         """Block until ``worker`` answers; None when it died or fell silent."""
@@ -293,9 +308,23 @@ class Pool:
                 "traceback": stacks, "output": output}
 
     # ----------------------------------------------------------------- the run
-    def run(self, units: list[Unit], campaign, out_dir: Path | None) -> None:
-        """Run ``units`` on the workers until each is done or no longer wanted."""
+    def run(self, units: list[Unit], campaign, out_dir: Path | None, *,
+            spec_of: Callable[[Unit], WorkerSpec] | None = None,
+            out_dir_of: Callable[[Unit], Path | None] | None = None,
+            cancel_unwanted: bool = False) -> None:
+        """Run ``units`` on the workers until each is done or no longer wanted. Units of several
+        engines can share the pool (the kill matrix: a mutant each): ``spec_of`` says which
+        engine a unit runs on (default: the pool's), and a worker that ran another engine's
+        units opens the unit's first; ``out_dir_of`` where a unit's traces go (default:
+        ``out_dir``). With ``cancel_unwanted`` a worker whose unit is no longer wanted (the kill
+        matrix: a unit past its mutant's killer) is asked to drop it at its next step or example
+        (SIGUSR2, ``progress.cancel``) rather than left to finish work nobody reads."""
         self.campaign, self.out_dir = campaign, out_dir
+        self.cancel_unwanted = cancel_unwanted
+        if spec_of is not None:
+            self.spec_of = spec_of
+        if out_dir_of is not None:
+            self.out_dir_of = out_dir_of
         queue = deque(units)
         shrinks: deque[Job] = deque()
         try:
@@ -312,22 +341,38 @@ class Pool:
             raise
 
     def _dispatch(self, queue: deque, shrinks: deque) -> None:
+        if self.cancel_unwanted:
+            for w in self.workers:
+                if (w.job is not None and w.job.kind == "unit" and not w.cancelled
+                        and not self.campaign.wanted(w.job.unit)):
+                    w.cancelled = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(w.proc.pid, signal.SIGUSR2)
         if self.shrinker is None and shrinks:
             job = shrinks.popleft()
-            self.shrinker = self._spawn(probe=False)
+            spec = self.spec_of(job.unit)
+            self.shrinker = self._spawn(probe=False, spec=spec)
             self.shrinker.begin(job)
             self.shrinker.send(("shrink", job.trace, job.ending,
-                                self.spec.profile.shrink_replays, self.call_timeout))
+                                spec.profile.shrink_replays, self.call_timeout))
         while queue:
-            idle = next((w for w in self.workers if w.job is None), None)
-            if idle is None:
+            unit = queue[0]
+            if not self.campaign.wanted(unit):
+                queue.popleft()
+                continue
+            spec = self.spec_of(unit)
+            idle = [w for w in self.workers if w.job is None]
+            ready = next((w for w in idle if w.spec == spec), None)
+            if ready is None:
+                if idle:  # it ran another engine's units: it opens this one's first
+                    self._open_on(idle[0], spec)
+                    continue
                 if len(self.workers) >= self.jobs:
                     return
-                self.workers.append(self._spawn(probe=True))
+                self.workers.append(self._spawn(probe=True, spec=spec))
                 continue  # it takes work once it has opened the engine
-            unit = queue.popleft()
-            if not self.campaign.wanted(unit):
-                continue
+            idle = ready
+            queue.popleft()
             self.campaign.start(unit)
             idle.begin(Job("unit", unit))
             idle.send(("unit", unit.case, unit))
@@ -342,7 +387,7 @@ class Pool:
                 w.pump()
             notes, w.notes = w.notes, []
             for doc in notes:
-                self.campaign.note(doc)
+                self.campaign.note(doc, w.job.unit if w.job is not None else None)
             self._settle(w, shrinks)
 
     def _limit(self, w: Worker) -> float:
@@ -357,12 +402,15 @@ class Pool:
                 raise KitError(json.loads(payload)["message"])
             if kind == b"I":
                 continue
+            if kind == b"K":  # it dropped the unit it was asked to: no result, free again
+                w.job, w.cancelled = None, False
+                continue
             if kind == b"P":  # a new worker opened the engine: it can take work
                 w.job = None
                 continue
             if kind == b"R":
                 doc = json.loads(payload)
-                job, w.job = w.job, None
+                job, w.job, w.cancelled = w.job, None, False
                 if job.kind == "shrink":  # a shrinker does one job and goes
                     w.close()
                     w.kill()
@@ -391,7 +439,7 @@ class Pool:
         if job is None:
             return  # it had finished its work (a worker retired after SystemExit)
         if job.kind == "open":
-            raise KitError(f"engine {self.spec.engine}: a worker {ending.describe()} while "
+            raise KitError(f"engine {w.spec.engine}: a worker {ending.describe()} while "
                            f"opening it; its last output:\n{w.output()}")
         if job.kind == "shrink":  # the shrinker itself died: keep the unshrunk trace
             self._shrunk(job, None)
@@ -408,7 +456,7 @@ class Pool:
         if job.kind == "open":
             w.kill()
             self._forget(w)
-            raise KitError(f"engine {self.spec.engine}: a worker was silent for "
+            raise KitError(f"engine {w.spec.engine}: a worker was silent for "
                            f"{self._limit(w):g} s while opening it; its last output:\n"
                            f"{w.output()}")
         w.stacks()
@@ -517,17 +565,18 @@ class Pool:
         """A unit's result, and the traces it saved: ``trace`` the case's
         (``traces/<case>.json``), ``more`` its findings' by name. Of a path several units
         saved, the lowest unit's is kept, whichever finished first."""
+        out_dir = self.out_dir_of(unit)
         if failed(result.status) and self.campaign.wanted(unit):
             saved = dict(more or {})
             if trace is not None:
                 saved[unit.case] = trace
             for name, text in sorted(saved.items()):
-                best = self.written.get(name)
+                best = self.written.get((out_dir, name))
                 if best is None or unit.index < best:
-                    self.written[name] = unit.index
-                    if self.out_dir is not None:
-                        write_atomic(self.out_dir / "traces" / f"{name}.json", text)
-        if self.out_dir is None:
+                    self.written[(out_dir, name)] = unit.index
+                    if out_dir is not None:
+                        write_atomic(out_dir / "traces" / f"{name}.json", text)
+        if out_dir is None:
             result.trace = None
             for f in result.findings:
                 f.trace = None

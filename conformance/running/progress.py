@@ -11,6 +11,10 @@ the caller's ``on_progress`` (``kvconf run --jobs 0``, ``kvconf mutants``); with
 costs one ``None`` check.
 
 ``KVCONF_PROGRESS_EVERY`` sets the seconds between two notes of one unit (default 10).
+
+The same ticks are where a worker stops a unit its parent no longer wants (``cancel``; the kill
+matrix's units past a mutant's killer): the next tick raises ``Cancelled``, between two steps or
+two examples, so the worker drops the unit and takes the next without a new process.
 """
 
 from __future__ import annotations
@@ -27,6 +31,19 @@ EVERY_S = 10.0
 
 Note = dict  # {"case", "unit", "phase", "examples", "steps", "replays", "elapsed_s", "of_...}
 _sink: Callable[[Note], None] | None = None
+_cancelled = False
+
+
+class Cancelled(BaseException):
+    """The running unit is no longer wanted (``cancel``). A BaseException, so that no handler of
+    engine errors (FAULT-2) and no generator takes it for a failure of the engine."""
+
+
+def cancel(wanted: bool = False) -> None:
+    """Stop the running unit at its next tick (a worker's SIGUSR2); ``cancel(True)`` as a unit
+    starts forgets a request that came after the last one ended."""
+    global _cancelled
+    _cancelled = not wanted
 
 
 def every_s() -> float:
@@ -70,6 +87,8 @@ class Meter:
 
     def tick(self, examples: int, steps: int | None) -> None:
         """The unit has played ``examples`` examples of ``steps`` steps in all so far."""
+        if _cancelled:
+            raise Cancelled
         if _sink is None:
             return
         now = time.monotonic()
@@ -78,6 +97,8 @@ class Meter:
 
     def shrinking(self, replays: int) -> None:
         """The unit found a failure and its shrinker has replayed ``replays`` candidates."""
+        if _cancelled:
+            raise Cancelled
         if _sink is None:
             return
         now = time.monotonic()

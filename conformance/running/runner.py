@@ -585,7 +585,7 @@ class Campaign:
         if on_plan:  # the display numbers the cases this run (or shard) plays
             on_plan([c.name for c in cases if c.name in self.expected])
 
-    def note(self, doc: progress.Note) -> None:
+    def note(self, doc: progress.Note, unit: Unit | None = None) -> None:
         """A running unit's progress note, for the display (never for the report)."""
         if self.on_progress:
             self.on_progress(doc)

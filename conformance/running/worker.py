@@ -10,6 +10,8 @@ on its standard input, records the play in progress in the file RECORDER
 - ``C<json>``: the engine raised SystemExit: the code and traceback (the worker then exits).
 - ``X<json>``: a fault of the kit or of the input (the run stops with it).
 - ``I``: interrupted (SIGTERM from the parent); the worker exits.
+- ``K``: the unit the parent cancelled (SIGUSR2, ``progress.cancel``) was dropped; the worker
+  takes the next command.
 - ``G<json>``: a progress note of the running fuzz unit (``kvconf.conformance.running.progress``),
   for the parent's display; like every line, a sign of life, and sent from the loop that plays the
   engine, so a hung engine sends none.
@@ -69,6 +71,7 @@ def _open(state: State, probe: bool) -> None:
                          budget=spec.budget, memory=build_memory(spec.memory_spec),
                          memory_only=spec.memory_only, database=open_database(spec.database))
     opened.ctx.deferred = {}
+    opened.ctx.first_only = spec.first_only
     state.opened = opened
     state.cases = {c.name: c for c in all_cases()}
     answer(b"P", {"features": sorted(f.value for f in opened.ctx.features),
@@ -182,6 +185,10 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _cancel(signum, frame) -> None:
+    progress.cancel()  # the unit stops at its next tick (a safe point), not here
+
+
 PARENT_ENV = "KVCONF_WORKER_PARENT"  # the pid of the kvconf process that started this worker
 
 
@@ -213,6 +220,7 @@ def main(argv: list[str]) -> int:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGUSR2, _cancel)
     commands = sys.stdin.buffer
     state: State | None = None
     while True:
@@ -229,7 +237,11 @@ def main(argv: list[str]) -> int:
                 state = State(args[0])
                 _open(state, probe=args[1])
             elif kind == "unit":
-                _unit(state, *args)
+                progress.cancel(wanted=True)
+                try:
+                    _unit(state, *args)
+                except progress.Cancelled:
+                    answer(b"K")
             elif kind == "shrink":
                 _shrink(state, *args)
             elif kind == "replay":
