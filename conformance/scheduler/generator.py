@@ -156,6 +156,28 @@ def switches(trace: SchedTrace) -> frozenset[str]:
     return frozenset(k for k, v in on.items() if v)
 
 
+# Switches a trace carries that an engine without the feature still plays: host pages are room
+# such an engine leaves unused, as every fixed scheduler case assumes (fuzz-scheduler's default
+# configuration has 32 host pages and needs no host tier). Whether a host tier is used is the
+# engine's doing, never the trace's; what needs one on the trace's side (the L3 store's
+# prefetches land on host) is a switch of its own.
+CAPACITY_SWITCHES = frozenset({"host_tier"})
+
+
+def demanded(trace: SchedTrace) -> frozenset[str]:
+    """The switches a workload cannot be played without: ``switches`` less those that are
+    only capacity (``CAPACITY_SWITCHES``)."""
+    return switches(trace) - CAPACITY_SWITCHES
+
+
+def missing_switches(features: frozenset[Feature], trace: SchedTrace) -> list[str]:
+    """The switches ``trace`` demands that an engine declaring ``features`` lacks, sorted:
+    played anyway, such a trace fails for reasons that say nothing about the engine (the run
+    path never plays it there either: the case that needs the feature is NOT_SUPPORTED)."""
+    return [name for name in sorted(demanded(trace))
+            if SWARM_SWITCHES[name] is not None and SWARM_SWITCHES[name] not in features]
+
+
 def pairs_of(trace: SchedTrace) -> set[tuple[str, str]]:
     on = sorted(switches(trace))
     return {(a, b) for i, a in enumerate(on) for b in on[i + 1:]}
