@@ -184,3 +184,29 @@ def test_replay_refuses_exactly_what_the_run_path_does_not_run(lacks: Feature) -
     assert checked > 10
     plain = next(t for c, t in _sched_cases_with_traces() if c.name == "fuzz-scheduler")
     assert plain.config.host_pages > 0 and missing_switches(features, plain) == []
+
+
+@pytest.mark.behaviours("PLAN-3")
+def test_a_mixed_only_engine_has_no_mixed_pairs_and_every_workload_is_mixed() -> None:
+    """An engine that declares mixed_only computes every batch mixed (PLAN-3): the swarm offers
+    it no mixed switch, so no pair with ``mixed`` is counted toward its coverage (a workload
+    with the switch off would have played it on), and each drawn configuration says mixed, as
+    it is played."""
+    from hypothesis import given, settings
+
+    from kvconf.conformance.scheduler.generator import swarm_configs
+
+    only = R.features | {Feature.MIXED_ONLY}
+    assert "mixed" in offered(R.features) and "mixed" not in offered(only)
+    assert not any("mixed" in p for p in declared_pairs(only))
+    assert len(declared_pairs(only)) == len(declared_pairs(R.features)) - 7  # 7 other switches
+    seen = []
+
+    @settings(max_examples=30, database=None, deadline=None)
+    @given(drawn=swarm_configs(only))
+    def draw(drawn) -> None:
+        seen.append(drawn[0].mixed)
+
+    with import_independent_draws():
+        draw()
+    assert seen and all(seen)

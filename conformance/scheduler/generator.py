@@ -134,8 +134,13 @@ EXCLUDED_PAIRS = frozenset({("l3_store", "mamba")})
 
 
 def offered(features: frozenset[Feature]) -> list[str]:
-    """The switches an engine declaring ``features`` offers, in a fixed order."""
-    return [name for name, f in SWARM_SWITCHES.items() if f is None or f in features]
+    """The switches an engine declaring ``features`` offers, in a fixed order. An engine that
+    declares mixed_only has no mixed switch: every batch it computes is mixed (PLAN-3), so a
+    workload with the switch off plays as one with it on, and a pair with ``mixed`` would be
+    counted reached by workloads that never turned it off."""
+    fixed = {"mixed"} if Feature.MIXED_ONLY in features else set()
+    return [name for name, f in SWARM_SWITCHES.items()
+            if (f is None or f in features) and name not in fixed]
 
 
 def declared_pairs(features: frozenset[Feature]) -> list[tuple[str, str]]:
@@ -211,7 +216,7 @@ def swarm_configs(draw, features: frozenset[Feature]) -> tuple[SchedConfig, int]
         max_tokens=draw(st.integers(4, 12)),
         max_batch=draw(st.integers(1, 4)),
         max_slots=draw(st.integers(2, 6)),
-        mixed="mixed" in on,
+        mixed="mixed" in on or Feature.MIXED_ONLY in features,  # as it is played (PLAN-3)
         publish_mid_flight="publish_mid_flight" in on,
         sliding_window=draw(st.integers(2, 6)) if "sliding_window" in on else 0,
         l3_store="l3_store" in on,
