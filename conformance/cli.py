@@ -856,7 +856,12 @@ def replay(
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks or the
     engine crashes or hangs (CRASH and TIMEOUT traces replay as they were found)."""
-    from kvconf.conformance.adapters import check_engine, engine_factory, sched_engine_factory
+    from kvconf.conformance.adapters import (
+        check_engine,
+        engine_factory,
+        hybrid_engine_factory,
+        sched_engine_factory,
+    )
     from kvconf.conformance.trace import Trace, load_any_trace
 
     try:
@@ -864,6 +869,10 @@ def replay(
         check_engine(engine)
         if isinstance(t, Trace):
             engine_factory(engine)
+        elif getattr(t, "level", None) == "hybrid":
+            if hybrid_engine_factory(engine) is None:
+                raise KitError(f"{trace}: a hybrid-level trace, and engine {engine} offers no "
+                               "hybrid level")
         elif sched_engine_factory(engine) is None:
             raise KitError(f"{trace}: a scheduler-level trace, and engine {engine} speaks only "
                            "the cache level")

@@ -267,7 +267,7 @@ def load_trace(path: str | Path) -> Trace:
     return trace
 
 
-LEVELS = ("cache", "scheduler")
+LEVELS = ("cache", "scheduler", "hybrid")
 
 
 def load_any_trace(path: str | Path):
@@ -285,7 +285,15 @@ def parse_any_trace(text: str, where: str = "trace"):
     level = data.get("level", "cache")
     if level not in LEVELS:
         line = _line_of(text, ("level",))
-        raise KitError(f"{where}:{line}: level: {level!r} is not a level (cache or scheduler)")
+        raise KitError(f"{where}:{line}: level: {level!r} is not a level "
+                       "(cache, scheduler or hybrid)")
+    if level == "hybrid":
+        from kvconf.conformance.hybrid.trace import HybridTrace
+
+        try:
+            return HybridTrace.model_validate_json(text, strict=True)
+        except ValidationError as e:
+            raise validation_error(e, text, where) from None
     model = SchedTrace if level == "scheduler" else Trace
     if model is Trace and "steps" not in data:
         raise KitError(f"{where}:1: steps: missing (a cache-level trace is its steps)")

@@ -123,6 +123,12 @@ FUZZ_KILLS = {
     ], "fuzz-scheduler-swarm"),
     "RetractStateUnprotected": "fuzz-scheduler-mamba",
     "WindowFromTopLevelOnly": "fuzz-scheduler-model-config",
+    "ReleasesInsideWindow": "fuzz-hybrid",
+    "WindowHitOnLastPage": "fuzz-hybrid",
+    "HitIgnoresMamba": "fuzz-hybrid",
+    "CachesWorkingSlot": "fuzz-hybrid",
+    "CombinedStopsShort": "fuzz-hybrid",
+    "ReleaseLeaks": "fuzz-hybrid",
 }
 
 

@@ -21,6 +21,7 @@ from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
 from kvconf.conformance.variants import NOT_BUILT, all_variants, open_rules
+from kvconf.conformance.variants import hybrid as hybrid_variants
 from kvconf.conformance.variants import scheduler as sched_variants
 from kvconf.conformance.variants.matrix import judge_one, run_variants, witness
 from kvconf.conformance.variants.scheduler import FailedCopyIsFatal, FreesBehindWindow
@@ -269,6 +270,7 @@ def test_the_audit_holds_every_variant_to_an_open_rule(monkeypatch) -> None:
     assert "variant Stray names no rule the spec leaves open" in gaps
     assert "variant Stray declares loadback_ack but does not name HOST-8" in gaps
     monkeypatch.setattr(sched_variants, "SCHED_VARIANTS", ())
+    monkeypatch.setattr(hybrid_variants, "HYBRID_VARIANTS", ())
     assert "WIN-4: no legal variant takes it, and no reason is recorded" in audit(reg, tests).gaps
 
 

@@ -3,7 +3,9 @@
 An engine is a factory named ``module:attr``: called with an ``EngineConfig`` it returns a
 cache-level engine; one whose ``level`` attribute is ``"scheduler"`` is called with a
 ``SchedConfig`` instead; a cache-level factory whose ``scheduler`` attribute names another
-factory (a callable or ``module:attr``) offers that as its scheduler level. Short names come
+factory (a callable or ``module:attr``) offers that as its scheduler level, and one whose
+``hybrid`` attribute names one offers a hybrid cache level (``level = "hybrid"``, called with a
+``HybridConfig``; conformance/engine/hybrid.py). Short names come
 from the ``kvconf.engines`` entry point group, so an installed package registers its engine as
 kvconf registers its own (pyproject.toml); ``BUILTIN`` is the same table, used when the
 installation has no entry point metadata.
@@ -34,11 +36,12 @@ BUILTIN: dict[str, str] = {
     "sglang-hicache": "kvconf.conformance.adapters.sglang_hicache:SGLangHiCacheAdapter",
     "tokenspeed": "kvconf.conformance.adapters.tokenspeed:tokenspeed_adapter",
     "vllm": "kvconf.conformance.adapters.vllm_cache:VLLMAdapter",
+    "vllm-hybrid": "kvconf.conformance.adapters.vllm_hybrid:VLLMHybridAdapter",
     "vllm-salt": "kvconf.conformance.adapters.vllm_cache:VLLMSaltAdapter",
     "vllm-scheduler": "kvconf.conformance.adapters.vllm_scheduler:VLLMEngine",
 }
 
-LEVELS = ("cache", "scheduler")
+LEVELS = ("cache", "scheduler", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,12 @@ def _factory(target: str) -> Callable:
 
 @dataclass(frozen=True)
 class Levels:
-    """The factories an engine offers: cache level, scheduler level (None: not offered)."""
+    """The factories an engine offers: cache level, scheduler level, hybrid cache level (None:
+    not offered)."""
 
     cache: Callable[[EngineConfig], CacheEngine] | None
     scheduler: Callable | None
+    hybrid: Callable | None = None
 
 
 def target_of(name: str) -> str:
@@ -140,17 +145,29 @@ def levels(name: str) -> Levels:
         raise KitError(f"engine {target!r}: level {level!r} (known: {', '.join(LEVELS)})")
     if level == "scheduler":
         return Levels(None, made)
-    sched = getattr(made, "scheduler", None)
-    if isinstance(sched, str):
-        sched = _factory(sched)
-    elif sched is not None and not callable(sched):
-        raise KitError(f"engine {target!r}: its scheduler attribute is not a factory")
-    return Levels(made, sched)
+    if level == "hybrid":
+        return Levels(None, None, made)
+    return Levels(made, _attached(target, made, "scheduler"), _attached(target, made, "hybrid"))
+
+
+def _attached(target: str, made: Callable, attr: str) -> Callable | None:
+    """The factory of another level a cache-level factory names as its ``attr``."""
+    other = getattr(made, attr, None)
+    if isinstance(other, str):
+        return _factory(other)
+    if other is not None and not callable(other):
+        raise KitError(f"engine {target!r}: its {attr} attribute is not a factory")
+    return other
 
 
 def sched_engine_factory(name: str) -> Callable | None:
     """The scheduler-level factory for ``name``, or None when it offers only the cache level."""
     return levels(name).scheduler
+
+
+def hybrid_engine_factory(name: str) -> Callable | None:
+    """The hybrid-cache-level factory for ``name``, or None when it offers none."""
+    return levels(name).hybrid
 
 
 def cache_engine_factory(name: str) -> Callable[[EngineConfig], CacheEngine] | None:

@@ -110,3 +110,4 @@ def reference(config: EngineConfig) -> ReferenceCacheAdapter:
 
 
 reference.scheduler = "kvconf.conformance.adapters.reference_scheduler:ReferenceSchedulerAdapter"
+reference.hybrid = "kvconf.conformance.adapters.reference_hybrid:ReferenceHybridAdapter"

@@ -26,6 +26,9 @@ class Feature(str, Enum):
     MID_FLIGHT_PUBLISH = "mid_flight_publish"
     SCHEDULER = "scheduler"  # speaks the scheduler level: submit / next_plan / advance
     CACHE = "cache"  # speaks the prefix-cache level: match / insert / lock / evict ...
+    # Speaks the hybrid cache level: per-group hits, window release, Mamba state slots
+    # (hit / admit / extend / finish; conformance/engine/hybrid.py).
+    HYBRID = "hybrid"
     UNLOAD = "unload"  # a namespace (adapter) can be unloaded
     ADAPTER_CAP = "adapter_cap"  # a cap on distinct adapters per forward (max_adapters, PLAN-9)
     MATCH_LEAVES_LAST = "match_leaves_last"  # matches never cover the query's last token (TREE-7)
@@ -54,6 +57,9 @@ class Feature(str, Enum):
     # A model config is read through its architecture's config class: a nested text config
     # configures the language model, what a level leaves unsaid takes the class's default (WIN-5).
     CONFIG_CLASS_WINDOW = "config_class_window"
+    # Mamba states are kept per page, and a chunk that starts inside a page never crosses that
+    # page's end: the kit plays only such chunks to the engine (MAMBA-11).
+    MAMBA_ALIGNED_CHUNKS = "mamba_aligned_chunks"
 
     def __str__(self) -> str:
         return self.value
@@ -76,6 +82,7 @@ ALLOWANCES: dict[Feature, str] = {
     Feature.PREEMPTS_PREFILLING: "REQ-7",
     Feature.MIXED_ONLY: "PLAN-3",
     Feature.CONFIG_CLASS_WINDOW: "WIN-5",
+    Feature.MAMBA_ALIGNED_CHUNKS: "MAMBA-11",
 }
 
 

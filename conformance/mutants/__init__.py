@@ -1,6 +1,7 @@
 """The kit's mutants: the reference with one catalog defect planted each.
 
-Each mutant is a subclass of the reference cache (``cache``) or scheduler (``scheduler``), or of
+Each mutant is a subclass of the reference cache (``cache``), scheduler (``scheduler``) or hybrid
+cache (``hybrid``), or of
 the GPU harness's memory (``memory``: a defect on the runtime side); no source is edited. The
 head of its docstring, before the first colon, names the behaviours it breaks and the catalog
 defects it is, e.g. ``"PLAN-6 / D268-2: ..."``. ``kvconf mutants`` runs the suite against every
@@ -15,7 +16,7 @@ from functools import partial
 from typing import Literal
 
 ID = re.compile(r"\b[A-Z][A-Z0-9]*-[0-9]+\b")
-Level = Literal["cache", "scheduler", "memory"]
+Level = Literal["cache", "scheduler", "memory", "hybrid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,10 @@ class Mutant:
         factory: ``cls(page_size, device_pages, host_pages, layout, device)``)."""
         if self.level == "memory":
             return self.cls
+        if self.level == "hybrid":
+            from kvconf.conformance.adapters.reference_hybrid import ReferenceHybridAdapter
+
+            return partial(ReferenceHybridAdapter, cache_cls=self.cls)
         if self.level == "cache":
             from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 
@@ -52,13 +57,15 @@ def _mutant(name: str, level: Level, cls: type) -> Mutant:
 def all_mutants() -> list[Mutant]:
     """Every mutant, cache level first, each level by name."""
     from kvconf.conformance.mutants.cache import PLANTED
+    from kvconf.conformance.mutants.hybrid import PLANTED_HYBRID
     from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
     from kvconf.conformance.mutants.scheduler import PLANTED_SCHED
     from kvconf.conformance.mutants.window import PLANTED_WINDOW
 
     sched = {**PLANTED_SCHED, **PLANTED_MAMBA, **PLANTED_WINDOW}
     out = ([_mutant(n, "cache", c) for n, c in sorted(PLANTED.items())]
-           + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())])
+           + [_mutant(n, "scheduler", c) for n, c in sorted(sched.items())]
+           + [_mutant(n, "hybrid", c) for n, c in sorted(PLANTED_HYBRID.items())])
     try:  # the runtime side's mutants need torch (the GPU harness)
         from kvconf.gpu_harness.mutants import MEMORY_MUTANTS
     except ImportError:

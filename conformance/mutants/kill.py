@@ -80,6 +80,17 @@ class KillMatrix(BaseModel):
         return all(m.killed or m.skipped for m in self.mutants)
 
 
+def level_of(level: str) -> tuple[Feature, object]:
+    """The level feature of a mutant's or variant's level, and the config its factory takes."""
+    from kvconf.conformance.engine.hybrid import HybridConfig
+
+    if level == "cache":
+        return Feature.CACHE, EngineConfig()
+    if level == "hybrid":
+        return Feature.HYBRID, HybridConfig()
+    return Feature.SCHEDULER, SchedConfig()
+
+
 def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Profile,
              budget: Budget, out_dir: Path | None, fuzz_only: bool = False,
              cases: Collection[str] | None = None) -> MutantResult:
@@ -92,14 +103,14 @@ def kill_one(mutant: Mutant, catalog: set[str], *, seed_value: int, profile: Pro
         return _kill_memory(mutant, catalog)
 
     factory = mutant.factory()
-    level = Feature.CACHE if mutant.level == "cache" else Feature.SCHEDULER
-    probe = factory(EngineConfig() if mutant.level == "cache" else SchedConfig())
-    features = frozenset({level}) | probe.features
+    level, config = level_of(mutant.level)
+    features = frozenset({level}) | factory(config).features
     ctx = RunContext(
         f"mutant:{mutant.name}", factory if level is Feature.CACHE else None, EngineConfig(),
         seed_value, profile, budget, out_dir / mutant.name if out_dir else None,
         sched_factory=factory if level is Feature.SCHEDULER else None, features=features,
         first_only=True,  # one finding decides the verdict; the rest would only cost time
+        hybrid_factory=factory if level is Feature.HYBRID else None,
     )
     t0 = time.perf_counter()
     cat = list(mutant.cites(catalog))

@@ -7,6 +7,7 @@ from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.oracles.events import EventOracle
 from kvconf.conformance.oracles.eviction import EvictionOracle, PageEvictionOracle
 from kvconf.conformance.oracles.faults import FaultOracle
+from kvconf.conformance.oracles.hybrid import HybridOracle
 from kvconf.conformance.oracles.l3 import L3Oracle
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
 from kvconf.conformance.oracles.matching import MatchOracle
@@ -56,6 +57,6 @@ SCHED_ORACLES: tuple[type[Oracle], ...] = (
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = tuple(dict.fromkeys((
     *STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle, WindowConfigOracle, PinnedHostOracle,
-    ProcessOracle)))
+    ProcessOracle, HybridOracle)))
 
 __all__ = ["ALL_ORACLES", "MEMORY_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

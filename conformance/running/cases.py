@@ -92,6 +92,7 @@ class RunContext:
     meter: progress.Meter | None = None  # the running fuzz unit's progress notes (display only)
     # Stop a fuzz case at its first finding (the kill matrix needs one finding, not all).
     first_only: bool = False
+    hybrid_factory: Callable[..., object] | None = None  # the hybrid cache level's factory
 
     def stream(self) -> tuple[Budget, int]:
         """The budget and seed stream of the running unit."""

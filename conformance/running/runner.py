@@ -21,13 +21,20 @@ from pathlib import Path
 from hypothesis.errors import HypothesisException
 
 from kvconf.conformance import __version__
-from kvconf.conformance.adapters import cache_engine_factory, check_engine, sched_engine_factory
+from kvconf.conformance.adapters import (
+    cache_engine_factory,
+    check_engine,
+    hybrid_engine_factory,
+    sched_engine_factory,
+)
 from kvconf.conformance.cache.driver import CacheDriver
 from kvconf.conformance.cache.generator import TraceHolder, fuzz_walks
 from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.hybrid.cases import hybrid_cases
 from kvconf.conformance.oracles import (
     MEMORY_ORACLES,
     SCHED_ORACLES,
@@ -376,6 +383,7 @@ def all_cases() -> list[Case]:
         "(retraction, protected retract states, eviction and recovery of states, failed "
         "checkpoints) or on a roomy one (several resumes per plan)",
         frozenset({Feature.MAMBA})))
+    cases.extend(hybrid_cases())
     return cases
 
 
@@ -447,11 +455,13 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
     check_engine(engine)
     factory = cache_engine_factory(engine)
     sched_factory = sched_engine_factory(engine)
+    hybrid_factory = hybrid_engine_factory(engine)
     features: frozenset[Feature] = frozenset()
     version = ""
     unavailable: dict[Feature, str] = {}
     for level, make, cfg in ((Feature.CACHE, factory, config),
-                             (Feature.SCHEDULER, sched_factory, SchedConfig())):
+                             (Feature.SCHEDULER, sched_factory, SchedConfig()),
+                             (Feature.HYBRID, hybrid_factory, HybridConfig())):
         if make is None:
             continue
         try:
@@ -471,9 +481,11 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
         factory = None
     if Feature.SCHEDULER not in features:
         sched_factory = None
+    if Feature.HYBRID not in features:
+        hybrid_factory = None
     ctx = RunContext(engine, factory, config, seed_value, profile, budget, out_dir,
                      sched_factory=sched_factory, features=features, memory=memory,
-                     memory_only=memory_only, database=database)
+                     memory_only=memory_only, database=database, hybrid_factory=hybrid_factory)
     return Opened(ctx, version, unavailable)
 
 

@@ -94,6 +94,14 @@ def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
     from kvconf.conformance.scheduler.generator import play_sched
     from kvconf.conformance.trace import Trace
 
+    if getattr(trace, "level", None) == "hybrid":
+        from kvconf.conformance.adapters import hybrid_engine_factory
+        from kvconf.conformance.hybrid.driver import play_hybrid
+
+        hybrid = hybrid_engine_factory(engine)
+        if hybrid is None:
+            raise KitError(f"a hybrid-level trace, and engine {engine} offers no hybrid level")
+        return lambda t, det=True: play_hybrid(hybrid, t, determinism=det)
     memory = build_memory(memory_spec)
     if isinstance(trace, Trace):
         factory = engine_factory(engine)
@@ -115,7 +123,7 @@ def _missing_switches(engine: str, trace) -> list[str]:
     from kvconf.conformance.scheduler.generator import missing_switches
     from kvconf.conformance.trace import Trace
 
-    if isinstance(trace, Trace):
+    if isinstance(trace, Trace) or getattr(trace, "level", None) == "hybrid":
         return []
     factory = sched_engine_factory(engine)
     if factory is None:

@@ -23,7 +23,7 @@ from typing import Literal
 from kvconf.conformance.engine.features import Feature
 
 ID = re.compile(r"\b[A-Z][A-Z0-9]*-[0-9]+\b")
-Level = Literal["cache", "scheduler"]
+Level = Literal["cache", "scheduler", "hybrid"]
 
 # Rules the spec leaves open for which no variant is built yet, with the reason.
 NOT_BUILT: dict[str, str] = {}
@@ -49,16 +49,27 @@ class Variant:
         ``with_features=False``, its own features alone): what the variant is compared with
         (``matrix.witness``)."""
         from kvconf.reference import PrefixCache
+        from kvconf.reference.hybrid_cache import HybridCache
         from kvconf.reference.scheduler import Scheduler
 
-        return _adapter(self.level, PrefixCache if self.level == "cache" else Scheduler,
-                        self.features if with_features else frozenset())
+        cls = {"cache": PrefixCache, "hybrid": HybridCache}.get(self.level, Scheduler)
+        return _adapter(self.level, cls, self.features if with_features else frozenset())
 
 
 def _adapter(level: Level, cls: type, features: frozenset[Feature]):
     """An adapter class of ``level`` over ``cls``, declaring ``features`` beside the reference
     adapter's; attributes the class offers for the driver (``null_page``, ``page_ids``) are
     read from its instance."""
+    if level == "hybrid":
+        from kvconf.conformance.adapters.reference_hybrid import ReferenceHybridAdapter
+
+        class HybridVariantAdapter(ReferenceHybridAdapter):
+            def __init__(self, config) -> None:
+                super().__init__(config, cache_cls=cls)
+
+        HybridVariantAdapter.features = ReferenceHybridAdapter.features | features
+        HybridVariantAdapter.name = f"variant:{cls.__name__}"
+        return HybridVariantAdapter
     if level == "cache":
         from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 
@@ -98,11 +109,14 @@ def _variant(level: Level, cls: type) -> Variant:
 def all_variants() -> list[Variant]:
     """Every variant, cache level first, each level by name."""
     from kvconf.conformance.variants.cache import CACHE_VARIANTS
+    from kvconf.conformance.variants.hybrid import HYBRID_VARIANTS
     from kvconf.conformance.variants.scheduler import SCHED_VARIANTS
 
     return ([_variant("cache", c) for c in sorted(CACHE_VARIANTS, key=lambda c: c.__name__)]
             + [_variant("scheduler", c) for c in sorted(SCHED_VARIANTS,
-                                                        key=lambda c: c.__name__)])
+                                                        key=lambda c: c.__name__)]
+            + [_variant("hybrid", c) for c in sorted(HYBRID_VARIANTS,
+                                                     key=lambda c: c.__name__)])
 
 
 def open_rules(registry) -> dict[str, str]:

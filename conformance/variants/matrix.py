@@ -112,10 +112,10 @@ class VariantMatrix(BaseModel):
 
 
 def _probe_features(variant: Variant) -> frozenset[Feature]:
-    factory = variant.factory()
-    level = Feature.CACHE if variant.level == "cache" else Feature.SCHEDULER
-    probe = factory(EngineConfig() if variant.level == "cache" else SchedConfig())
-    return frozenset({level}) | probe.features
+    from kvconf.conformance.mutants.kill import level_of
+
+    level, config = level_of(variant.level)
+    return frozenset({level}) | variant.factory()(config).features
 
 
 def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Budget,
@@ -125,14 +125,16 @@ def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Bu
 
     factory = variant.factory()
     features = _probe_features(variant)
-    cache = variant.level == "cache"
+    from kvconf.conformance.mutants.kill import level_of
+
+    level, _ = level_of(variant.level)
     ctx = RunContext(
-        f"variant:{variant.name}", factory if cache else None, EngineConfig(), seed_value,
-        profile, budget, out_dir / variant.name if out_dir else None,
-        sched_factory=None if cache else factory, features=features,
+        f"variant:{variant.name}", factory if level is Feature.CACHE else None, EngineConfig(),
+        seed_value, profile, budget, out_dir / variant.name if out_dir else None,
+        sched_factory=factory if level is Feature.SCHEDULER else None, features=features,
         first_only=True,  # one finding decides the verdict; the rest would only cost time
+        hybrid_factory=factory if level is Feature.HYBRID else None,
     )
-    level = Feature.CACHE if cache else Feature.SCHEDULER
     res = VariantResult(id=variant.name, level=variant.level, rules=list(variant.rules),
                         features=sorted(f.value for f in variant.features),
                         summary=variant.summary)
@@ -169,6 +171,10 @@ def _outcome(level: str, factory, trace) -> tuple:
             from kvconf.conformance.running.runner import play
 
             return ("log", repr(play(factory, trace, determinism=False)))
+        if level == "hybrid":
+            from kvconf.conformance.hybrid.driver import play_hybrid
+
+            return ("log", repr(play_hybrid(factory, trace, determinism=False)))
         from kvconf.conformance.scheduler.generator import play_sched
 
         driver = play_sched(factory, trace, determinism=False)
@@ -191,6 +197,14 @@ def witness(variant: Variant) -> str | None:
             config = EngineConfig()
             traces = [(sc.name, sc.needs, sc.trace(config)) for sc in SCENARIOS]
             features = mine(config).features
+        elif variant.level == "hybrid":
+            from kvconf.conformance.engine.hybrid import HybridConfig
+            from kvconf.conformance.hybrid.cases import NEEDS
+            from kvconf.conformance.hybrid.scenarios import HYBRID_SCENARIOS
+
+            traces = [(sc.name, NEEDS, sc.trace(EngineConfig().page_size))
+                      for sc in HYBRID_SCENARIOS]
+            features = mine(HybridConfig()).features | {Feature.HYBRID}
         else:
             traces = [(sc.name, sc.needs, sc.trace) for sc in SCHED_SCENARIOS]
             features = mine(SchedConfig()).features

@@ -1,0 +1,299 @@
+"""The hybrid-level driver: plays a trace against a hybrid engine as the serving runtime would,
+and judges every call (``conformance/oracles/hybrid.py``).
+
+For each chunk it reads what the row reads (the full table for every earlier position, the
+window table for the W - 1 before the chunk, the state it resumes from) and checks the tags,
+then writes the chunk's KV into both tables and its states where the engine says. At the end it
+finishes every request still running and checks that every page and slot came home (POOL-5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvconf.conformance.engine.hybrid import Admitted, Extended, HybridEngine, HybridHit
+from kvconf.conformance.errors import EngineRejected, KitError
+from kvconf.conformance.hybrid.memory import HybridMemory
+from kvconf.conformance.hybrid.trace import (
+    AdmitStep,
+    ExtendStep,
+    FinishStep,
+    HitStep,
+    HybridStep,
+    HybridTrace,
+)
+from kvconf.conformance.oracles.hybrid import HybridOracle, fail
+from kvconf.conformance.violation import Violation
+
+RETURNS: dict[str, tuple[type | None, ...]] = {
+    "hit": (HybridHit,), "admit": (Admitted,), "extend": (Extended, None), "finish": (None,),
+}
+
+
+@dataclass(slots=True)
+class Running:
+    """What the kit knows of a running request: its query, how far it has computed, each
+    attention group's table (None a hole) and the slot its Mamba state is in."""
+
+    ns: int
+    tokens: tuple[int, ...]
+    computed: int
+    tables: list[list[int | None]]
+    state: int | None
+
+
+class HybridDriver:
+    def __init__(self, engine: HybridEngine, behaviours: tuple[str, ...] = (),
+                 judge: bool = True) -> None:
+        self.engine = engine
+        self.p = engine.page_size
+        self.mem = HybridMemory(self.p)
+        self.oracle = HybridOracle(engine, self.mem)
+        self.judge = judge
+        self.behaviours = behaviours
+        self.live: dict[str, Running] = {}
+        self.log: list[dict[str, Any]] = []
+        self.index = -1
+
+    # ----------------------------------------------------------------- plumbing
+    def _call(self, name: str, fn, *args):
+        try:
+            got = fn(*args)
+        except EngineRejected as e:
+            raise Violation("faults", ("FAULT-2",), f"{name} rejected a legal call: {e}") from e
+        except Violation:
+            raise
+        except Exception as e:
+            raise Violation("faults", ("FAULT-2",),
+                            f"{name} raised {type(e).__name__}: {e}") from e
+        types = RETURNS.get(name, ())
+        if types and not any((t is None and got is None) or (t is not None and isinstance(got, t))
+                             for t in types):
+            raise Violation("faults", ("FAULT-2",),
+                            f"{name} returned {type(got).__name__}; the protocol "
+                            "(conformance/engine/hybrid.py) expects "
+                            + " or ".join("None" if t is None else t.__name__ for t in types))
+        return got
+
+    def _held(self, pool: str, skip: str | None = None) -> set[int]:
+        """Ids of ``pool`` a live request holds (its tables, its state slot)."""
+        out: set[int] = set()
+        for rid, r in self.live.items():
+            if rid == skip:
+                continue
+            for g, table in zip(self.engine.groups, r.tables, strict=True):
+                if g.pool == pool:
+                    out.update(x for x in table if x is not None)
+            m = self._mamba()
+            if m is not None and m[1].pool == pool and r.state is not None:
+                out.add(r.state)
+        return out
+
+    def _mamba(self):
+        return next(((i, g) for i, g in enumerate(self.engine.groups) if g.kind == "mamba"),
+                    None)
+
+    # ----------------------------------------------------------------- steps
+    def run(self, trace: HybridTrace) -> list[dict[str, Any]]:
+        for i, step in enumerate(trace.steps):
+            self.step(i, step)
+        return self.log
+
+    def step(self, index: int, step: HybridStep) -> dict[str, Any]:
+        self.index = index
+        try:
+            out = self._dispatch(step)
+            if step.expect is not None and self.judge:
+                self._expect(step, out)
+        except Violation as v:
+            if v.step is None:
+                v.step = index
+            raise
+        self.log.append(out)
+        return out
+
+    def _expect(self, step: HybridStep, out: dict[str, Any]) -> None:
+        exp = step.expect
+        assert exp is not None
+        for field in ("full", "window", "mamba", "length", "room"):
+            want = getattr(exp, field)
+            if want is not None and out.get(field) != want:
+                raise Violation("expect", tuple(exp.behaviours or self.behaviours),
+                                f"{field} is {out.get(field)!r}, the trace expects {want!r}")
+
+    def _hit_row(self, hit: HybridHit) -> dict[str, Any]:
+        out: dict[str, Any] = {"length": hit.length}
+        for g, got in zip(self.engine.groups, hit.groups, strict=False):
+            out[g.kind] = got.length
+        return out
+
+    def _dispatch(self, step: HybridStep) -> dict[str, Any]:
+        if isinstance(step, HitStep):
+            hit = self._call("hit", self.engine.hit, step.ns, list(step.tokens))
+            if self.judge:
+                self.oracle.check_hit(hit, step.ns, step.tokens)
+            return {"op": "hit", **self._hit_row(hit)}
+        if isinstance(step, AdmitStep):
+            return self._admit(step)
+        if isinstance(step, ExtendStep):
+            return self._extend(step)
+        if isinstance(step, FinishStep):
+            if step.rid not in self.live:
+                raise KitError(f"steps[{self.index}].rid: {step.rid!r} is not running")
+            self._call("finish", self.engine.finish, step.rid)
+            del self.live[step.rid]
+            return {"op": "finish"}
+        raise KitError(f"steps[{self.index}].op: unknown operation {step.op!r}")
+
+    def _admit(self, step: AdmitStep) -> dict[str, Any]:
+        if step.rid in self.live:
+            raise KitError(f"steps[{self.index}].rid: {step.rid!r} is already running")
+        hit = self._call("hit", self.engine.hit, step.ns, list(step.tokens))
+        if self.judge:
+            self.oracle.check_hit(hit, step.ns, step.tokens)
+        adm = self._call("admit", self.engine.admit, step.rid, step.ns, list(step.tokens))
+        if self.judge:
+            self.oracle.check_admit(adm, hit, step.ns, step.tokens)
+        tables = [list(t) for t in adm.tables]
+        self.live[step.rid] = Running(step.ns, tuple(step.tokens), adm.length, tables, adm.state)
+        return {"op": "admit", **self._hit_row(hit), "length": adm.length}
+
+    def _extend(self, step: ExtendStep) -> dict[str, Any]:
+        r = self.live.get(step.rid)
+        if r is None:
+            raise KitError(f"steps[{self.index}].rid: {step.rid!r} is not running")
+        if not r.computed < step.upto <= len(r.tokens):
+            raise KitError(f"steps[{self.index}].upto: {step.upto} is not past {r.computed} "
+                           f"within the {len(r.tokens)} tokens of {step.rid}")
+        s, e = r.computed, step.upto
+        limit = self.oracle.chunk_end_limit(s)
+        if limit is not None and e > limit:
+            raise KitError(f"steps[{self.index}].upto: the engine declares mamba_aligned_chunks; "
+                           f"a chunk from {s} (inside a page) may end at {limit} at most")
+        ext = self._call("extend", self.engine.extend, step.rid, step.upto)
+        if ext is None:
+            return {"op": "extend", "room": False}
+        groups = self.engine.groups
+        o = self.oracle
+        if self.judge:
+            o.check_extend(step.rid, ext, e)
+        # Window pages given back: holes from now on (WIN-4).
+        for i, g in enumerate(groups):
+            if ext.released[i]:
+                if g.kind != "window":
+                    raise fail("WIN-4", f"{step.rid}: gave back pages of its {g.kind} group")
+                if self.judge:
+                    o.check_released(step.rid, r.tables[i], ext.released[i], s, g.window)
+                for page in ext.released[i]:
+                    if page in r.tables[i]:
+                        r.tables[i][r.tables[i].index(page)] = None
+        if not ext.room:
+            return {"op": "extend", "room": False, "released": [list(x) for x in ext.released]}
+        # New pages: none a live request holds (POOL-2); a page in every table for every
+        # position the row computes (WIN-3).
+        need = -(-e // self.p)
+        held: dict[str, set[int]] = {}
+        for i, g in enumerate(groups):
+            if g.kind == "mamba":
+                continue
+            if self.judge:
+                o.check_new(step.rid, "page", ext.pages[i],
+                            held.setdefault(g.pool, self._held(g.pool)), "POOL-2")
+            r.tables[i].extend(ext.pages[i])
+            if len(r.tables[i]) < need and self.judge:
+                raise fail("WIN-3", f"{step.rid}: its {g.kind} table has {len(r.tables[i])} "
+                                    f"pages, a row computing up to {e} needs {need}")
+        # The row reads, then writes.
+        for i, g in enumerate(groups):
+            if g.kind == "mamba" or not self.judge:
+                continue
+            first = 0 if g.kind == "full" else max(0, s - g.window + 1)
+            o.pages_hold(f"{step.rid} reads its {g.kind} table", g.pool, r.tables[i], r.ns,
+                         r.tokens, range(first, s), "WIN-4" if g.kind == "window" else "TREE-2")
+        m = self._mamba()
+        if m is not None:
+            mg = m[1]
+            if self.judge:
+                if s and ext.state_source is None:
+                    raise fail("MAMBA-1", f"{step.rid}: a chunk from {s} names no state to "
+                                          "resume from")
+                if s:
+                    o.state_holds(f"{step.rid} resumes", mg.pool, ext.state_source, r.ns,
+                                  r.tokens, s, "MAMBA-1")
+                if ext.state_slot is None:
+                    raise fail("MAMBA-1", f"{step.rid}: no slot for the state of depth {e}")
+                others = held.setdefault(mg.pool, self._held(mg.pool, skip=step.rid))
+                if ext.state_slot in self._held(mg.pool, skip=step.rid):
+                    raise fail("MAMBA-8", f"{step.rid}: its working slot {ext.state_slot} is "
+                                          "held by another live request")
+                for d, slot in ext.checkpoints:
+                    if not s < d <= e:
+                        raise fail("MAMBA-1", f"{step.rid}: a checkpoint of depth {d} in a chunk "
+                                              f"computing {s}..{e}")
+                    if slot in others or slot in self._held(mg.pool, skip=step.rid):
+                        raise fail("MAMBA-8", f"{step.rid}: checkpoint slot {slot} is held by "
+                                              "another live request")
+            r.state = ext.state_slot
+        for i, g in enumerate(groups):
+            if g.kind == "mamba":
+                continue
+            table = r.tables[i]
+            for pos in range(s, e):
+                page = table[pos // self.p] if pos // self.p < len(table) else None
+                if page is not None:
+                    self.mem.write_kv(g.pool, page, pos % self.p, self.mem.tag(r.ns, r.tokens,
+                                                                                 pos))
+        if m is not None:
+            for d, slot in ext.checkpoints:
+                self.mem.write_state(m[1].pool, slot, r.ns, r.tokens, d)
+            if ext.state_slot is not None:
+                self.mem.write_state(m[1].pool, ext.state_slot, r.ns, r.tokens, e)
+        r.computed = e
+        return {"op": "extend", "room": True,
+                "pages": [list(x) for x in ext.pages], "released": [list(x) for x in ext.released],
+                "state": [ext.state_source, ext.state_slot, [list(c) for c in ext.checkpoints]]}
+
+    # ----------------------------------------------------------------- rest
+    def drain(self) -> None:
+        """Finish every request still running; every page and slot must then be the engine's
+        to hand out (POOL-5)."""
+        self.index = len(self.log)
+        try:
+            for rid in list(self.live):
+                self._call("finish", self.engine.finish, rid)
+                del self.live[rid]
+            got = dict(self._call("available", self.engine.available))
+            want = dict(self.engine.pool_sizes)
+            if self.judge and got != want:
+                raise fail("POOL-5", f"at rest, with every request finished, the engine can hand "
+                                     f"out {got} of {want}: pages or slots leaked")
+        except Violation as v:
+            if v.step is None:
+                v.step = self.index
+            raise
+
+
+def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True
+                ) -> list[dict[str, Any]]:
+    """Play ``trace`` on a fresh engine with the oracle, bring it to rest, then replay it on
+    another and compare what the engine said (DET-1)."""
+    driver = HybridDriver(factory(trace.config), tuple(trace.behaviours))
+    driver.run(trace)
+    driver.drain()
+    if determinism:
+        check_determinism(factory, trace, driver.log)
+    return driver.log
+
+
+def check_determinism(factory, trace: HybridTrace, log: list[dict[str, Any]]) -> None:
+    """``trace`` played again on a fresh engine, unjudged, must say what ``log`` says (DET-1)."""
+    again = HybridDriver(factory(trace.config), judge=False)
+    again.run(trace)
+    if again.log != log:
+        k = next((i for i, (a, b) in enumerate(zip(log, again.log, strict=False)) if a != b),
+                 min(len(log), len(again.log)))
+        v = Violation("determinism", ("DET-1",),
+                      f"the same trace played twice differs at step {k}")
+        v.step = k
+        raise v

@@ -1,0 +1,155 @@
+"""The hybrid-level fuzz search: seeded walks of requests over shared prefixes, and a shrinker.
+
+A walk admits requests whose prompts share prefixes in two namespaces, has them compute in
+chunks of random size (some ending mid-page, some on a page boundary), finishes them, and asks
+for hits in between, on a pool small enough that pages are evicted and window pages reused.
+Each step is played as it is drawn, so every call is judged as it happens; a failing walk's
+trace is shrunk by deleting steps while the same rule still breaks.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvconf.conformance.engine.hybrid import HybridConfig
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.hybrid.driver import HybridDriver, check_determinism, play_hybrid
+from kvconf.conformance.hybrid.trace import (
+    AdmitStep,
+    ExtendStep,
+    FinishStep,
+    HitStep,
+    HybridStep,
+    HybridTrace,
+)
+from kvconf.conformance.violation import Violation
+
+
+@dataclass
+class WalkStats:
+    examples: int = 0
+    steps: int = 0
+    ops: dict[str, int] = field(default_factory=dict)
+    last: HybridTrace | None = None
+
+
+def _prompts(rng: random.Random, p: int) -> list[tuple[int, list[int]]]:
+    """(namespace, tokens): two shared stems, each with a few continuations, in two
+    namespaces; a token is drawn from a small alphabet so prefixes meet."""
+    out = []
+    for _ in range(2):
+        stem = [rng.randrange(1, 6) for _ in range(p * rng.randint(1, 4))]
+        for _ in range(3):
+            tail = [rng.randrange(1, 6) for _ in range(rng.randint(1, 3 * p))]
+            out.append((rng.choice((0, 0, 1)), stem + tail))
+    return out
+
+
+def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats) -> None:
+    """Draw and play one walk of ``steps`` steps; the first broken rule raises, with
+    ``stats.last`` the trace so far."""
+    rng = random.Random(seed)
+    p = config.page_size
+    trace = HybridTrace(name=f"fuzz-hybrid seed {seed}", config=config)
+    stats.last = trace
+    driver = HybridDriver(factory(config))
+    prompts = _prompts(rng, p)
+    live: dict[str, list[int]] = {}  # rid -> [computed, length]
+    n = 0
+
+    def play(step: HybridStep) -> dict:
+        trace.steps.append(step)
+        stats.ops[step.op] = stats.ops.get(step.op, 0) + 1
+        stats.steps += 1
+        return driver.step(len(trace.steps) - 1, step)
+
+    for _ in range(steps):
+        roll = rng.random()
+        if (roll < 0.25 and len(live) < 3) or not live:
+            ns, tokens = rng.choice(prompts)
+            n += 1
+            rid = f"r{n}"
+            out = play(AdmitStep(rid=rid, ns=ns, tokens=tokens))
+            live[rid] = [out["length"], len(tokens)]
+        elif roll < 0.7:
+            rid = rng.choice(sorted(live))
+            done, total = live[rid]
+            if done >= total:
+                play(FinishStep(rid=rid))
+                del live[rid]
+                continue
+            upto = min(total, done + rng.randint(1, 3 * p))
+            if rng.random() < 0.5 and upto // p * p > done:
+                upto = upto // p * p  # end on a page boundary: a state is saved there
+            limit = driver.oracle.chunk_end_limit(done)  # MAMBA-11
+            if limit is not None:
+                upto = min(upto, limit)
+            out = play(ExtendStep(rid=rid, upto=upto))
+            if out["room"]:
+                live[rid][0] = upto
+            elif len(live) > 1:  # no room: another request gives way
+                other = rng.choice(sorted(r for r in live if r != rid))
+                play(FinishStep(rid=other))
+                del live[other]
+        elif roll < 0.85:
+            ns, tokens = rng.choice(prompts)
+            play(HitStep(ns=ns, tokens=tokens[: rng.randint(1, len(tokens))]))
+        else:
+            rid = rng.choice(sorted(live))
+            play(FinishStep(rid=rid))
+            del live[rid]
+    driver.drain()
+    stats.examples += 1
+    check_determinism(factory, trace, driver.log)  # a fresh engine says the same (DET-1)
+
+
+def search(factory, config: HybridConfig, seeds: Callable[[int], int], steps: int,
+           examples: int | None, seconds: float | None, stats: WalkStats) -> None:
+    """Walks until the budget is spent; raises the first Violation."""
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    k = 0
+    while True:
+        if examples is not None and k >= examples:
+            return
+        if deadline is not None and time.perf_counter() >= deadline:
+            return
+        walk(factory, config, seeds(k), steps, stats)
+        k += 1
+
+
+def shrink(factory, trace: HybridTrace, v: Violation, max_replays: int
+           ) -> tuple[HybridTrace, Violation]:
+    """Delete steps (halves, then one at a time) while the trace still breaks one of the
+    rules ``v`` names; a step whose removal makes the trace invalid stays."""
+    want = set(v.behaviours)
+    best, best_v = trace, v
+    replays = 0
+
+    def fails(steps: list[HybridStep]) -> Violation | None:
+        nonlocal replays
+        replays += 1
+        t = best.model_copy(update={"steps": steps})
+        try:
+            play_hybrid(factory, t)
+        except Violation as got:
+            return got if want & set(got.behaviours) else None
+        except KitError:
+            return None
+        return None
+
+    chunk = max(1, len(best.steps) // 2)
+    while chunk >= 1 and replays < max_replays:
+        i, changed = 0, False
+        while i < len(best.steps) and replays < max_replays:
+            cand = best.steps[:i] + best.steps[i + chunk:]
+            got = fails(cand) if cand else None
+            if got is not None:
+                best, best_v, changed = best.model_copy(update={"steps": cand}), got, True
+            else:
+                i += chunk
+        if not changed:
+            chunk //= 2
+    return best, best_v

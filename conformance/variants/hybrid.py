@@ -1,0 +1,63 @@
+"""Legal variants of the reference hybrid cache: each takes another choice the spec permits."""
+
+from __future__ import annotations
+
+from kvconf.conformance.engine.features import Feature
+from kvconf.reference.hybrid_cache import HybridCache
+
+
+class KeepsWindowPages(HybridCache):
+    """WIN-4: window pages behind the window are never given back while the request runs (the
+    rule lets a cache free them; it need not): they go back with everything else at finish."""
+
+    def _release_window(self, r):
+        return []
+
+
+
+
+class StatesPerPage(HybridCache):
+    """MAMBA-11: Mamba states kept per page, as vLLM's align mode keeps them: a chunk's end
+    state goes into the slot of the page its end lies in (the same slot while a chunk stays in
+    a page, a new one when it enters the next), and that slot is published as the page's state
+    once the page is whole; no separate checkpoint. Right only while no chunk from inside a page
+    crosses its end (a chunk that did would publish the slot of its start as the page's state),
+    so it declares mamba_aligned_chunks."""
+
+    features = frozenset({Feature.MAMBA_ALIGNED_CHUNKS})
+
+    def extend(self, rid, upto):
+        r = self._req(rid)
+        if not any(g.kind == "mamba" for g in self.groups):
+            return super().extend(rid, upto)
+        p, s = self.p, r.computed
+        same_page = bool(s) and -(-s // p) == -(-upto // p)
+        if not same_page and r.owns_state and s % p:
+            # The slot of the page the chunk leaves: published as that page's state, whatever
+            # depth it holds (the chunk shape MAMBA-11 excludes).
+            key = self._key(r.ns, r.tokens, -(-s // p) * p)
+            if key not in self.cached["mamba"] and self.states.key[r.state] is None:
+                self.cached["mamba"][key] = r.state
+                self.states.key[r.state] = ("mamba", key)
+        owned = r.owns_state
+        if same_page:
+            r.owns_state = True  # the state stays in its slot
+        elif r.owns_state:
+            r.owns_state = False  # a new slot for the page the chunk ends in
+        got = super().extend(rid, upto)
+        if got is None:
+            r.owns_state = owned
+            return got
+        # The base class saved a checkpoint copy at a page end; keep the running slot instead.
+        for _, cp in got.checkpoints:
+            key = self.states.key[cp]
+            if key is not None:
+                del self.cached["mamba"][key[1]]
+                self.states.key[cp] = None
+            if self.states.key[r.state] is None and key is not None:
+                self.cached["mamba"][key[1]] = r.state
+                self.states.key[r.state] = key
+        return type(got)(got.pages, got.released, got.state_source, got.state_slot, ())
+
+
+HYBRID_VARIANTS: tuple[type, ...] = (KeepsWindowPages, StatesPerPage)
