@@ -139,7 +139,7 @@ def _trace(tmp_path: Path, text: str | bytes) -> str:
     ('{"steps": [{"op": "match", "tokens": [1.0]}]}', ("steps[0].tokens[0]",)),
     ('{"steps": [{"op": "evict", "pages": 99999999999999}]}', ("steps[0].pages",
                                                                "less than or equal")),
-    ('{"level": "rack", "steps": []}', ("t.json:1:", "cache or scheduler")),
+    ('{"level": "rack", "steps": []}', ("t.json:1:", "cache, scheduler or hybrid")),
     ('[1, 2]', ("a trace is a JSON object",)),
     ('{\n"config": {\n"page_size": 0},\n"steps": []}', ("t.json:3:", "config.page_size")),
     ('{\n"level": "scheduler",\n"arrivals": [\n{"at": 0,\n"rid": "a", "ns": 0, "tokens": [1],'
