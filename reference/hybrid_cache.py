@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvconf.reference.errors import CacheError
 from kvconf.reference.hybrid_types import (
@@ -74,7 +74,6 @@ class Req:
     state: int | None  # the working slot (or the hit's cached slot before the first chunk)
     owns_state: bool  # the working slot is the request's own, not a cached one it resumes from
     published: int = 0  # whole pages published
-    checkpoints: list[int] = field(default_factory=list)
 
 
 class HybridCache:

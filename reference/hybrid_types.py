@@ -75,12 +75,6 @@ class Extended:
     room: bool = True
 
 
-def window_pages(window: int, page_size: int) -> int:
-    """Pages a window group needs right before a hit boundary: those holding its W - 1 earlier
-    positions (WIN-3)."""
-    return -(-(window - 1) // page_size) if window > 1 else 0
-
-
 def needed_slots(length: int, window: int, page_size: int) -> range:
     """The page indices a window group must hold for a hit or a row starting at ``length``."""
     k = length // page_size

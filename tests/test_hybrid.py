@@ -231,3 +231,15 @@ def test_an_engine_that_answers_differently_on_replay_fails_determinism():
     with pytest.raises(Violation) as e:
         play_hybrid(Flaky, _trace(*COMPUTE_A))
     assert e.value.behaviours == ("DET-1",)
+
+
+def test_an_adapter_with_malformed_groups_is_a_one_line_error():
+    from kvconf.conformance.engine.hybrid import Group
+
+    class Misnamed(ReferenceHybridAdapter):
+        def __init__(self, config):
+            super().__init__(config)
+            self.groups = (Group("window", 3), Group("full"))
+
+    with pytest.raises(KitError, match="full first"):
+        play_hybrid(Misnamed, _trace(*COMPUTE_A))

@@ -13,6 +13,7 @@ from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAd
 from kvconf.conformance.cli import app
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import ALLOWANCES, Feature
+from kvconf.conformance.mutants.kill import level_of
 from kvconf.conformance.mutants.window import FreesInsideWindow
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.running.profiles import get_profile, parse_budget
@@ -160,14 +161,15 @@ def test_each_variant_passes_the_scenarios_of_its_level(name) -> None:
     """The hand-written cases, fast; the whole suite with its fuzz cases is ``kvconf variants``
     (in CI)."""
     v = VARIANTS[name]
-    level = Feature.CACHE if v.level == "cache" else Feature.SCHEDULER
+    level, cfg = level_of(v.level)
     factory = v.factory()
-    cfg = EngineConfig() if v.level == "cache" else SchedConfig()
     features = frozenset({level}) | factory(cfg).features
     profile = get_profile("ci")
     ctx = RunContext("t", factory if v.level == "cache" else None, cfg if v.level == "cache"
                      else EngineConfig(), 0, profile, parse_budget("5", profile), None,
-                     sched_factory=None if v.level == "cache" else factory, features=features)
+                     sched_factory=factory if v.level == "scheduler" else None,
+                     features=features,
+                     hybrid_factory=factory if v.level == "hybrid" else None)
     ran = [c for c in all_cases() if level in c.needs and not c.fuzz and c.needs <= features]
     assert ran
     bad = {c.name: r.message for c in ran if (r := run_case(ctx, c)).status.value != "PASS"}

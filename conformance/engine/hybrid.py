@@ -32,12 +32,10 @@ from kvconf.reference.hybrid_types import (
     HybridHit,
     needed_slots,
     validate_groups,
-    window_pages,
 )
 
 __all__ = ["KINDS", "Admitted", "Extended", "Group", "GroupHit", "GroupKind", "HybridConfig",
-           "HybridEngine", "HybridHit", "hybrid_kinds", "kind_index", "needed_slots",
-           "validate_groups", "window_pages"]
+           "HybridEngine", "HybridHit", "needed_slots", "validate_groups"]
 
 GroupKind = Literal["full", "window", "mamba"]
 
@@ -85,13 +83,3 @@ class HybridEngine(Protocol):
         """``rid`` ends; everything it holds goes back (cached pages stay cached)."""
     def available(self) -> Mapping[str, int]:
         """Per pool, the ids the engine could hand out now (free, or cached and evictable)."""
-
-
-def hybrid_kinds(engine: HybridEngine) -> tuple[str, ...]:
-    return tuple(g.kind for g in engine.groups)
-
-
-def kind_index(engine: HybridEngine, kind: str) -> int | None:
-    return next((i for i, g in enumerate(engine.groups) if g.kind == kind), None)
-
-

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvconf.conformance.engine.hybrid import Admitted, Extended, HybridEngine, HybridHit
+from kvconf.conformance.engine.hybrid import (
+    Admitted,
+    Extended,
+    HybridEngine,
+    HybridHit,
+    validate_groups,
+)
 from kvconf.conformance.errors import EngineRejected, KitError
 from kvconf.conformance.hybrid.memory import HybridMemory
 from kvconf.conformance.hybrid.trace import (
@@ -46,6 +52,10 @@ class Running:
 class HybridDriver:
     def __init__(self, engine: HybridEngine, behaviours: tuple[str, ...] = (),
                  judge: bool = True) -> None:
+        try:
+            validate_groups(engine.groups)
+        except ValueError as e:
+            raise KitError(f"engine {engine.name}: {e}") from None
         self.engine = engine
         self.p = engine.page_size
         self.mem = HybridMemory(self.p)
