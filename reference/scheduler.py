@@ -478,6 +478,11 @@ class Scheduler:
                          tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
         return self._mamba_row(r, row) if self.mamba is not None else row
 
+    def _victim(self, cands: list) -> object:
+        """The decoding request to push off: the longest, ties by arrival (the reference's
+        choice; which one is left to engines, PLAN-6)."""
+        return max(cands, key=lambda r: (len(r.tokens), -r.arrival))
+
     def _retract_longest(self, writebacks: list[CopyOp], busy: set[str]) -> None:
         """Device full: push the longest decoding request off the device (PLAN-6). One per
         plan: its pages come free only once its copy is acknowledged, so retracting more in
@@ -487,7 +492,7 @@ class Scheduler:
         cands = [r for r in self._ordered(State.DECODING) if not r.awaiting and r.rid not in busy]
         if not cands:
             return
-        victim = max(cands, key=lambda r: (len(r.tokens), -r.arrival))
+        victim = self._victim(cands)
         node = self._publish(victim, victim.computed)
         self._free_local(victim)  # the partial page: recomputed on recovery
         self._release_slot(victim)

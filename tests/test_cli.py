@@ -199,3 +199,33 @@ def test_replay_refuses_a_trace_that_plays_a_switch_the_engine_lacks(tmp_path: P
     assert "NOT_SUPPORTED" in r.output and "l3_store" in r.output
     ok = kvconf("replay", str(path), "--engine", "reference", "--in-process")
     assert ok.exit_code == 0, ok.output
+
+
+def _no_host():
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.engine.features import Feature
+
+    class NoHost(ReferenceSchedulerAdapter):
+        features = ReferenceSchedulerAdapter.features - {Feature.HOST_TIER}
+
+    return NoHost
+
+
+NoHost = _no_host()
+NoHost.level = "scheduler"
+
+
+def test_replay_plays_host_pages_on_an_engine_without_a_host_tier(tmp_path: Path) -> None:
+    """Host pages in a trace's configuration are room an engine without a host tier leaves
+    unused, as the run path's fixed cases assume (fuzz-scheduler has 32 host pages and runs on
+    every scheduler-level engine): replay plays such a trace instead of refusing it."""
+    from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+
+    trace = SchedTrace(name="host", config=SchedConfig(host_pages=8), seed=0,
+                       arrivals=[{"at": 0, "rid": "a", "ns": 0, "tokens": [1, 2, 3, 4],
+                                  "new_tokens": 1}])
+    path = tmp_path / "t.json"
+    path.write_text(trace.model_dump_json())
+    r = kvconf("replay", str(path), "--engine", "test_cli:NoHost", "--in-process")
+    assert r.exit_code == 0, r.output
+    assert "NOT_SUPPORTED" not in r.output

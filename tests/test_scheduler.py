@@ -11,8 +11,8 @@ white-box snapshots:
   exactly one request and every caller page is some request's, the shared pages are exactly the
   device pages of the pinned node's path, the pins are exactly the non-internal cache locks;
 * PLAN-1..PLAN-5 on each plan, against the snapshot taken just before it (the reused and loaded
-  back pages hold the KV of the row's own tokens in the pre-plan tree), and PLAN-6's choice of
-  the request to retract.
+  back pages hold the KV of the row's own tokens in the pre-plan tree), and the reference's own
+  choice of the request to retract (left open to engines by PLAN-6).
 
 Focused tests then cover each behaviour, and a Hypothesis state machine drives the scheduler with
 arbitrary interleavings of submissions, plans, results, finishes, aborts, acks and illegal events.
@@ -284,8 +284,9 @@ def check_plan(plan: Plan, before: SchedulerSnapshot, after: SchedulerSnapshot,
 
 def check_victims(plan: Plan, before: SchedulerSnapshot,
                   log: Sequence[tuple[str, State, Event, State]]) -> None:
-    """PLAN-6: a retracted request was the longest decoding one that could be pushed off (ties:
-    the earlier arrival), and a retraction with a copy is listed as a retract writeback.
+    """The reference's choice of victim (left open to engines, PLAN-6): a retracted request was
+    the longest decoding one that could be pushed off (ties: the earlier arrival), and a
+    retraction with a copy is listed as a retract writeback.
 
     Only requests that got no row in the plan are surely candidates (one planned before the
     request that ran short was not), so the check compares a victim with those."""
@@ -1529,3 +1530,37 @@ def test_malformed_runtime_input_is_rejected_and_changes_nothing() -> None:
             s.submit([spec])  # type: ignore[list-item]
         assert e.value.code == "bad_request"
         assert s.snapshot() == before
+
+
+@pytest.mark.behaviours("PLAN-6")
+def test_which_decoding_request_is_retracted_is_left_to_engines() -> None:
+    """PLAN-6 holds what happens to the request pushed off, not which one (the requests
+    chapter leaves it open): a scheduler that retracts the decoding request admitted last (as
+    vLLM does) instead of the longest passes the retraction scenarios with every oracle, on
+    traces where it picks another victim than the reference."""
+    from functools import partial
+
+    from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+    from kvconf.conformance.scheduler.generator import play_sched
+    from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+
+    picked: dict[str, list[str]] = {}
+
+    def spy(name: str, choose):
+        def _victim(self, cands):
+            v = choose(self, cands)
+            picked.setdefault(name, []).append(v.rid)
+            return v
+        return type(name, (Scheduler,), {"_victim": _victim})
+
+    longest = spy("longest", Scheduler._victim)
+    last = spy("last", lambda self, cands: max(cands, key=lambda r: r.arrival))
+    differ = 0
+    for sc in SCHED_SCENARIOS:
+        if "PLAN-6" not in sc.behaviours or sc.trace.config.mamba:
+            continue
+        picked.clear()
+        for cls in (longest, last):
+            play_sched(partial(ReferenceSchedulerAdapter, scheduler_cls=cls), sc.trace)
+        differ += picked.get("longest") != picked.get("last")
+    assert differ, "no retraction scenario tells the two choices apart"

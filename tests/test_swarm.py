@@ -17,9 +17,20 @@ from kvconf.conformance.mutants.mamba import NoReuseWithMamba
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.reporting.report import Coverage
 from kvconf.conformance.running.profiles import get_profile, parse_budget
-from kvconf.conformance.running.runner import run_suite, select_cases, transition_coverage
+from kvconf.conformance.running.runner import (
+    not_supported,
+    run_suite,
+    select_cases,
+    transition_coverage,
+)
 from kvconf.conformance.running.seeding import import_independent_draws
-from kvconf.conformance.scheduler.generator import declared_pairs, fuzz_sched, offered
+from kvconf.conformance.scheduler.generator import (
+    declared_pairs,
+    fuzz_sched,
+    missing_switches,
+    offered,
+)
+from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 
 R = ReferenceSchedulerAdapter
 
@@ -126,3 +137,76 @@ def test_draws_made_outside_a_fuzz_run_do_not_change_it() -> None:
 
     outside()
     assert _drawn() == before
+
+
+def _sched_cases_with_traces():
+    """Every scheduler case that plays a fixed configuration, with a workload on it: each
+    scenario's own trace, each fixed fuzz case's configuration(s) under a one-request workload."""
+    from kvconf.conformance.running import runner
+    from kvconf.conformance.scheduler.trace import SchedConfig, SchedTrace
+
+    def on(config: SchedConfig) -> SchedTrace:
+        return SchedTrace(name="w", config=config, seed=0,
+                          arrivals=[{"at": 0, "rid": "a", "ns": 0, "tokens": [1, 2],
+                                     "new_tokens": 1}])
+
+    fuzz_configs = {
+        "fuzz-scheduler": [SchedConfig()],
+        "fuzz-scheduler-l3": [runner.L3_FUZZ], "fuzz-scheduler-adapters": [runner.ADAPTER_FUZZ],
+        "fuzz-scheduler-window": [SchedConfig(sliding_window=3)],
+        "fuzz-scheduler-mamba": list(runner.MAMBA_FUZZ)}
+    cases = {c.name: c for c in select_cases(None)}
+    for sc in SCHED_SCENARIOS:
+        yield cases[sc.name], sc.trace
+    for name, configs in fuzz_configs.items():
+        for c in configs:
+            yield cases[name], on(c)
+
+
+@pytest.mark.parametrize("lacks", [Feature.HOST_TIER, Feature.L3_STORE, Feature.MAMBA,
+                                   Feature.SLIDING_WINDOW, Feature.NAMESPACES])
+def test_replay_refuses_exactly_what_the_run_path_does_not_run(lacks: Feature) -> None:
+    """``kvconf replay`` refuses a trace for a switch (missing_switches) only where the run path
+    makes the case that plays it NOT_SUPPORTED: host pages alone never are (fuzz-scheduler's
+    default configuration has 32 and runs without a host tier), the L3 store, Mamba and a
+    window are."""
+    features = R.features - {lacks}
+    checked = 0
+    for case, trace in _sched_cases_with_traces():
+        refused = bool(missing_switches(features, trace))
+        skipped = not_supported(case, features, {}) is not None
+        if refused:  # never a trace the run path plays on this engine
+            assert skipped, (case.name, missing_switches(features, trace))
+        if lacks in {Feature.L3_STORE, Feature.MAMBA, Feature.SLIDING_WINDOW} \
+                and lacks in case.needs:  # and a trace of a case that needs such a switch is
+            assert refused, case.name
+        checked += 1
+    assert checked > 10
+    plain = next(t for c, t in _sched_cases_with_traces() if c.name == "fuzz-scheduler")
+    assert plain.config.host_pages > 0 and missing_switches(features, plain) == []
+
+
+@pytest.mark.behaviours("PLAN-3")
+def test_a_mixed_only_engine_has_no_mixed_pairs_and_every_workload_is_mixed() -> None:
+    """An engine that declares mixed_only computes every batch mixed (PLAN-3): the swarm offers
+    it no mixed switch, so no pair with ``mixed`` is counted toward its coverage (a workload
+    with the switch off would have played it on), and each drawn configuration says mixed, as
+    it is played."""
+    from hypothesis import given, settings
+
+    from kvconf.conformance.scheduler.generator import swarm_configs
+
+    only = R.features | {Feature.MIXED_ONLY}
+    assert "mixed" in offered(R.features) and "mixed" not in offered(only)
+    assert not any("mixed" in p for p in declared_pairs(only))
+    assert len(declared_pairs(only)) == len(declared_pairs(R.features)) - 7  # 7 other switches
+    seen = []
+
+    @settings(max_examples=30, database=None, deadline=None)
+    @given(drawn=swarm_configs(only))
+    def draw(drawn) -> None:
+        seen.append(drawn[0].mixed)
+
+    with import_independent_draws():
+        draw()
+    assert seen and all(seen)

@@ -339,3 +339,26 @@ def test_vllm_computes_a_prefix_without_its_state_again_and_announces_it_twice()
         play_sched(_vllm(), trace)
     assert list(e.value.behaviours) == ["EVENT-1"], e.value
     play_sched(_without(Feature.KV_EVENTS), trace)  # nothing else is wrong with the run
+
+
+@pytest.mark.parametrize("case", ["fuzz-cache", "fuzz-cache-tight", "fuzz-cache-page1"])
+def test_the_cache_fuzz_entries_name_findings_not_the_whole_case(case: str) -> None:
+    """The cache fuzz cases of vllm-scheduler.toml are listed by the signature of each finding:
+    the committed run is as expected whichever of its findings comes first, and a finding of
+    another signature beside the known ones is a regression (a whole-case entry would hide
+    it)."""
+    from kvconf.conformance.reporting.report import load_report
+
+    path = ROOT / "conformance" / "adapters" / "expectations" / "vllm-scheduler.toml"
+    exp = load_expectations(path)
+    assert case in exp.signatures() and case not in exp.by_case()
+    report = load_report(ROOT / "docs" / "peers" / "vllm-scheduler" / "report.json")
+    (i,) = [n for n, r in enumerate(report.results) if r.case == case]
+    for order in (1, -1):
+        judged = report.model_copy(deep=True)
+        judged.results[i].findings = judged.results[i].findings[::order]
+        assert case in compare(judged, exp, path)["expected"]
+    judged = report.model_copy(deep=True)
+    stray = judged.results[i].findings[0].model_copy(update={"signature": "faults/PIN-2/lock"})
+    judged.results[i].findings.append(stray)
+    assert case in compare(judged, exp, path)["regression"]

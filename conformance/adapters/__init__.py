@@ -33,6 +33,7 @@ BUILTIN: dict[str, str] = {
     "sglang-radix": "kvconf.conformance.adapters.sglang_radix:SGLangRadixAdapter",
     "sglang-radix-salt": "kvconf.conformance.adapters.sglang_radix:SGLangRadixSaltAdapter",
     "sglang-unified": "kvconf.conformance.adapters.sglang_unified:SGLangUnifiedAdapter",
+    "sglang-hicache": "kvconf.conformance.adapters.sglang_hicache:SGLangHiCacheAdapter",
     "tokenspeed": "kvconf.conformance.adapters.tokenspeed:tokenspeed_adapter",
     "vllm": "kvconf.conformance.adapters.vllm_cache:VLLMAdapter",
     "vllm-hybrid": "kvconf.conformance.adapters.vllm_hybrid:VLLMHybridAdapter",

@@ -93,6 +93,7 @@ class SGLangUnifiedAdapter(SGLangRadixAdapter):
     engine_label = "sglang UnifiedRadixCache"
     namespace_part = "extra_key"
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS})
+    tree_core_request = TREE_CORE  # the TreeCore backend asked of SGLang's fallback policy
 
     def __init__(self, config: EngineConfig) -> None:
         import torch
@@ -127,8 +128,10 @@ class SGLangUnifiedAdapter(SGLangRadixAdapter):
             tree_components=(sg.component.ComponentType.FULL,),
             enable_kv_cache_events=True,
             kv_event_lora_names=self.names,
-            tree_core_backend=TREE_CORE,
+            tree_core_backend=self.tree_core_request,
         )
+        self.params = params
+        self.server_args = args
         try:
             self.cache = sg.unified.UnifiedRadixCache(params=params)
         except Exception as e:  # the Rust core's extension failing to load, say

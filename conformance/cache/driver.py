@@ -215,6 +215,12 @@ class CacheDriver:
     def _ack(self, op: CopyOp, handle: Any, success: bool) -> None:
         """The copy lands (or fails, leaving poison), then the engine hears of it."""
         self.ledger.memory.finish_copy(handle, success)
+        if not success and Feature.FATAL_TRANSFER_FAILURE in self.engine.features:
+            # HOST-9: the runtime would end; the engine never hears of the copy, which stays
+            # in flight for it, its destination poisoned for any read. Nothing at rest is owed
+            # past it (``drain``).
+            self.ledger.stranded[op.op_id] = op
+            return
         self._call("finish_transfer", self.engine.finish_transfer, op.op_id, success)
         self.ctx.acks.append((op, success))
 
@@ -392,6 +398,8 @@ class CacheDriver:
         everything and allocates every device page at once: an engine that leaked a page
         cannot, whatever it shows.
         """
+        if self.ledger.stranded:  # a failed copy ended the runtime (HOST-9): no rest owed
+            return
         index = len(self.log)
         self.ctx = Ctx(index, "drain", self.engine, self.ledger, before=self._snap)
         rest = self.rest or RestOracle()

@@ -43,6 +43,9 @@ class Ledger:
     locks: dict[int, LockRecord] = field(default_factory=dict)  # by step index
     transfers: dict[int, CopyOp] = field(default_factory=dict)  # started, not yet acknowledged
     copies: dict[int, Any] = field(default_factory=dict)  # by step index: the memory's copy
+    # Failed copies of an engine whose failures are fatal (HOST-9): never acknowledged to it,
+    # so still in flight for it; by op id.
+    stranded: dict[Any, CopyOp] = field(default_factory=dict)
     sizes: dict[Tier, int] = field(default_factory=dict)  # each pool's configured size
 
     def remember(self, namespace: int, tokens: Sequence[int], tags: Sequence[int]) -> None:

@@ -123,7 +123,7 @@ class CounterOracle(Oracle):
         led = ctx.ledger
         self.bounded(counts, led.sizes, where)
         landing = {Tier.DEVICE: 0, Tier.HOST: 0}
-        for op in led.transfers.values():
+        for op in (*led.transfers.values(), *led.stranded.values()):
             landing[Tier.HOST if op.kind == "writeback" else Tier.DEVICE] += len(op.pairs)
         for tier, size in led.sizes.items():
             a, c = counts.get(f"available_{tier.value}"), counts.get(f"cached_{tier.value}")
@@ -181,6 +181,8 @@ class TransferOracle(Oracle):
             return
         where = f"after step {ctx.index} ({ctx.op})"
         mine = {op.op_id: ref for ref, op in ctx.ledger.transfers.items()}
+        mine.update((op_id, "a failed copy never acknowledged (HOST-9)")
+                    for op_id in ctx.ledger.stranded)
         shown = {t.op_id: t.kind for t in snap.transfers}
         for op_id in sorted(shown.keys() - mine.keys(), key=str):
             raise self.fail("HOST-10", self._gone(shown[op_id], op_id, where) + "; its pages "

@@ -32,6 +32,10 @@ class Case:
     fuzz: bool = False  # generated traces, not a hand-written scenario
     doc: str = ""  # a fuzz case's PASS message
     requires: Requires = field(default_factory=Requires)  # the least EngineConfig it needs
+    # Allowances that make the case moot: an engine declaring one is NOT_SUPPORTED there (a
+    # scenario that fails a copy and checks the recovery, for an engine whose failed copies end
+    # its runtime, HOST-9).
+    excluded_by: frozenset[Feature] = frozenset()
 
 
 def engine_traceback(err: BaseException | None, limit: int = 60) -> str | None:

@@ -120,11 +120,10 @@ def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
 
 
 def _missing_switches(engine: str, trace) -> list[str]:
-    """The configuration switches a scheduler-level trace turns on that the engine does not
-    declare (its config's mamba, l3_store, sliding_window, ...): played anyway, such a trace
-    fails for reasons that say nothing about the engine."""
+    """The configuration switches a scheduler-level trace demands that the engine does not
+    declare (its config's mamba, l3_store, sliding_window, ...; ``missing_switches``)."""
     from kvconf.conformance.adapters import sched_engine_factory
-    from kvconf.conformance.scheduler.generator import SWARM_SWITCHES, switches
+    from kvconf.conformance.scheduler.generator import missing_switches
     from kvconf.conformance.trace import Trace
 
     if isinstance(trace, Trace) or getattr(trace, "level", None) == "hybrid":
@@ -132,9 +131,7 @@ def _missing_switches(engine: str, trace) -> list[str]:
     factory = sched_engine_factory(engine)
     if factory is None:
         return []  # _player says why
-    features = factory(trace.config).features
-    return [name for name in sorted(switches(trace))
-            if SWARM_SWITCHES[name] is not None and SWARM_SWITCHES[name] not in features]
+    return missing_switches(factory(trace.config).features, trace)
 
 
 def replay_doc(engine: str, trace, determinism: bool = True, memory_spec=None,

@@ -134,8 +134,13 @@ EXCLUDED_PAIRS = frozenset({("l3_store", "mamba")})
 
 
 def offered(features: frozenset[Feature]) -> list[str]:
-    """The switches an engine declaring ``features`` offers, in a fixed order."""
-    return [name for name, f in SWARM_SWITCHES.items() if f is None or f in features]
+    """The switches an engine declaring ``features`` offers, in a fixed order. An engine that
+    declares mixed_only has no mixed switch: every batch it computes is mixed (PLAN-3), so a
+    workload with the switch off plays as one with it on, and a pair with ``mixed`` would be
+    counted reached by workloads that never turned it off."""
+    fixed = {"mixed"} if Feature.MIXED_ONLY in features else set()
+    return [name for name, f in SWARM_SWITCHES.items()
+            if (f is None or f in features) and name not in fixed]
 
 
 def declared_pairs(features: frozenset[Feature]) -> list[tuple[str, str]]:
@@ -154,6 +159,28 @@ def switches(trace: SchedTrace) -> frozenset[str]:
           "host_tier": c.host_pages > 0, "publish_mid_flight": c.publish_mid_flight,
           "mixed": c.mixed}
     return frozenset(k for k, v in on.items() if v)
+
+
+# Switches a trace carries that an engine without the feature still plays: host pages are room
+# such an engine leaves unused, as every fixed scheduler case assumes (fuzz-scheduler's default
+# configuration has 32 host pages and needs no host tier). Whether a host tier is used is the
+# engine's doing, never the trace's; what needs one on the trace's side (the L3 store's
+# prefetches land on host) is a switch of its own.
+CAPACITY_SWITCHES = frozenset({"host_tier"})
+
+
+def demanded(trace: SchedTrace) -> frozenset[str]:
+    """The switches a workload cannot be played without: ``switches`` less those that are
+    only capacity (``CAPACITY_SWITCHES``)."""
+    return switches(trace) - CAPACITY_SWITCHES
+
+
+def missing_switches(features: frozenset[Feature], trace: SchedTrace) -> list[str]:
+    """The switches ``trace`` demands that an engine declaring ``features`` lacks, sorted:
+    played anyway, such a trace fails for reasons that say nothing about the engine (the run
+    path never plays it there either: the case that needs the feature is NOT_SUPPORTED)."""
+    return [name for name in sorted(demanded(trace))
+            if SWARM_SWITCHES[name] is not None and SWARM_SWITCHES[name] not in features]
 
 
 def pairs_of(trace: SchedTrace) -> set[tuple[str, str]]:
@@ -189,7 +216,7 @@ def swarm_configs(draw, features: frozenset[Feature]) -> tuple[SchedConfig, int]
         max_tokens=draw(st.integers(4, 12)),
         max_batch=draw(st.integers(1, 4)),
         max_slots=draw(st.integers(2, 6)),
-        mixed="mixed" in on,
+        mixed="mixed" in on or Feature.MIXED_ONLY in features,  # as it is played (PLAN-3)
         publish_mid_flight="publish_mid_flight" in on,
         sliding_window=draw(st.integers(2, 6)) if "sliding_window" in on else 0,
         l3_store="l3_store" in on,
