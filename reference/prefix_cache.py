@@ -104,6 +104,7 @@ class PrefixCache:
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
         # Each node's fields and view at the last snapshot, reused while the fields stay.
         self._views: dict[int, tuple[tuple, NodeView]] = {}
+        self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -718,8 +719,10 @@ class PrefixCache:
 
     def snapshot(self) -> CacheSnapshot:
         """The white-box view. A node whose fields are as they were at the last snapshot keeps
-        the view it had then, so a snapshot's cost follows what changed, plus one short
-        comparison per node."""
+        the view it had then, and so does each part (a pool, the node list, the locks) equal to
+        the last one: a snapshot equal to the last one is the last one. Its cost follows what
+        changed, plus one short comparison per node and per part, and an oracle that judged
+        the last one can tell by identity what it need not judge again."""
         nodes: list[NodeView] = []
         starts: dict[int, int] = {}
         views: dict[int, tuple[tuple, NodeView]] = {}
@@ -732,9 +735,9 @@ class PrefixCache:
             seen = (parent.id if parent else None, start, n.key, n.device, n.host, n.hashes,
                     n.device_ref, n.host_ref, n.device_access, n.host_access, n.pending,
                     tuple(n.keys))
-            last = self._views.get(n.id)
-            if last is not None and last[0] == seen:
-                view = last[1]
+            old = self._views.get(n.id)
+            if old is not None and old[0] == seen:
+                view = old[1]
             else:
                 view = NodeView(
                     id=n.id,
@@ -756,10 +759,9 @@ class PrefixCache:
             views[n.id] = (seen, view)
             nodes.append(view)
         self._views = views
-        pools = {
-            t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
-            for t, p in self.pools.items()
-        }
+        last = self._last
+        pools = {t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
+                 for t, p in self.pools.items()}
         locks = tuple(
             LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in self._locks.items()
         )
@@ -770,4 +772,20 @@ class PrefixCache:
         roots = {ns: r.id for ns, r in self._roots.items()}
         l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
                    for t in self._l3.values())
-        return CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers, l3)
+        if last is None:
+            snap = CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers,
+                                 l3)
+        else:
+            pools = {t: _same(v, last.pools.get(t)) for t, v in pools.items()}
+            snap = _same(CacheSnapshot(
+                self.page_size, _same(pools, last.pools), _same(tuple(nodes), last.nodes),
+                _same(roots, last.roots), _same(locks, last.locks),
+                _same(transfers, last.transfers), _same(l3, last.l3)), last)
+        self._last = snap
+        return snap
+
+
+def _same(new, old):
+    """``old`` when it equals ``new`` (the part of a snapshot that did not change), else ``new``:
+    equal parts of two snapshots are one object, so a reader compares them by identity."""
+    return old if old is not None and (old is new or old == new) else new
