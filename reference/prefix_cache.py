@@ -10,6 +10,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from kvconf.reference.clock import LogicalClock
 from kvconf.reference.errors import CacheError
@@ -18,7 +19,7 @@ from kvconf.reference.host_tier import Transfer, missing_path
 from kvconf.reference.kv_events import EventKind, KVEvent, chain_hashes
 from kvconf.reference.l3 import L3Transfer, rolling_keys, seed_key
 from kvconf.reference.pages import CALLER, PagePool, node_owner, transfer_owner
-from kvconf.reference.pins import LockTable
+from kvconf.reference.pins import Lock, LockTable
 from kvconf.reference.radix_tree import Node, common_pages, walk
 from kvconf.reference.snapshot import (
     CacheSnapshot,
@@ -105,6 +106,9 @@ class PrefixCache:
         # Each node's fields and view at the last snapshot, reused while the fields stay.
         self._views: dict[int, tuple[tuple, NodeView]] = {}
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
+        self._shape: list[tuple[Node, Node | None, int]] = []  # the tree's shape at _ordered
+        self._order: list[tuple[Node, int]] = []
+        self._lock_views: dict[int, tuple[Lock, LockView]] = {}
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -724,25 +728,19 @@ class PrefixCache:
         changed, plus one short comparison per node and per part, and an oracle that judged
         the last one can tell by identity what it need not judge again."""
         nodes: list[NodeView] = []
-        starts: dict[int, int] = {}
         views: dict[int, tuple[tuple, NodeView]] = {}
-        # A split parent gets a larger id than its child: order the views by depth, not id.
-        depth = self._depths()
-        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
-            parent = n.parent
-            start = 0 if parent is None else starts[parent.id] + len(parent.key)
-            starts[n.id] = start
-            seen = (parent.id if parent else None, start, n.key, n.device, n.host, n.hashes,
-                    n.device_ref, n.host_ref, n.device_access, n.host_access, n.pending,
-                    tuple(n.keys))
-            old = self._views.get(n.id)
+        last_views = self._views
+        for n, start in self._ordered():
+            seen = (start, _FIELDS(n), tuple(n.keys))
+            old = last_views.get(n.id)
             if old is not None and old[0] == seen:
                 view = old[1]
             else:
+                parent = n.parent
                 view = NodeView(
                     id=n.id,
                     namespace=n.namespace,
-                    parent=seen[0],
+                    parent=parent.id if parent is not None else None,
                     start=start,
                     key=n.key,
                     device=n.device,
@@ -762,9 +760,7 @@ class PrefixCache:
         last = self._last
         pools = {t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
                  for t, p in self.pools.items()}
-        locks = tuple(
-            LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in self._locks.items()
-        )
+        locks = tuple(self._lock_view(h, lk) for h, lk in self._locks.items())
         transfers = tuple(
             TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
             for t in self._transfers.values()
@@ -783,6 +779,37 @@ class PrefixCache:
                 _same(transfers, last.transfers), _same(l3, last.l3)), last)
         self._last = snap
         return snap
+
+    def _ordered(self) -> list[tuple[Node, int]]:
+        """Every node with the token offset of its key, parents before children (by depth,
+        then id: a split parent gets a larger id than its child). Kept while the tree's shape
+        (each node's parent and key length) is as it was."""
+        shape = [(n, n.parent, len(n.key)) for n in self._nodes.values()]
+        if shape == self._shape:
+            return self._order
+        depth = self._depths()
+        order: list[tuple[Node, int]] = []
+        starts: dict[int, int] = {}
+        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
+            parent = n.parent
+            start = 0 if parent is None else starts[parent.id] + len(parent.key)
+            starts[n.id] = start
+            order.append((n, start))
+        self._shape, self._order = shape, order
+        return order
+
+    def _lock_view(self, handle: int, lock: Lock) -> LockView:
+        """A lock's view, made once: a lock never changes while it is held."""
+        view = self._lock_views.get(handle)
+        if view is None or view[0] is not lock:
+            view = self._lock_views[handle] = (
+                lock, LockView(handle, lock.node.id, lock.tier, lock.internal))
+        return view[1]
+
+
+# What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
+_FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
+                     "device_access", "host_access", "pending")
 
 
 def _same(new, old):

@@ -24,6 +24,7 @@ class OwnershipOracle(Oracle):
 
     def __init__(self) -> None:
         self.passed: tuple | None = None  # the inputs of the last step that held (``_inputs``)
+        self.pools: dict = {}  # tier -> (pool, claims) last seen to hold (``_holds``)
 
     def after_step(self, ctx: Ctx) -> None:
         snap = ctx.after
@@ -32,7 +33,8 @@ class OwnershipOracle(Oracle):
         seen = _inputs(snap, ctx)
         if self.incremental and self.passed is not None and _unchanged(seen, self.passed):
             return  # the very inputs that held at the last step: the same verdict
-        if not _holds(snap, ctx):
+        if not _holds(snap, ctx, self.pools if self.incremental else None):
+            self.pools.clear()
             self.judge(ctx, snap)  # names the first rule broken, as it always did
         self.passed = seen
 
@@ -166,10 +168,12 @@ def _unchanged(seen: tuple, passed: tuple) -> bool:
         and seen[3:] == passed[3:]
 
 
-def _holds(snap, ctx: Ctx) -> bool:
+def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
     """Whether every check of ``OwnershipOracle.judge`` holds, decided in one pass over the
     snapshot without building a message. False whenever ``judge`` would raise (it may also be
-    False where ``judge`` then finds nothing: the verdict is always ``judge``'s)."""
+    False where ``judge`` then finds nothing: the verdict is always ``judge``'s). ``memo``
+    keeps each pool whose checks held, with the claims it was checked against: the same pool
+    object against the same claims is not checked again."""
     p = snap.page_size
     view = TreeView(snap)
     nodes = view.nodes
@@ -203,6 +207,9 @@ def _holds(snap, ctx: Ctx) -> bool:
                 return False
     held = ctx.ledger.held
     for tier, pool in snap.pools.items():
+        seen = (claim.get(tier), dst[tier], frozenset(held) if tier is DEVICE else None)
+        if memo is not None and memo.get(tier, (None,))[0] is pool and memo[tier][1] == seen:
+            continue  # this pool, these claims: they held at an earlier step
         owners = pool.owners
         if len(owners) != pool.size or tier not in claim:
             return False
@@ -234,6 +241,8 @@ def _holds(snap, ctx: Ctx) -> bool:
         for d, op in landing.items():
             if not 0 <= d < len(owners) or owners[d] != f"transfer:{op}":
                 return False
+        if memo is not None:
+            memo[tier] = (pool, seen)
     counts = view.subtree_locks()
     by_node = Feature.LOCK_HANDLES not in ctx.engine.features
     for n in snap.nodes:
