@@ -20,7 +20,7 @@ from kvconf.reference.kv_events import EventKind, KVEvent, chain_hashes
 from kvconf.reference.l3 import L3Transfer, rolling_keys, seed_key
 from kvconf.reference.pages import CALLER, PagePool, node_owner, transfer_owner
 from kvconf.reference.pins import Lock, LockTable
-from kvconf.reference.radix_tree import Node, common_pages, walk
+from kvconf.reference.radix_tree import TOKEN, Node, common_pages, first_page, walk
 from kvconf.reference.snapshot import (
     CacheSnapshot,
     L3View,
@@ -166,7 +166,7 @@ class PrefixCache:
         self,
         namespace: int,
         parent: Node | None,
-        key: tuple[int, ...],
+        key: array,
         hashes: Sequence[int],
     ) -> Node:
         self._next_id += 1
@@ -183,13 +183,13 @@ class PrefixCache:
         )
         self._nodes[node.id] = node
         if parent is not None:
-            parent.children[key[: self.page_size]] = node
+            parent.children[first_page(key, 0, self.page_size)] = node
         return node
 
     def _root(self, namespace: int) -> Node:
         root = self._roots.get(namespace)
         if root is None:
-            root = self._new_node(namespace, None, (), ())
+            root = self._new_node(namespace, None, array(TOKEN), ())
             root.device, root.host = (), ()
             self._roots[namespace] = root
         return root
@@ -203,7 +203,7 @@ class PrefixCache:
         p = self.page_size
         parent = node.parent
         assert parent is not None and 0 < k * p < len(node.key)
-        del parent.children[node.key[:p]]
+        del parent.children[first_page(node.key, 0, p)]
         mid = self._new_node(node.namespace, parent, node.key[: k * p], node.hashes[:k])
         mid.device_ref, mid.host_ref = node.device_ref, node.host_ref
         mid.device_access, mid.host_access = node.device_access, node.host_access
@@ -220,11 +220,11 @@ class PrefixCache:
         node.key = node.key[k * p :]
         node.hashes = node.hashes[k:]
         node.parent = mid
-        mid.children[node.key[:p]] = node
+        mid.children[first_page(node.key, 0, p)] = node
         return mid
 
-    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> tuple[int, ...]:
-        """``tokens`` as the tuple the tree compares and keys by, once checked (FAULT-1)."""
+    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> array:
+        """``tokens`` as the array the tree compares and keys by, once checked (FAULT-1)."""
         if whole_pages and len(tokens) % self.page_size:
             raise CacheError(
                 "bad_tokens",
@@ -232,14 +232,15 @@ class PrefixCache:
             )
         try:  # the common case at C speed: every token an int in 0..2**64-1, each word's top
             # byte below 0x80 (so below 2**63)
-            if array("Q", tokens).tobytes()[_TOP_BYTE::8].isascii():
-                return tuple(tokens)
+            words = array(TOKEN, tokens)
+            if words.tobytes()[_TOP_BYTE::8].isascii():
+                return words
         except (TypeError, OverflowError):
             pass
         for t in tokens:
             if not isinstance(t, int) or t < 0 or t >= 2**63:
                 raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
-        return tuple(tokens)
+        return array(TOKEN, tokens)
 
     # ----------------------------------------------------------------- match / insert
     def reserve_op(self) -> int:
@@ -317,7 +318,7 @@ class PrefixCache:
         cached = 0
         freed: list[int] = []
         while pos < len(tokens):
-            child = node.children.get(tokens[pos : pos + p])
+            child = node.children.get(first_page(tokens, pos, p))
             if child is None:
                 key = tokens[pos:]
                 hashes = chain_hashes(node.last_hash(), namespace, key, p)
@@ -360,7 +361,7 @@ class PrefixCache:
                 block_hashes=node.hashes,
                 namespace=node.namespace,
                 parent_hash=node.parent.last_hash() if node.parent else None,
-                tokens=node.key,
+                tokens=tuple(node.key),
                 block_size=self.page_size,
             )
         )
@@ -452,9 +453,9 @@ class PrefixCache:
         p, now = self.page_size, self.clock.now
         pool, owner = self.pools[Tier.HOST], transfer_owner(op_id)
         node = self._prefetch_anchor(t)
-        toks, pos = t.tokens[: completed * p], 0
+        toks, pos = array(TOKEN, t.tokens[: completed * p]), 0
         while pos < len(toks):
-            child = node.children.get(toks[pos : pos + p])
+            child = node.children.get(first_page(toks, pos, p))
             if child is None:
                 key = toks[pos:]
                 child = self._new_node(node.namespace, node, key,
@@ -564,7 +565,7 @@ class PrefixCache:
             self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
-            del node.parent.children[node.key[: self.page_size]]
+            del node.parent.children[first_page(node.key, 0, self.page_size)]
             del self._nodes[node.id]
         return len(pages)
 
@@ -742,7 +743,7 @@ class PrefixCache:
                     namespace=n.namespace,
                     parent=parent.id if parent is not None else None,
                     start=start,
-                    key=n.key,
+                    key=tuple(n.key),
                     device=n.device,
                     host=n.host,
                     hashes=n.hashes,
