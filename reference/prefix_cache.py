@@ -735,26 +735,27 @@ class PrefixCache:
             seen = (start, _FIELDS(n), tuple(n.keys))
             old = last_views.get(n.id)
             if old is not None and old[0] == seen:
-                view = old[1]
-            else:
-                parent = n.parent
-                view = NodeView(
-                    id=n.id,
-                    namespace=n.namespace,
-                    parent=parent.id if parent is not None else None,
-                    start=start,
-                    key=tuple(n.key),
-                    device=n.device,
-                    host=n.host,
-                    hashes=n.hashes,
-                    device_ref=n.device_ref,
-                    host_ref=n.host_ref,
-                    device_access=n.device_access,
-                    host_access=n.host_access,
-                    seq=n.seq,
-                    pending=n.pending,
-                    keys=tuple(k.hex() for k in n.keys),
-                )
+                views[n.id] = old
+                nodes.append(old[1])
+                continue
+            parent = n.parent
+            view = NodeView(
+                id=n.id,
+                namespace=n.namespace,
+                parent=parent.id if parent is not None else None,
+                start=start,
+                key=tuple(n.key),
+                device=n.device,
+                host=n.host,
+                hashes=n.hashes,
+                device_ref=n.device_ref,
+                host_ref=n.host_ref,
+                device_access=n.device_access,
+                host_access=n.host_access,
+                seq=n.seq,
+                pending=n.pending,
+                keys=tuple(k.hex() for k in n.keys),
+            )
             views[n.id] = (seen, view)
             nodes.append(view)
         self._views = views

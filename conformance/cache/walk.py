@@ -142,7 +142,8 @@ class CacheWalk:
             "reload": prompts, "loadback_race": prompts,
             "unlock": device or host,
             "unlock_again": bool(self.released) and "unlock_again" in self.rules
-            and bool(self._rejectable()),
+            and any(map(self.driver.must_refuse, map(self.driver.ledger.locks.__getitem__,
+                                                     self.released))),
             "offload_deeper": any(len(t) > self.p for _, t in self.prompts),
             "writeback_race": later and len(self.prompts) >= 2,
             "unload": self.unloads and prompts,
