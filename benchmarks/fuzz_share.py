@@ -61,6 +61,7 @@ class Timed:
                 else:
                     clock.engine += dt
 
+        object.__setattr__(self, name, timed)  # looked up once: the wrapper's cost stays small
         return timed
 
     def __setattr__(self, name: str, value) -> None:

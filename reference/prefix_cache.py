@@ -10,6 +10,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from kvconf.reference.clock import LogicalClock
 from kvconf.reference.errors import CacheError
@@ -18,8 +19,8 @@ from kvconf.reference.host_tier import Transfer, missing_path
 from kvconf.reference.kv_events import EventKind, KVEvent, chain_hashes
 from kvconf.reference.l3 import L3Transfer, rolling_keys, seed_key
 from kvconf.reference.pages import CALLER, PagePool, node_owner, transfer_owner
-from kvconf.reference.pins import LockTable
-from kvconf.reference.radix_tree import Node, common_pages, walk
+from kvconf.reference.pins import Lock, LockTable
+from kvconf.reference.radix_tree import TOKEN, Node, common_pages, first_page, walk
 from kvconf.reference.snapshot import (
     CacheSnapshot,
     L3View,
@@ -104,6 +105,10 @@ class PrefixCache:
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
         # Each node's fields and view at the last snapshot, reused while the fields stay.
         self._views: dict[int, tuple[tuple, NodeView]] = {}
+        self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
+        self._shape: list[tuple[Node, Node | None, int]] = []  # the tree's shape at _ordered
+        self._order: list[tuple[Node, int]] = []
+        self._lock_views: dict[int, tuple[Lock, LockView]] = {}
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -161,7 +166,7 @@ class PrefixCache:
         self,
         namespace: int,
         parent: Node | None,
-        key: tuple[int, ...],
+        key: array,
         hashes: Sequence[int],
     ) -> Node:
         self._next_id += 1
@@ -178,13 +183,13 @@ class PrefixCache:
         )
         self._nodes[node.id] = node
         if parent is not None:
-            parent.children[key[: self.page_size]] = node
+            parent.children[first_page(key, 0, self.page_size)] = node
         return node
 
     def _root(self, namespace: int) -> Node:
         root = self._roots.get(namespace)
         if root is None:
-            root = self._new_node(namespace, None, (), ())
+            root = self._new_node(namespace, None, array(TOKEN), ())
             root.device, root.host = (), ()
             self._roots[namespace] = root
         return root
@@ -198,7 +203,7 @@ class PrefixCache:
         p = self.page_size
         parent = node.parent
         assert parent is not None and 0 < k * p < len(node.key)
-        del parent.children[node.key[:p]]
+        del parent.children[first_page(node.key, 0, p)]
         mid = self._new_node(node.namespace, parent, node.key[: k * p], node.hashes[:k])
         mid.device_ref, mid.host_ref = node.device_ref, node.host_ref
         mid.device_access, mid.host_access = node.device_access, node.host_access
@@ -215,11 +220,11 @@ class PrefixCache:
         node.key = node.key[k * p :]
         node.hashes = node.hashes[k:]
         node.parent = mid
-        mid.children[node.key[:p]] = node
+        mid.children[first_page(node.key, 0, p)] = node
         return mid
 
-    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> tuple[int, ...]:
-        """``tokens`` as the tuple the tree compares and keys by, once checked (FAULT-1)."""
+    def _check_tokens(self, tokens: Sequence[int], whole_pages: bool) -> array:
+        """``tokens`` as the array the tree compares and keys by, once checked (FAULT-1)."""
         if whole_pages and len(tokens) % self.page_size:
             raise CacheError(
                 "bad_tokens",
@@ -227,14 +232,15 @@ class PrefixCache:
             )
         try:  # the common case at C speed: every token an int in 0..2**64-1, each word's top
             # byte below 0x80 (so below 2**63)
-            if array("Q", tokens).tobytes()[_TOP_BYTE::8].isascii():
-                return tuple(tokens)
+            words = array(TOKEN, tokens)
+            if words.tobytes()[_TOP_BYTE::8].isascii():
+                return words
         except (TypeError, OverflowError):
             pass
         for t in tokens:
             if not isinstance(t, int) or t < 0 or t >= 2**63:
                 raise CacheError("bad_tokens", f"token {t!r} is not a non-negative int")
-        return tuple(tokens)
+        return array(TOKEN, tokens)
 
     # ----------------------------------------------------------------- match / insert
     def reserve_op(self) -> int:
@@ -312,7 +318,7 @@ class PrefixCache:
         cached = 0
         freed: list[int] = []
         while pos < len(tokens):
-            child = node.children.get(tokens[pos : pos + p])
+            child = node.children.get(first_page(tokens, pos, p))
             if child is None:
                 key = tokens[pos:]
                 hashes = chain_hashes(node.last_hash(), namespace, key, p)
@@ -355,7 +361,7 @@ class PrefixCache:
                 block_hashes=node.hashes,
                 namespace=node.namespace,
                 parent_hash=node.parent.last_hash() if node.parent else None,
-                tokens=node.key,
+                tokens=tuple(node.key),
                 block_size=self.page_size,
             )
         )
@@ -447,9 +453,9 @@ class PrefixCache:
         p, now = self.page_size, self.clock.now
         pool, owner = self.pools[Tier.HOST], transfer_owner(op_id)
         node = self._prefetch_anchor(t)
-        toks, pos = t.tokens[: completed * p], 0
+        toks, pos = array(TOKEN, t.tokens[: completed * p]), 0
         while pos < len(toks):
-            child = node.children.get(toks[pos : pos + p])
+            child = node.children.get(first_page(toks, pos, p))
             if child is None:
                 key = toks[pos:]
                 child = self._new_node(node.namespace, node, key,
@@ -559,7 +565,7 @@ class PrefixCache:
             self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
-            del node.parent.children[node.key[: self.page_size]]
+            del node.parent.children[first_page(node.key, 0, self.page_size)]
             del self._nodes[node.id]
         return len(pages)
 
@@ -718,51 +724,45 @@ class PrefixCache:
 
     def snapshot(self) -> CacheSnapshot:
         """The white-box view. A node whose fields are as they were at the last snapshot keeps
-        the view it had then, so a snapshot's cost follows what changed, plus one short
-        comparison per node."""
+        the view it had then, and so does each part (a pool, the node list, the locks) equal to
+        the last one: a snapshot equal to the last one is the last one. Its cost follows what
+        changed, plus one short comparison per node and per part, and an oracle that judged
+        the last one can tell by identity what it need not judge again."""
         nodes: list[NodeView] = []
-        starts: dict[int, int] = {}
         views: dict[int, tuple[tuple, NodeView]] = {}
-        # A split parent gets a larger id than its child: order the views by depth, not id.
-        depth = self._depths()
-        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
+        last_views = self._views
+        for n, start in self._ordered():
+            seen = (start, _FIELDS(n), tuple(n.keys))
+            old = last_views.get(n.id)
+            if old is not None and old[0] == seen:
+                views[n.id] = old
+                nodes.append(old[1])
+                continue
             parent = n.parent
-            start = 0 if parent is None else starts[parent.id] + len(parent.key)
-            starts[n.id] = start
-            seen = (parent.id if parent else None, start, n.key, n.device, n.host, n.hashes,
-                    n.device_ref, n.host_ref, n.device_access, n.host_access, n.pending,
-                    tuple(n.keys))
-            last = self._views.get(n.id)
-            if last is not None and last[0] == seen:
-                view = last[1]
-            else:
-                view = NodeView(
-                    id=n.id,
-                    namespace=n.namespace,
-                    parent=seen[0],
-                    start=start,
-                    key=n.key,
-                    device=n.device,
-                    host=n.host,
-                    hashes=n.hashes,
-                    device_ref=n.device_ref,
-                    host_ref=n.host_ref,
-                    device_access=n.device_access,
-                    host_access=n.host_access,
-                    seq=n.seq,
-                    pending=n.pending,
-                    keys=tuple(k.hex() for k in n.keys),
-                )
+            view = NodeView(
+                id=n.id,
+                namespace=n.namespace,
+                parent=parent.id if parent is not None else None,
+                start=start,
+                key=tuple(n.key),
+                device=n.device,
+                host=n.host,
+                hashes=n.hashes,
+                device_ref=n.device_ref,
+                host_ref=n.host_ref,
+                device_access=n.device_access,
+                host_access=n.host_access,
+                seq=n.seq,
+                pending=n.pending,
+                keys=tuple(k.hex() for k in n.keys),
+            )
             views[n.id] = (seen, view)
             nodes.append(view)
         self._views = views
-        pools = {
-            t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
-            for t, p in self.pools.items()
-        }
-        locks = tuple(
-            LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in self._locks.items()
-        )
+        last = self._last
+        pools = {t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
+                 for t, p in self.pools.items()}
+        locks = tuple(self._lock_view(h, lk) for h, lk in self._locks.items())
         transfers = tuple(
             TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
             for t in self._transfers.values()
@@ -770,4 +770,51 @@ class PrefixCache:
         roots = {ns: r.id for ns, r in self._roots.items()}
         l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
                    for t in self._l3.values())
-        return CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers, l3)
+        if last is None:
+            snap = CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers,
+                                 l3)
+        else:
+            pools = {t: _same(v, last.pools.get(t)) for t, v in pools.items()}
+            snap = _same(CacheSnapshot(
+                self.page_size, _same(pools, last.pools), _same(tuple(nodes), last.nodes),
+                _same(roots, last.roots), _same(locks, last.locks),
+                _same(transfers, last.transfers), _same(l3, last.l3)), last)
+        self._last = snap
+        return snap
+
+    def _ordered(self) -> list[tuple[Node, int]]:
+        """Every node with the token offset of its key, parents before children (by depth,
+        then id: a split parent gets a larger id than its child). Kept while the tree's shape
+        (each node's parent and key length) is as it was."""
+        shape = [(n, n.parent, len(n.key)) for n in self._nodes.values()]
+        if shape == self._shape:
+            return self._order
+        depth = self._depths()
+        order: list[tuple[Node, int]] = []
+        starts: dict[int, int] = {}
+        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
+            parent = n.parent
+            start = 0 if parent is None else starts[parent.id] + len(parent.key)
+            starts[n.id] = start
+            order.append((n, start))
+        self._shape, self._order = shape, order
+        return order
+
+    def _lock_view(self, handle: int, lock: Lock) -> LockView:
+        """A lock's view, made once: a lock never changes while it is held."""
+        view = self._lock_views.get(handle)
+        if view is None or view[0] is not lock:
+            view = self._lock_views[handle] = (
+                lock, LockView(handle, lock.node.id, lock.tier, lock.internal))
+        return view[1]
+
+
+# What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
+_FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
+                     "device_access", "host_access", "pending")
+
+
+def _same(new, old):
+    """``old`` when it equals ``new`` (the part of a snapshot that did not change), else ``new``:
+    equal parts of two snapshots are one object, so a reader compares them by identity."""
+    return old if old is not None and (old is new or old == new) else new

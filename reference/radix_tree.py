@@ -3,14 +3,25 @@
 Each namespace has its own root (NS-1), so two adapters never share a node. A node's key is a run
 of whole pages of tokens; children are keyed by their first page. A node may hold pages on the
 device tier, the host tier, or both; presence on a tier is closed under ancestors (HOST-1).
+
+Keys are kept as ``array("Q")``: eight bytes a token, where a tuple would keep a pointer and an
+int object for each (the spec's bound on tokens, below 2**63, fits the word).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvconf.reference.tiers import Tier
+
+TOKEN = "Q"  # the array type code of a token in a key and in a checked query
+
+
+def first_page(tokens: Sequence[int], start: int, page_size: int) -> tuple[int, ...]:
+    """The page of ``tokens`` at ``start`` as its parent's children are keyed by it."""
+    return tuple(tokens[start : start + page_size])
 
 
 @dataclass(slots=True, eq=False)
@@ -18,7 +29,7 @@ class Node:
     id: int
     namespace: int
     parent: Node | None = field(repr=False)
-    key: tuple[int, ...]
+    key: array  # the tokens of its pages, ``TOKEN`` words
     device: tuple[int, ...] | None  # page ids, one per page of the key; None: not on the tier
     host: tuple[int, ...] | None
     hashes: tuple[int, ...]  # block hash of each page of the key (EVENT-4)
@@ -62,16 +73,16 @@ class Node:
         return out
 
 
-def common_pages(key: Sequence[int], tokens: Sequence[int], start: int, page_size: int) -> int:
-    """Number of whole pages of ``key`` equal to ``tokens[start:]``."""
+def common_pages(key: array, tokens: array, start: int, page_size: int) -> int:
+    """Number of whole pages of ``key`` equal to ``tokens[start:]`` (both ``TOKEN`` arrays)."""
     limit = min(len(key), len(tokens) - start) // page_size
     span = limit * page_size
-    if tuple(key[:span]) == tuple(tokens[start : start + span]):  # the usual case: all of them
+    if key[:span] == tokens[start : start + span]:  # the usual case: all of them
         return limit
     n = 0
     while n < limit:
         a = n * page_size
-        if tuple(key[a : a + page_size]) != tuple(tokens[start + a : start + a + page_size]):
+        if key[a : a + page_size] != tokens[start + a : start + a + page_size]:
             break
         n += 1
     return n
@@ -86,12 +97,13 @@ class Step:
     start: int  # token offset of the node's key in the query
 
 
-def walk(root: Node, tokens: Sequence[int], page_size: int) -> list[Step]:
-    """Nodes the query runs through below ``root``, without changing anything (TREE-2)."""
+def walk(root: Node, tokens: array, page_size: int) -> list[Step]:
+    """Nodes the query (a ``TOKEN`` array) runs through below ``root``, without changing
+    anything (TREE-2)."""
     steps: list[Step] = []
     node, pos = root, 0
     while pos + page_size <= len(tokens):
-        child = node.children.get(tuple(tokens[pos : pos + page_size]))
+        child = node.children.get(first_page(tokens, pos, page_size))
         if child is None:
             break
         k = common_pages(child.key, tokens, pos, page_size)

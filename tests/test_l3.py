@@ -63,11 +63,11 @@ def test_every_node_carries_its_keys_and_an_insert_backfills_them() -> None:
     for n in c.snapshot().nodes:
         if n.parent is not None:
             assert len(n.keys) == len(n.key) // 2
-    node = next(x for x in c._nodes.values() if x.key == (3, 4))
+    node = next(x for x in c._nodes.values() if tuple(x.key) == (3, 4))
     node.keys = []  # as a node published without keys would be (D381-3)
     c.insert(0, toks, [*c.match(0, toks[:4]).device_pages, *c.alloc(1)])
     assert [k.hex() for k in node.keys] == ref_keys(0, toks, 2)[1:2]
-    leaf = next(x for x in c._nodes.values() if x.key == (5, 6))
+    leaf = next(x for x in c._nodes.values() if tuple(x.key) == (5, 6))
     assert [k.hex() for k in leaf.keys] == ref_keys(0, toks, 2)[2:]
 
 

@@ -111,9 +111,9 @@ class CacheWalk:
     # ----------------------------------------------------------------- the walk
     def run(self, rules: int) -> None:
         """Play ``rules`` rules, each picked among those of the walk that can run now."""
-        ready = self._ready
         for _ in range(rules):
-            now = [r for r in self.rules if ready(r)]
+            ready = self._ready_now()
+            now = [r for r in self.rules if ready[r]]
             if not now:
                 now = [r for r in ALWAYS if r in self.rules] or ["tick"]
             getattr(self, now[self.rng.randrange(len(now))])()
@@ -131,29 +131,24 @@ class CacheWalk:
                 again.step(i, s)
             DeterminismOracle().compare(self.driver.log, again.log)
 
-    def _ready(self, rule: str) -> bool:
-        """The rule's precondition: what it needs already exists in this walk."""
-        if rule in ("match", "insert", "extend", "tick", "evict"):
-            return True
-        if rule in ("match_known", "extend_known", "offload", "reload", "loadback_race"):
-            return bool(self.prompts)
-        if rule == "unlock":
-            return bool(self.live[Tier.DEVICE] or self.live[Tier.HOST])
-        if rule == "unlock_again":
-            return bool(self.released) and bool(self._rejectable())
-        if rule == "offload_deeper":
-            return any(len(t) > self.p for _, t in self.prompts)
-        if rule == "writeback_race":
-            return bool(self.later) and len(self.prompts) >= 2
-        if rule == "unload":
-            return self.unloads and bool(self.prompts)
-        if rule == "writeback":
-            return bool(self.live[Tier.DEVICE])
-        if rule == "loadback":
-            return bool(self.live[Tier.HOST])
-        if rule in ("race", "ack"):
-            return bool(self.later)
-        raise AssertionError(rule)
+    def _ready_now(self) -> dict[str, bool]:
+        """Every rule's precondition, read once for this step: what the rule needs already
+        exists in this walk."""
+        prompts, later = bool(self.prompts), bool(self.later)
+        device, host = bool(self.live[Tier.DEVICE]), bool(self.live[Tier.HOST])
+        return {
+            "match": True, "insert": True, "extend": True, "tick": True, "evict": True,
+            "match_known": prompts, "extend_known": prompts, "offload": prompts,
+            "reload": prompts, "loadback_race": prompts,
+            "unlock": device or host,
+            "unlock_again": bool(self.released) and "unlock_again" in self.rules
+            and any(map(self.driver.must_refuse, map(self.driver.ledger.locks.__getitem__,
+                                                     self.released))),
+            "offload_deeper": any(len(t) > self.p for _, t in self.prompts),
+            "writeback_race": later and len(self.prompts) >= 2,
+            "unload": self.unloads and prompts,
+            "writeback": device, "loadback": host, "race": later, "ack": later,
+        }
 
     # ----------------------------------------------------------------- draws
     def _whole(self) -> list[int]:

@@ -137,7 +137,7 @@ class StoresTwice(PrefixCache):
         super()._attach_device(node, pages, src_owner, now)
         if src_owner.startswith("transfer:"):
             self._emit(KVEvent(EventKind.STORED, tuple(node.hashes), node.namespace,
-                               node.parent.last_hash() if node.parent else None, node.key,
+                               node.parent.last_hash() if node.parent else None, tuple(node.key),
                                self.page_size))
 
 

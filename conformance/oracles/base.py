@@ -37,6 +37,10 @@ class Ctx:
 
 class Oracle:
     name: ClassVar[str] = "oracle"
+    # Whether an oracle may skip what it judged already: a step whose inputs to a check are the
+    # very objects (or equal values) of a step that passed it is not judged again. False: every
+    # check runs every step; tests run both ways on many traces and compare the verdicts.
+    incremental: ClassVar[bool] = True
     behaviours: ClassVar[tuple[str, ...]] = ()
     needs: ClassVar[frozenset[Feature]] = frozenset()
 

@@ -67,8 +67,10 @@ class MatchOracle(Oracle):
             # A locking match is judged on the tree between the match and its lock.
             matched = TreeView(ctx.mid) if ctx.mid is not None else after
             ns, tokens, m = pending
-            before_blocks = TreeView(ctx.before).blocks()
-            after_blocks = matched.blocks()
+            same = (self.incremental and ctx.before.nodes is matched.snap.nodes
+                    and ctx.before.roots is matched.snap.roots)  # blocks read nothing else
+            before_blocks = {} if same else TreeView(ctx.before).blocks()
+            after_blocks = {} if same else matched.blocks()
             if before_blocks != after_blocks:
                 changed = sorted(
                     set(before_blocks.items()) ^ set(after_blocks.items()), key=repr

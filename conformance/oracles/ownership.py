@@ -7,6 +7,8 @@ Which free page an allocation picks is never judged (POOL-3).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Ctx, Oracle
 from kvconf.conformance.oracles.tree_view import TreeView
@@ -20,12 +22,21 @@ class OwnershipOracle(Oracle):
     behaviours = ("POOL-1", "POOL-3", "POOL-4", "HOST-1", "HOST-2", "HOST-3", "PIN-1")
     needs = frozenset({Feature.SNAPSHOT})
 
+    def __init__(self) -> None:
+        self.passed: tuple | None = None  # the inputs of the last step that held (``_inputs``)
+        self.pools: dict = {}  # tier -> (pool, claims) last seen to hold (``_holds``)
+
     def after_step(self, ctx: Ctx) -> None:
         snap = ctx.after
         if snap is None:
             return
-        if not _holds(snap, ctx):
+        seen = _inputs(snap, ctx)
+        if self.incremental and self.passed is not None and _unchanged(seen, self.passed):
+            return  # the very inputs that held at the last step: the same verdict
+        if not _holds(snap, ctx, self.pools if self.incremental else None):
+            self.pools.clear()
             self.judge(ctx, snap)  # names the first rule broken, as it always did
+        self.passed = seen
 
     def judge(self, ctx: Ctx, snap) -> None:
         """Every check in turn, raising at the first broken one with what it saw."""
@@ -140,10 +151,29 @@ class OwnershipOracle(Oracle):
             )
 
 
-def _holds(snap, ctx: Ctx) -> bool:
+def _inputs(snap, ctx: Ctx) -> tuple:
+    """Everything ``judge`` reads: the snapshot's parts (compared by identity: an engine that
+    reuses an unchanged part says so), the caller's pages and its live locks."""
+    return (snap.pools, snap.transfers, snap.locks, tuple(map(_OWNED, snap.nodes)),
+            snap.page_size, frozenset(ctx.ledger.held),
+            sum(1 for r in ctx.ledger.locks.values() if r.live))
+
+
+# What ``judge`` reads of a node (not its access times, which a match changes).
+_OWNED = attrgetter("id", "parent", "device", "host", "device_ref", "host_ref", "key")
+
+
+def _unchanged(seen: tuple, passed: tuple) -> bool:
+    return all(a is b for a, b in zip(seen[:3], passed[:3], strict=True)) \
+        and seen[3:] == passed[3:]
+
+
+def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
     """Whether every check of ``OwnershipOracle.judge`` holds, decided in one pass over the
     snapshot without building a message. False whenever ``judge`` would raise (it may also be
-    False where ``judge`` then finds nothing: the verdict is always ``judge``'s)."""
+    False where ``judge`` then finds nothing: the verdict is always ``judge``'s). ``memo``
+    keeps each pool whose checks held, with the claims it was checked against: the same pool
+    object against the same claims is not checked again."""
     p = snap.page_size
     view = TreeView(snap)
     nodes = view.nodes
@@ -177,6 +207,9 @@ def _holds(snap, ctx: Ctx) -> bool:
                 return False
     held = ctx.ledger.held
     for tier, pool in snap.pools.items():
+        seen = (claim.get(tier), dst[tier], frozenset(held) if tier is DEVICE else None)
+        if memo is not None and memo.get(tier, (None,))[0] is pool and memo[tier][1] == seen:
+            continue  # this pool, these claims: they held at an earlier step
         owners = pool.owners
         if len(owners) != pool.size or tier not in claim:
             return False
@@ -208,6 +241,8 @@ def _holds(snap, ctx: Ctx) -> bool:
         for d, op in landing.items():
             if not 0 <= d < len(owners) or owners[d] != f"transfer:{op}":
                 return False
+        if memo is not None:
+            memo[tier] = (pool, seen)
     counts = view.subtree_locks()
     by_node = Feature.LOCK_HANDLES not in ctx.engine.features
     for n in snap.nodes:

@@ -29,8 +29,6 @@ def search(batch: Callable[[int, object], Callable], remaining: Callable[[], int
     example's (``last_trace()``, violation) goes there and the search goes on with the next
     seed, so one defect cannot hide the others (only the first batch replays from the example
     ``database``). Returns whether a finding went to ``on_finding``."""
-    from kvconf.conformance.violation import Violation
-
     deadline = None if seconds is None else time.perf_counter() + seconds
     reported = False
     k = 0
@@ -39,14 +37,10 @@ def search(batch: Callable[[int, object], Callable], remaining: Callable[[], int
         n = left if left is not None else 25
         if n <= 0:
             return reported
-        try:
-            seeded(batch(n, database), stream_seed(base_seed, stream, k), database)()
-            found = False
-        except Violation as v:
-            if on_finding is None:
-                raise
-            on_finding(last_trace(), v)
-            found, reported, database = True, True, None
+        test = seeded(batch(n, database), stream_seed(base_seed, stream, k), database)
+        found = _attempt(test, on_finding, last_trace)
+        if found:
+            reported, database = True, None
             if interrupted():
                 return reported
         k += 1
@@ -54,6 +48,26 @@ def search(batch: Callable[[int, object], Callable], remaining: Callable[[], int
             return reported  # the whole budget of examples ran without a failure
         if deadline is not None and time.perf_counter() >= deadline:
             return reported
+
+
+def _attempt(play: Callable[[], object], on_finding: Callable | None,
+             last_trace: Callable[[], object],
+             on_fail: Callable[[], object] | None = None) -> bool:
+    """One try of a search, the same for both kinds: False when it passed; True when it broke a
+    rule and the finding went to ``on_finding`` (without one the Violation is raised, after
+    ``on_fail`` either way)."""
+    from kvconf.conformance.violation import Violation
+
+    try:
+        play()
+    except Violation as v:
+        if on_fail is not None:
+            on_fail()
+        if on_finding is None:
+            raise
+        on_finding(last_trace(), v)
+        return True
+    return False
 
 
 WALK_KEY = b"walk-seeds"  # where a case's failing walk seeds are kept in the example database
@@ -66,19 +80,17 @@ def walk_seeds(base_seed: int, stream: int) -> Iterator[int]:
         yield rng.getrandbits(64)
 
 
-def walk_search(play: Callable[[int], None], remaining: Callable[[], int | None],
+def walk_search(play_walk: Callable[[int], None], remaining: Callable[[], int | None],
                 seconds: float | None, base_seed: int, stream: int, database,
                 on_finding: Callable | None, last_trace: Callable[[], object],
                 interrupted: Callable[[], bool]) -> bool:
-    """One unit's search by seeded walks (``play(seed)`` draws and plays one trace) for its
+    """One unit's search by seeded walks (``play_walk(seed)`` draws and plays one trace) for its
     budget: ``remaining()`` walks, or until ``seconds`` pass. The seeds the example ``database``
     keeps for the case (walks that failed before, in any run or worker that shares it) are
     played first, each counted as a walk; one that passes now is dropped from it, one that
     fails is kept. Without ``on_finding`` the first Violation is raised; with it, each failing
     walk's (``last_trace()``, violation) goes there and the search goes on with the next seed,
     so one defect cannot hide the others. Returns whether a finding went to ``on_finding``."""
-    from kvconf.conformance.violation import Violation
-
     deadline = None if seconds is None else time.perf_counter() + seconds
     stored = [] if database is None else sorted(database.fetch(WALK_KEY))
     reported = False
@@ -89,19 +101,14 @@ def walk_search(play: Callable[[int], None], remaining: Callable[[], int | None]
                 deadline is not None and time.perf_counter() >= deadline):
             return reported
         value = walk.to_bytes(8, "big")
-        try:
-            play(walk)
-        except Violation as v:
-            if database is not None:
-                database.save(WALK_KEY, value)
-            if on_finding is None:
-                raise
-            on_finding(last_trace(), v)
+        found = _attempt(lambda w=walk: play_walk(w), on_finding, last_trace,
+                         None if database is None
+                         else lambda v=value: database.save(WALK_KEY, v))  # replayed first
+        if found:
             reported = True
             if interrupted():
                 return reported
-            continue
-        if k < len(stored):
+        elif k < len(stored):
             database.delete(WALK_KEY, value)  # fixed since: no longer replayed first
     return reported
 

@@ -120,6 +120,9 @@ class ShadowMemory:
     cells: dict[tuple[Tier, int], list[int | None]] = field(default_factory=dict)
     version: dict[tuple[Tier, int], int] = field(default_factory=dict)  # writes per page
     landing: dict[tuple[Tier, int], int] = field(default_factory=dict)  # copies into a page
+    # Every change any read could see, counted: an oracle that read the memory when the count
+    # was n need not read it again while it is n (a memory without the count is read each time).
+    writes: int = 0
 
     def _check(self, tier: Tier, pages: Sequence[int]) -> None:
         if self.sizes is not None:
@@ -129,6 +132,7 @@ class ShadowMemory:
 
     def _touch(self, tier: Tier, page: int) -> None:
         self.version[(tier, page)] = self.version.get((tier, page), 0) + 1
+        self.writes += 1
 
     def _cell(self, tier: Tier, page: int) -> list[int | None]:
         cell = self.cells.get((tier, page))
