@@ -17,11 +17,11 @@ def is_candidate(node: Node, tier: Tier) -> bool:
     """An evictable leaf of ``tier``: holds pages there, unpinned there, no child has any there."""
     if node.parent is None:  # a root holds no pages of its own
         return False
-    if tier is Tier.DEVICE:
-        return node.device is not None and node.device_ref == 0 \
-            and all(c.device is None for c in node.children.values())
-    return node.host is not None and node.host_ref == 0 \
-        and all(c.host is None for c in node.children.values())
+    if tier is Tier.DEVICE:  # a leaf, the usual case, without a generator
+        return node.device is not None and node.device_ref == 0 and (
+            not node.children or all(c.device is None for c in node.children.values()))
+    return node.host is not None and node.host_ref == 0 and (
+        not node.children or all(c.host is None for c in node.children.values()))
 
 
 class VictimIndex:

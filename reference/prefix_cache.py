@@ -139,10 +139,13 @@ class PrefixCache:
         return out
 
     def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
-        """``node`` became pinned (+1) or unpinned (-1) on ``tier``."""
+        """``node`` became pinned (+1) or unpinned (-1) on ``tier``. Unpinned, it may be a
+        victim now: of the nodes a lock covered, only those can be (EVICT-3)."""
         pages = node.pages(tier)
         if pages:
             self._pinned[tier] += sign * len(pages)
+        if sign < 0:
+            self._victims.offer(node)
 
     def _set_pages(self, node: Node, tier: Tier, pages: Sequence[int] | None) -> None:
         """Give ``node`` its pages on ``tier`` (None: it leaves the tier), keeping the pinned
@@ -504,8 +507,7 @@ class PrefixCache:
             self._release_internal(handle)
 
     def _release_internal(self, handle: int) -> None:
-        for n in self._locks.release(handle, internal=True).path():
-            self._victims.offer(n)
+        self._locks.release(handle, internal=True)  # the nodes it unpins are offered
 
     def l3_transfer(self, op_id: int) -> L3Transfer | None:
         return self._l3.get(op_id)
@@ -527,9 +529,7 @@ class PrefixCache:
 
     def unlock(self, handle: int) -> None:
         """Release a lock handle; a handle not held is rejected and changes nothing (PIN-3)."""
-        node = self._locks.release(handle)
-        for n in node.path():
-            self._victims.offer(n)
+        self._locks.release(handle)  # the nodes it unpins are offered as victims
         if self._ghosts:
             self._sweep_ghosts()
 
@@ -699,9 +699,8 @@ class PrefixCache:
         if leftover:
             self.pools[t.dst_tier].release(leftover, owner)
         for handle in t.locks:
-            for n in self._locks.release(handle, internal=True).path():
-                self._victims.offer(n)
-        for n in t.node.path():  # filled, stamped or unpinned: may be a victim now
+            self._locks.release(handle, internal=True)  # the nodes it unpins are offered
+        for n in t.node.path():  # filled or stamped: may be a victim now
             self._victims.offer(n)
         if self._ghosts:
             self._sweep_ghosts()
