@@ -314,6 +314,7 @@ class PrefixCache:
         node, pos = root, 0
         cached = 0
         freed: list[int] = []
+        held: list[int] = []  # the tree's device pages along the walk: what a match returns
         while pos < len(tokens):
             child = node.children.get(tokens[pos : pos + p])
             if child is None:
@@ -323,6 +324,7 @@ class PrefixCache:
                 child.keys = self._keys_below(node, key)
                 child.host_access = now
                 self._attach_device(child, list(pages[pos // p :]), CALLER, now)
+                held.extend(pages[pos // p :])
                 node = child
                 break
             k = common_pages(child.key, tokens, pos, p)
@@ -340,10 +342,10 @@ class PrefixCache:
                     freed.extend(dups)
                 child.device_access = now
             child.host_access = now
+            held.extend(child.device)
             node, pos = child, pos + len(child.key)
-        held = tuple(pg for n in node.path()[1:] for pg in n.device or ())
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
-                            node=node.id, device_pages=held)
+                            node=node.id, device_pages=tuple(held))
 
     def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
         self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))

@@ -31,7 +31,7 @@ from kvconf.reference.plan import (
     WritebackDone,
 )
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
-from kvconf.reference.requests import TRANSITIONS, Event, State, legal, next_states
+from kvconf.reference.requests import TRANSITIONS, Event, State, next_states
 from kvconf.reference.tiers import Tier
 from kvconf.reference.window import window_from_model_config
 
@@ -294,8 +294,9 @@ class Scheduler:
             + self._ordered(State.SUBMITTED, State.PREFETCH_DONE)
             + self._ordered(State.RETRACTED)
         )
+        max_batch = self.config.max_batch
         for r in order:
-            if len(rows) >= self.config.max_batch or budget <= 0:
+            if len(rows) >= max_batch or budget <= 0:
                 break
             if r.state is State.SUBMITTED and self.config.l3_store:
                 op = self._prefetch(r)
@@ -313,7 +314,7 @@ class Scheduler:
             for r in self._ordered(State.DECODING):
                 if r.awaiting or r.state is not State.DECODING:
                     continue
-                if len(rows) >= self.config.max_batch or budget <= 0:
+                if len(rows) >= max_batch or budget <= 0:
                     break
                 if self._capped(r, adapters):
                     continue
@@ -588,7 +589,8 @@ class Scheduler:
                 raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
                                      rid, None, str(kind))
             state, aw = now
-            ok = legal(state, kind)
+            targets = TRANSITIONS.get((state, kind))  # None: not in the table (REQ-2)
+            ok = targets is not None
             if kind is Event.EXTEND_RESULT:
                 ok = ok and aw
                 if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
@@ -605,7 +607,7 @@ class Scheduler:
                     rid, state, str(kind),
                 )
             nxt = (self._finish_target(self.requests[rid], state) if kind is Event.FINISH
-                   else next_states(state, kind)[0])
+                   else targets[0])
             states[rid] = (nxt, aw and kind is not Event.EXTEND_RESULT)
 
     def _check_writeback(self, ev: WritebackDone, ops: dict[int, str],
