@@ -207,11 +207,11 @@ class Scheduler:
     # ----------------------------------------------------------------- submit
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         """Queue new requests; a repeated or empty request is rejected, and then none is queued."""
-        seen = set(self.requests)
+        seen: set[str] = set()  # the ids of this list so far (the known ones are in requests)
         for s in specs:
             if not isinstance(s, RequestSpec):
                 raise SchedulerError("bad_request", f"{s!r} is not a RequestSpec")
-            if s.rid in seen:
+            if s.rid in seen or s.rid in self.requests:
                 raise SchedulerError("duplicate_request", f"request {s.rid!r} is already known",
                                      s.rid)
             if not s.tokens:
@@ -523,11 +523,10 @@ class Scheduler:
             return None
         ns = r.spec.namespace
         ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
-        freed = set(ins.freed)
         # Pages the tree already held are now the tree's copies; ours went back free. The
         # insert says what a match of the same tokens would: the node and the tree's pages.
-        r.pages[:full] = list(ins.device_pages)
-        assert not freed & set(r.pages[:full])
+        r.pages[:full] = ins.device_pages
+        assert not set(ins.freed).intersection(ins.device_pages)
         old = r.lock
         r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
         if old is not None:
