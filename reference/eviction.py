@@ -62,7 +62,7 @@ class VictimIndex:
 
     def compact(self, nodes: dict[int, Node]) -> None:
         """Rebuild from a scan when stale entries outnumber the nodes by far."""
-        if sum(len(h) for h in self._heaps.values()) <= 8 * len(nodes) + 64:
+        if len(self._heaps[Tier.DEVICE]) + len(self._heaps[Tier.HOST]) <= 8 * len(nodes) + 64:
             return
         for tier in self._heaps:
             heap = [(n.access(tier), n.seq, n) for n in nodes.values() if is_candidate(n, tier)]
