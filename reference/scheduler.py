@@ -31,7 +31,7 @@ from kvconf.reference.plan import (
     WritebackDone,
 )
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
-from kvconf.reference.requests import TRANSITIONS, Event, State, next_states
+from kvconf.reference.requests import TRANSITIONS, Event, State, TransitionLog, next_states
 from kvconf.reference.tiers import Tier
 from kvconf.reference.window import window_from_model_config
 
@@ -199,7 +199,7 @@ class Scheduler:
         self._slots = list(range(c.max_slots - 1, -1, -1))
         self._ops: dict[int, str] = {}  # writeback op id -> request id
         self.step = 0
-        self.transitions: list[tuple[str, State, Event, State]] = []
+        self.transitions = TransitionLog()
         self.mamba = self.mamba_cls(c.mamba_slots, c.mamba_host_slots) if c.mamba else None
         self._mops: dict[int, list[tuple[int, int, str | None]]] = {}  # op -> Mamba units
         self._mbusy: list[MambaEntry] = []  # entries this plan's rows read from

@@ -182,7 +182,7 @@ class Player:
                 self.due.pop(ev.rid, None)
         s.advance(events)
         self.note("events", events)
-        self.note("state", sched_state(s), events_seen(s), s.transitions[self.seen :])
+        self.note("state", sched_state(s), events_seen(s), list(s.transitions[self.seen :]))
         self.seen = len(s.transitions)
 
     def run(self, steps: int) -> tuple[int, str]:
@@ -224,7 +224,7 @@ def bench_workload(requests: int = 600, seed: int = 0) -> tuple[int, str]:
         s.advance(events)
         if s.step % 25 == 0:
             digest.update(repr((sched_state(s), events_seen(s))).encode())
-    digest.update(repr(s.transitions).encode())
+    digest.update(repr(list(s.transitions)).encode())
     return s.step, digest.hexdigest()
 
 
