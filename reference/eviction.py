@@ -17,11 +17,11 @@ def is_candidate(node: Node, tier: Tier) -> bool:
     """An evictable leaf of ``tier``: holds pages there, unpinned there, no child has any there."""
     if node.parent is None:  # a root holds no pages of its own
         return False
-    if tier is Tier.DEVICE:
-        return node.device is not None and node.device_ref == 0 \
-            and all(c.device is None for c in node.children.values())
-    return node.host is not None and node.host_ref == 0 \
-        and all(c.host is None for c in node.children.values())
+    if tier is Tier.DEVICE:  # a leaf, the usual case, without a generator
+        return node.device is not None and node.device_ref == 0 and (
+            not node.children or all(c.device is None for c in node.children.values()))
+    return node.host is not None and node.host_ref == 0 and (
+        not node.children or all(c.host is None for c in node.children.values()))
 
 
 class VictimIndex:
@@ -62,7 +62,7 @@ class VictimIndex:
 
     def compact(self, nodes: dict[int, Node]) -> None:
         """Rebuild from a scan when stale entries outnumber the nodes by far."""
-        if sum(len(h) for h in self._heaps.values()) <= 8 * len(nodes) + 64:
+        if len(self._heaps[Tier.DEVICE]) + len(self._heaps[Tier.HOST]) <= 8 * len(nodes) + 64:
             return
         for tier in self._heaps:
             heap = [(n.access(tier), n.seq, n) for n in nodes.values() if is_candidate(n, tier)]

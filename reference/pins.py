@@ -14,8 +14,8 @@ from kvconf.reference.radix_tree import Node
 from kvconf.reference.tiers import Tier
 
 
-@dataclass(slots=True, frozen=True)
-class Lock:
+@dataclass(slots=True)
+class Lock:  # never changed once made; not frozen, so that making one costs no setattr calls
     node: Node
     tier: Tier
     internal: bool  # held by the cache itself for an in-flight transfer
@@ -34,13 +34,20 @@ class LockTable:
         self._watch = watch
 
     def acquire(self, node: Node, tier: Tier, internal: bool = False) -> int:
-        for n in node.path():
-            if tier is Tier.DEVICE:
+        """Pin ``node`` and its ancestors on ``tier``, walking up the parent links; the watch
+        hears of each one that was unpinned there."""
+        device = tier is Tier.DEVICE
+        n: Node | None = node
+        while n is not None:
+            if device:
                 n.device_ref += 1
+                first = n.device_ref == 1
             else:
                 n.host_ref += 1
-            if self._watch is not None and n.ref(tier) == 1:
+                first = n.host_ref == 1
+            if first and self._watch is not None:
                 self._watch(n, tier, 1)
+            n = n.parent
         self._next += 1
         self._locks[self._next] = Lock(node, tier, internal)
         return self._next
@@ -51,13 +58,19 @@ class LockTable:
         if lock is None or lock.internal != internal:
             raise CacheError("unbalanced_unlock", f"lock handle {handle} is not held")
         del self._locks[handle]
-        for n in lock.node.path():
-            if lock.tier is Tier.DEVICE:
+        tier = lock.tier
+        device = tier is Tier.DEVICE
+        n: Node | None = lock.node
+        while n is not None:
+            if device:
                 n.device_ref -= 1
+                last = n.device_ref == 0
             else:
                 n.host_ref -= 1
-            if self._watch is not None and n.ref(lock.tier) == 0:
-                self._watch(n, lock.tier, -1)
+                last = n.host_ref == 0
+            if last and self._watch is not None:
+                self._watch(n, tier, -1)
+            n = n.parent
         return lock.node
 
     def items(self) -> list[tuple[int, Lock]]:

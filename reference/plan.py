@@ -1,7 +1,10 @@
 """What the scheduler hands the runtime and what the runtime reports back (spec chapter plans).
 
-Plain frozen dataclasses: the same objects are compared by the determinism oracle, written into
-traces and read by any runtime, so nothing in them is an engine-internal handle.
+Plain dataclasses, compared by value: the same objects are compared by the determinism oracle,
+written into traces and read by any runtime, so nothing in them is an engine-internal handle. All
+are frozen but ``ForwardRow``, made once per request per plan: a frozen slotted dataclass pays one
+``object.__setattr__`` per field when made, several times the cost of a plain one. Nothing changes
+a row once made (``dataclasses.replace`` makes a new one); it hashes by value like the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ class RequestSpec:
     l3_hits: int = 0  # leading full pages of the prompt the L3 store holds (L3-2)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class ForwardRow:
     """One request's part of the forward: compute KV for ``input_tokens`` at ``start``.
 

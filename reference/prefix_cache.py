@@ -144,10 +144,13 @@ class PrefixCache:
         return out
 
     def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
-        """``node`` became pinned (+1) or unpinned (-1) on ``tier``."""
+        """``node`` became pinned (+1) or unpinned (-1) on ``tier``. Unpinned, it may be a
+        victim now: of the nodes a lock covered, only those can be (EVICT-3)."""
         pages = node.pages(tier)
         if pages:
             self._pinned[tier] += sign * len(pages)
+        if sign < 0:
+            self._victims.offer(node)
 
     def _set_pages(self, node: Node, tier: Tier, pages: Sequence[int] | None) -> None:
         """Give ``node`` its pages on ``tier`` (None: it leaves the tier), keeping the pinned
@@ -317,6 +320,7 @@ class PrefixCache:
         node, pos = root, 0
         cached = 0
         freed: list[int] = []
+        held: list[int] = []  # the tree's device pages along the walk: what a match returns
         while pos < len(tokens):
             child = node.children.get(first_page(tokens, pos, p))
             if child is None:
@@ -326,6 +330,7 @@ class PrefixCache:
                 child.keys = self._keys_below(node, key)
                 child.host_access = now
                 self._attach_device(child, list(pages[pos // p :]), CALLER, now)
+                held.extend(pages[pos // p :])
                 node = child
                 break
             k = common_pages(child.key, tokens, pos, p)
@@ -343,10 +348,10 @@ class PrefixCache:
                     freed.extend(dups)
                 child.device_access = now
             child.host_access = now
+            held.extend(child.device)
             node, pos = child, pos + len(child.key)
-        held = tuple(pg for n in node.path()[1:] for pg in n.device or ())
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
-                            node=node.id, device_pages=held)
+                            node=node.id, device_pages=tuple(held))
 
     def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
         self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))
@@ -510,8 +515,7 @@ class PrefixCache:
             self._release_internal(handle)
 
     def _release_internal(self, handle: int) -> None:
-        for n in self._locks.release(handle, internal=True).path():
-            self._victims.offer(n)
+        self._locks.release(handle, internal=True)  # the nodes it unpins are offered
 
     def l3_transfer(self, op_id: int) -> L3Transfer | None:
         return self._l3.get(op_id)
@@ -533,9 +537,7 @@ class PrefixCache:
 
     def unlock(self, handle: int) -> None:
         """Release a lock handle; a handle not held is rejected and changes nothing (PIN-3)."""
-        node = self._locks.release(handle)
-        for n in node.path():
-            self._victims.offer(n)
+        self._locks.release(handle)  # the nodes it unpins are offered as victims
         if self._ghosts:
             self._sweep_ghosts()
 
@@ -705,9 +707,8 @@ class PrefixCache:
         if leftover:
             self.pools[t.dst_tier].release(leftover, owner)
         for handle in t.locks:
-            for n in self._locks.release(handle, internal=True).path():
-                self._victims.offer(n)
-        for n in t.node.path():  # filled, stamped or unpinned: may be a victim now
+            self._locks.release(handle, internal=True)  # the nodes it unpins are offered
+        for n in t.node.path():  # filled or stamped: may be a victim now
             self._victims.offer(n)
         if self._ghosts:
             self._sweep_ghosts()

@@ -7,7 +7,10 @@ event; a pair that is not in the table is an error that changes nothing (REQ-2).
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator, Sequence
 from enum import Enum
+from typing import overload
 
 
 class State(str, Enum):
@@ -117,3 +120,64 @@ def next_states(state: State, event: Event) -> tuple[State, ...]:
 
 def legal(state: State, event: Event) -> bool:
     return (state, event) in TRANSITIONS
+
+
+Transition = tuple[str, State, Event, State]  # (request id, state, event, next state)
+_STATES, _EVENTS = tuple(State), tuple(Event)
+_STATE_CODE = {s: i for i, s in enumerate(_STATES)}
+_EVENT_CODE = {e: i for i, e in enumerate(_EVENTS)}
+
+
+class TransitionLog(Sequence[Transition]):
+    """Every transition a scheduler took, in order, read as a list of ``Transition`` tuples
+    (REQ-1; the transition coverage of a report).
+
+    Kept in columns, each state and event as its index, because a scheduler takes one or two
+    transitions per row: as a list of four-tuples of enum members, a long run's log was most of
+    the objects the garbage collector walks, over and over."""
+
+    __slots__ = ("_events", "_from", "_rids", "_to")
+
+    def __init__(self) -> None:
+        self._rids: list[str] = []
+        self._from, self._events, self._to = array("B"), array("B"), array("B")
+
+    def append(self, t: Transition) -> None:
+        rid, frm, event, to = t
+        self._rids.append(rid)
+        self._from.append(_STATE_CODE[frm])
+        self._events.append(_EVENT_CODE[event])
+        self._to.append(_STATE_CODE[to])
+
+    def _at(self, i: int) -> Transition:
+        return (self._rids[i], _STATES[self._from[i]], _EVENTS[self._events[i]],
+                _STATES[self._to[i]])
+
+    def __len__(self) -> int:
+        return len(self._rids)
+
+    @overload
+    def __getitem__(self, i: int) -> Transition: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Transition]: ...
+    def __getitem__(self, i: int | slice) -> Transition | list[Transition]:
+        if isinstance(i, slice):
+            return [self._at(j) for j in range(*i.indices(len(self)))]
+        return self._at(range(len(self))[i])  # negative indexes and IndexError as a list's
+
+    def __iter__(self) -> Iterator[Transition]:
+        for j in range(len(self)):
+            yield self._at(j)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TransitionLog):
+            return (self._rids == other._rids and self._from == other._from
+                    and self._events == other._events and self._to == other._to)
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # it grows, as a list does
+
+    def __repr__(self) -> str:
+        return repr(list(self))

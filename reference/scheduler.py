@@ -31,7 +31,7 @@ from kvconf.reference.plan import (
     WritebackDone,
 )
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
-from kvconf.reference.requests import Event, State, legal, next_states
+from kvconf.reference.requests import TRANSITIONS, Event, State, TransitionLog, next_states
 from kvconf.reference.tiers import Tier
 from kvconf.reference.window import window_from_model_config
 
@@ -87,6 +87,7 @@ class SchedulerConfig:
 class Request:
     spec: RequestSpec
     arrival: int
+    rid: str = field(init=False)  # the spec's, kept at hand: read on every row and event
     state: State = State.SUBMITTED
     tokens: list[int] = field(default_factory=list)  # prompt, then every reported token
     computed: int = 0  # leading positions whose KV is in ``pages``
@@ -109,9 +110,8 @@ class Request:
     msrc: int = -1  # the cached device state its next row resumes from
     mstate: tuple[int, int, int] | None = None  # retract state: (entry, host slot, depth)
 
-    @property
-    def rid(self) -> str:
-        return self.spec.rid
+    def __post_init__(self) -> None:
+        self.rid = self.spec.rid
 
     @property
     def local(self) -> list[int]:
@@ -168,12 +168,14 @@ class _StatesAfter(dict):
         super().__init__()
         self._requests = requests
 
-    def __missing__(self, rid: str) -> tuple[State, bool]:
-        r = self._requests[rid]
-        return (r.state, r.awaiting)
-
-    def __contains__(self, rid: object) -> bool:
-        return dict.__contains__(self, rid) or rid in self._requests
+    def of(self, rid: str) -> tuple[State, bool] | None:
+        """``rid``'s (state, awaiting) after the events so far; None for an unknown request."""
+        got = self.get(rid)
+        if got is None:
+            r = self._requests.get(rid)
+            if r is not None:
+                got = (r.state, r.awaiting)
+        return got
 
 
 class Scheduler:
@@ -197,7 +199,7 @@ class Scheduler:
         self._slots = list(range(c.max_slots - 1, -1, -1))
         self._ops: dict[int, str] = {}  # writeback op id -> request id
         self.step = 0
-        self.transitions: list[tuple[str, State, Event, State]] = []
+        self.transitions = TransitionLog()
         self.mamba = self.mamba_cls(c.mamba_slots, c.mamba_host_slots) if c.mamba else None
         self._mops: dict[int, list[tuple[int, int, str | None]]] = {}  # op -> Mamba units
         self._mbusy: list[MambaEntry] = []  # entries this plan's rows read from
@@ -205,11 +207,11 @@ class Scheduler:
     # ----------------------------------------------------------------- submit
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         """Queue new requests; a repeated or empty request is rejected, and then none is queued."""
-        seen = set(self.requests)
+        seen: set[str] = set()  # the ids of this list so far (the known ones are in requests)
         for s in specs:
             if not isinstance(s, RequestSpec):
                 raise SchedulerError("bad_request", f"{s!r} is not a RequestSpec")
-            if s.rid in seen:
+            if s.rid in seen or s.rid in self.requests:
                 raise SchedulerError("duplicate_request", f"request {s.rid!r} is already known",
                                      s.rid)
             if not s.tokens:
@@ -234,7 +236,7 @@ class Scheduler:
 
     # ----------------------------------------------------------------- transitions
     def _move(self, r: Request, event: Event, to: State) -> None:
-        assert to in next_states(r.state, event), (r.rid, r.state, event, to)
+        assert to in TRANSITIONS.get((r.state, event), ()), (r.rid, r.state, event, to)
         self.transitions.append((r.rid, r.state, event, to))
         r.state = to
 
@@ -292,8 +294,9 @@ class Scheduler:
             + self._ordered(State.SUBMITTED, State.PREFETCH_DONE)
             + self._ordered(State.RETRACTED)
         )
+        max_batch = self.config.max_batch
         for r in order:
-            if len(rows) >= self.config.max_batch or budget <= 0:
+            if len(rows) >= max_batch or budget <= 0:
                 break
             if r.state is State.SUBMITTED and self.config.l3_store:
                 op = self._prefetch(r)
@@ -311,7 +314,7 @@ class Scheduler:
             for r in self._ordered(State.DECODING):
                 if r.awaiting or r.state is not State.DECODING:
                     continue
-                if len(rows) >= self.config.max_batch or budget <= 0:
+                if len(rows) >= max_batch or budget <= 0:
                     break
                 if self._capped(r, adapters):
                     continue
@@ -335,8 +338,9 @@ class Scheduler:
             adapters.add(row.namespace)
 
     def _ordered(self, *states: State) -> list[Request]:
-        return sorted((r for r in self.requests.values() if r.state in states),
-                      key=lambda r: r.arrival)
+        """The requests in ``states`` by arrival: the order ``requests`` keeps, since each is
+        added once, at its arrival, and only ever removed."""
+        return [r for r in self.requests.values() if r.state in states]
 
     def _prefetch(self, r: Request) -> L3Op | None:
         """Fetch the prompt's pages past its host match from L3 when enough of them are
@@ -524,11 +528,10 @@ class Scheduler:
             return None
         ns = r.spec.namespace
         ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
-        freed = set(ins.freed)
         # Pages the tree already held are now the tree's copies; ours went back free. The
         # insert says what a match of the same tokens would: the node and the tree's pages.
-        r.pages[:full] = list(ins.device_pages)
-        assert not freed & set(r.pages[:full])
+        r.pages[:full] = ins.device_pages
+        assert not set(ins.freed).intersection(ins.device_pages)
         old = r.lock
         r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
         if old is not None:
@@ -575,33 +578,23 @@ class Scheduler:
         ops = dict(self._ops)
         l3 = dict(self._l3)
         for ev in events:
-            if not isinstance(ev, (ExtendResult, Finish, Abort, WritebackDone, PrefetchDone,
-                                   BackupDone)):
-                raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
-            if isinstance(ev, (PrefetchDone, BackupDone)):
-                self._check_l3(ev, l3, states)
-                continue
-            if isinstance(ev, WritebackDone):
-                if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
-                    raise SchedulerError("bad_event", f"writeback id {ev.op_id!r} is not an int",
-                                         event="WriteBackDone")
-                rid = ops.pop(ev.op_id, None)
-                if rid is None:
-                    raise SchedulerError("unknown_op", f"writeback {ev.op_id} is not in flight",
-                                         event="WriteBackDone")
-                if rid not in states or self.requests[rid].op != ev.op_id:
-                    continue
-                state, aw = states[rid]
-                if state in (State.RETRACTING, State.WRITING_BACK):
-                    states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
+            kind = _EVENT_OF.get(type(ev))  # a request's event, the common case
+            if kind is None:
+                if isinstance(ev, (PrefetchDone, BackupDone)):
+                    self._check_l3(ev, l3, states)
+                elif isinstance(ev, WritebackDone):
+                    self._check_writeback(ev, ops, states)
+                else:
+                    raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
                 continue
             rid = ev.rid
-            kind = _EVENT_OF[type(ev)]
-            if rid not in states:
+            now = states.of(rid)
+            if now is None:
                 raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
                                      rid, None, str(kind))
-            state, aw = states[rid]
-            ok = legal(state, kind)
+            state, aw = now
+            targets = TRANSITIONS.get((state, kind))  # None: not in the table (REQ-2)
+            ok = targets is not None
             if kind is Event.EXTEND_RESULT:
                 ok = ok and aw
                 if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
@@ -618,11 +611,27 @@ class Scheduler:
                     rid, state, str(kind),
                 )
             nxt = (self._finish_target(self.requests[rid], state) if kind is Event.FINISH
-                   else next_states(state, kind)[0])
+                   else targets[0])
             states[rid] = (nxt, aw and kind is not Event.EXTEND_RESULT)
 
+    def _check_writeback(self, ev: WritebackDone, ops: dict[int, str],
+                         states: _StatesAfter) -> None:
+        if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
+            raise SchedulerError("bad_event", f"writeback id {ev.op_id!r} is not an int",
+                                 event="WriteBackDone")
+        rid = ops.pop(ev.op_id, None)
+        if rid is None:
+            raise SchedulerError("unknown_op", f"writeback {ev.op_id} is not in flight",
+                                 event="WriteBackDone")
+        now = states.of(rid)
+        if now is None or self.requests[rid].op != ev.op_id:
+            return
+        state, aw = now
+        if state in (State.RETRACTING, State.WRITING_BACK):
+            states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
+
     def _check_l3(self, ev: PrefetchDone | BackupDone, l3: dict[int, str],
-                  states: dict[str, tuple[State, bool]]) -> None:
+                  states: _StatesAfter) -> None:
         name = type(ev).__name__
         kind = "prefetch" if isinstance(ev, PrefetchDone) else "backup"
         if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
@@ -641,9 +650,10 @@ class Scheduler:
                                      f"{ev.success!r} is not a bool", event=name)
         rid = l3.pop(ev.op_id)
         r = self.requests.get(rid)
+        now = states.of(rid)
         if isinstance(ev, PrefetchDone) and r is not None and r.prefetch == ev.op_id \
-                and states[rid][0] is State.PREFETCHING:
-            states[rid] = (State.PREFETCH_DONE, states[rid][1])
+                and now is not None and now[0] is State.PREFETCHING:
+            states[rid] = (State.PREFETCH_DONE, now[1])
 
     def _finish_target(self, r: Request, state: State) -> State:
         """Finish drains to host when there is a host tier and a full page to keep (FIN-2)."""
@@ -652,6 +662,15 @@ class Scheduler:
         return State.FINISHED
 
     def _apply(self, ev: RuntimeEvent) -> None:
+        if isinstance(ev, ExtendResult):  # the commonest first: one per row that sampled
+            r = self.requests[ev.rid]
+            r.tokens.append(ev.token)
+            r.awaiting = False
+            if r.state is State.PREFILL_DONE and self.config.publish_mid_flight \
+                    and not self.config.sliding_window:
+                self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
+            self._move(r, Event.EXTEND_RESULT, State.DECODING)
+            return
         if isinstance(ev, PrefetchDone):
             self._prefetch_done(ev)
             return
@@ -675,14 +694,7 @@ class Scheduler:
                     self._move(r, Event.WRITEBACK_DONE, State.FINISHED)
             return
         r = self.requests[ev.rid]
-        if isinstance(ev, ExtendResult):
-            r.tokens.append(ev.token)
-            r.awaiting = False
-            mid_flight = self.config.publish_mid_flight and not self.config.sliding_window
-            if r.state is State.PREFILL_DONE and mid_flight:
-                self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
-            self._move(r, Event.EXTEND_RESULT, State.DECODING)
-        elif isinstance(ev, Finish):
+        if isinstance(ev, Finish):
             self._finish(r)
         else:
             self._abort(r)
