@@ -18,6 +18,7 @@ from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.scheduler.driver import SchedulerDriver, sample
+from kvconf.conformance.scheduler.tape import replay
 from kvconf.conformance.scheduler.trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 
 ACKS = st.lists(st.sampled_from(["now", "now", "later", "fail"]), max_size=6)
@@ -225,7 +226,8 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                determinism: bool = True,
                memory: MemoryFactory = shadow_memory,
                memory_only: bool = False, probes: str = "all") -> SchedulerDriver:
-    """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
+    """Play a workload with every oracle; then its calls again on a fresh engine, comparing
+    the plans (DET-1)."""
     flight.begin(trace)
     driver = _driver(factory, trace, memory, memory_only, probes=probes)
     try:
@@ -248,12 +250,9 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                           f"{', '.join(v.behaviours)}: {v.message}), which it does not break "
                           "without the probes")
         raise found from None
-    if determinism:
-        from kvconf.conformance.oracles.determinism import DeterminismOracle
-
+    if determinism:  # the first play's calls on a fresh engine, plan by plan (tape.py)
         flight.begin(trace)
-        again = _driver(factory, trace, memory, probes=probes).run()
-        DeterminismOracle().compare(log, again)
+        replay(factory(trace.config), driver.tape)
     if driver.ignored:  # REQ-6: the same run without the events the engine ignored
         flight.begin(trace)
         without = _driver(factory, trace, memory, memory_only,
