@@ -6,9 +6,10 @@ Usage: python benchmarks/time_to_kill.py [--profile default] [--fuzz-only] [--se
 Each mutant is killed as ``kvconf mutants`` kills it (``kill_one``: the suite's cases in order,
 only the fuzz cases with ``--fuzz-only``, until the first failure), in a child process of its
 own, timed in that child's CPU seconds (a loaded machine slows the wall clock the kill matrix
-records, not this). With ``--against`` (another checkout's Python, say the kit before a change)
-each mutant is killed by both kits in turn before the next, and the median and maximum of each,
-and their ratios, are printed.
+records, not this); ``#n`` is the killing case's workload or trace that found it. With
+``--against`` (another checkout's Python, say the kit before a change) each mutant is killed by
+both kits in turn before the next, and the median and maximum of each, and their ratios, are
+printed.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ def main() -> None:
     got: dict[str, dict[str, dict]] = {k: {} for k, _ in kits}
     print(f"--profile {a.profile}{' --fuzz-only' if a.fuzz_only else ''}, seed {a.seed}; "
           "CPU seconds to the first finding, each mutant in a child process")
-    print(f"{'mutant':30} " + " ".join(f"{k:38}" for k, _ in kits))
+    print(f"{'mutant':30} " + " ".join(f"{k:44}" for k, _ in kits))
     for name in names:
         row = []
         for kit, python in kits:
             r = got[kit][name] = run(python, name, a)
-            row.append(f"{r['cpu_s']:7.2f} s {r['case'] if r['killed'] else 'ALIVE'}")
-        print(f"{name:30} " + " ".join(f"{c:38}" for c in row), flush=True)
+            row.append(f"{r['cpu_s']:7.2f} s {r['case'] if r['killed'] else 'ALIVE'}"
+                       + (f" #{r['examples']}" if r["killed"] and r["examples"] else ""))
+        print(f"{name:30} " + " ".join(f"{c:44}" for c in row), flush=True)
     for kit, _ in kits:
         secs = [r["cpu_s"] for r in got[kit].values() if r["killed"]]
         alive = [n for n, r in got[kit].items() if not r["killed"]]
