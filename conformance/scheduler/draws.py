@@ -30,7 +30,11 @@ class Draws(Protocol):
 
 
 class SeededDraws:
-    """Choices from ``random.Random(seed)`` alone: uniform over each range."""
+    """Choices from ``random.Random(seed)`` alone: an integer is one end of its range a quarter
+    of the time (the smallest or largest size, the whole prompt cut from an earlier one, the
+    latest arrival), uniform otherwise; everything else uniform. Measured on the mutants that
+    need a prefix held on a full host tier or a resumable state, the ends found them in about
+    half the workloads uniform draws took."""
 
     __slots__ = ("rng",)
 
@@ -38,6 +42,9 @@ class SeededDraws:
         self.rng = random.Random(seed)
 
     def integer(self, lo: int, hi: int) -> int:
+        x = self.rng.random()
+        if hi - lo > 1 and x < 0.25:  # the ends of a range are where rules bind: a quarter
+            return lo if x < 0.125 else hi
         return self.rng.randint(lo, hi)
 
     def boolean(self) -> bool:
