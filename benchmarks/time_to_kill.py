@@ -7,10 +7,11 @@ Usage: python benchmarks/time_to_kill.py [--profile default] [--fuzz-only] [--se
 Each mutant is killed as ``kvconf mutants`` kills it (``kill_one``: the suite's cases in order,
 only the fuzz cases with ``--fuzz-only``, until the first failure), in a child process of its
 own, timed in that child's CPU seconds (a loaded machine slows the wall clock the kill matrix
-records, not this). With ``--against`` (another checkout's Python, say the kit before a change)
-each mutant is killed by both kits in turn before the next, and the median and maximum of each,
-and their ratios, are printed. ``--parallel N`` runs N children at once (CPU seconds are each
-child's own, so the figures hold; on a machine with cores to spare).
+records, not this); ``#n`` is the killing case's workload or trace that found it. With
+``--against`` (another checkout's Python, say the kit before a change) each mutant is killed by
+both kits in turn before the next, and the median and maximum of each, and their ratios, are
+printed. ``--parallel N`` runs N children at once (CPU seconds are each child's own, so the
+figures hold; on a machine with cores to spare).
 
 ``--matrix`` reads kill matrices that ``kvconf mutants`` wrote (``--jobs 1`` and ``--jobs 2``, say)
 and prints each one's wall seconds to kill (the matrix's own ``seconds``: median and maximum per
@@ -120,15 +121,16 @@ def main() -> None:
     got: dict[str, dict[str, dict]] = {k: {} for k, _ in kits}
     print(f"--profile {a.profile}{' --fuzz-only' if a.fuzz_only else ''}, seed {a.seed}; "
           "CPU seconds to the first finding, each mutant in a child process")
-    print(f"{'mutant':30} " + " ".join(f"{k:38}" for k, _ in kits))
+    print(f"{'mutant':30} " + " ".join(f"{k:44}" for k, _ in kits))
     from concurrent.futures import ThreadPoolExecutor
 
     def both(name: str) -> str:
         row = []
         for kit, python in kits:
             r = got[kit][name] = run(python, name, a)
-            row.append(f"{r['cpu_s']:7.2f} s {r['case'] if r['killed'] else 'ALIVE'}")
-        return f"{name:30} " + " ".join(f"{c:38}" for c in row)
+            row.append(f"{r['cpu_s']:7.2f} s {r['case'] if r['killed'] else 'ALIVE'}"
+                       + (f" #{r['examples']}" if r["killed"] and r["examples"] else ""))
+        return f"{name:30} " + " ".join(f"{c:44}" for c in row)
 
     with ThreadPoolExecutor(max(1, a.parallel)) as ex:
         for line in ex.map(both, names):

@@ -119,11 +119,12 @@ FUZZ_KILLS = {
     ], "fuzz-scheduler-l3"),
     "EvictsBeforePinningHostMatch": "fuzz-scheduler-l3-tight-host",
     **dict.fromkeys([
-        "AnyDepthForReuse", "FinishKeepsCheckpoint", "HostEvictionDropsEntry",
-        "MambaUnitsDropped", "NoReuseWithMamba", "NoWorkingFallback", "ReusesWithoutState",
-        "SharedResumeSource",
+        "AnyDepthForReuse", "FinishKeepsCheckpoint", "NoReuseWithMamba", "NoWorkingFallback",
+        "ReusesWithoutState", "SharedResumeSource",
     ], "fuzz-scheduler-swarm"),
-    "RetractStateUnprotected": "fuzz-scheduler-mamba",
+    **dict.fromkeys([
+        "HostEvictionDropsEntry", "MambaUnitsDropped", "RetractStateUnprotected",
+    ], "fuzz-scheduler-mamba"),
     "WindowFromTopLevelOnly": "fuzz-scheduler-model-config",
     "ReleasesInsideWindow": "fuzz-hybrid",
     "WindowHitOnLastPage": "fuzz-hybrid",

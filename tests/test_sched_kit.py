@@ -446,7 +446,8 @@ def test_a_probe_finding_never_ends_the_fuzz_search() -> None:
 
     holder: dict = {}
     with pytest.raises(Violation) as e:
-        fuzz_sched(factory(AcceptsEverything), SchedConfig(), 150, None, 0, holder)
+        # Seed 2: its first failing workload accepts a probe and breaks nothing else.
+        fuzz_sched(factory(AcceptsEverything), SchedConfig(), 150, None, 2, holder)
     assert "REQ-2" not in e.value.behaviours, e.value
     assert "accepted a probe" in e.value.message, e.value.message
     # Without the second defect, the probe's finding is the case's, found on the first workload.

@@ -181,6 +181,7 @@ class TokenSpeedAdapter:
         self.tokens: dict[str, list[int]] = {}  # prompt and sampled tokens, per request
         self.ns: dict[str, int] = {}
         self.tables: dict[str, tuple[int, ...]] = {}  # the last page table each request had
+        self.seen: dict[str, int] = {}  # the plan each request's table is from
         self.decoding: set[str] = set()  # requests with a decode row in the last plan
         self.ending: list[str] = []  # finished or aborted, a writeback of theirs still to come
         # L3: the page each request's keys start at (its host match when it arrived), the
@@ -293,6 +294,7 @@ class TokenSpeedAdapter:
             n = int(lengths[i])
             ns = self.ns.get(rid, 0)
             self.tables[rid] = table
+            self.seen[rid] = self._step
             if i < n_ext:
                 start = int(prefix[i])
                 toks = tuple(input_ids[offset : offset + n])
@@ -335,15 +337,17 @@ class TokenSpeedAdapter:
         """The request a writeback belongs to (the radix-era op names none): among those it can
         be for (a finished or aborted request; for a retract, one no longer scheduled), the one
         whose last page table shares the most pages with its source (a finished request's copy
-        can take a shared prefix from the tree rather than its own duplicate pages)."""
+        can take a shared prefix from the tree rather than its own duplicate pages). Of two that
+        share as many, the one scheduled last: an older table may list pages the engine has
+        since freed and handed to the newer one."""
         pages = set(src)
         if retract:
             candidates = [r for r in sorted(self.tables) if r not in running
                           and r not in self.ending]
         else:  # several requests can finish at once: the one that shares the most pages
             candidates = list(self.ending)
-        best = max(candidates, key=lambda r: len(pages & set(self.tables.get(r, ()))),
-                   default=None)
+        best = max(candidates, key=lambda r: (len(pages & set(self.tables.get(r, ()))),
+                                              self.seen.get(r, 0)), default=None)
         if best is not None and pages & set(self.tables.get(best, ())):
             return best
         return ""  # never a running request's: that would mark it as copying
@@ -389,6 +393,7 @@ class TokenSpeedAdapter:
         # becomes WritingBack there) or never: forget it, so attribution stays cheap.
         for rid in self.ending:
             self.tables.pop(rid, None)
+            self.seen.pop(rid, None)
             self.tokens.pop(rid, None)
         self.ending = []
         return Plan(self._step, tuple(rows), tuple(loads), tuple(writes), tuple(l3))

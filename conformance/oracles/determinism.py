@@ -13,8 +13,9 @@ class DeterminismOracle(Oracle):
     name = "determinism"
     behaviours = ("DET-1",)
 
-    def compare(self, first: list[dict[str, Any]], second: list[dict[str, Any]]) -> None:
-        for i, (a, b) in enumerate(zip(first, second, strict=False)):
+    def compare(self, first: list[Any], second: list[Any], offset: int = 0) -> None:
+        """``offset``: the index of the logs' first entry in the whole run."""
+        for i, (a, b) in enumerate(zip(first, second, strict=False), start=offset):
             if a != b:
                 v = self.fail("DET-1", f"step {i} differs between two runs: {a} then {b}")
                 v.step = i

@@ -43,6 +43,7 @@ from kvconf.conformance.runtime.memory import (
     state_memory,
 )
 from kvconf.conformance.scheduler.l3_runtime import L3Runtime
+from kvconf.conformance.scheduler.tape import Tape, plan_record
 from kvconf.conformance.scheduler.trace import Arrival, SchedTrace
 from kvconf.reference.plan import (
     Abort,
@@ -180,6 +181,9 @@ class SchedulerDriver:
         # through later copies of them, so a read of them blames REQ-5 / HOST-4 (E-1).
         self.failed_remains: set[tuple[Tier, int]] = set()
         self.log: list[Any] = []
+        # The calls this play handed the engine, and its plans: what DET-1's replay hands a
+        # fresh engine (``kvconf.conformance.scheduler.tape``).
+        self.tape: Tape = []
         # The KV events as drained, a tuple per drain: not part of ``log`` (DET-1 compares
         # that), but what the engine visibly announced (the variant matrix's witness reads it).
         self.published: list[tuple[Any, ...]] = []
@@ -241,6 +245,7 @@ class SchedulerDriver:
     def _drain(self) -> list[Any]:
         """The KV events published since the last drain, kept in ``published``."""
         events = list(self.engine.drain_events())
+        self.tape.append(("drain",))
         self.published.append(tuple(events))
         return events
 
@@ -451,10 +456,13 @@ class SchedulerDriver:
             hits = self.l3.hits(a.rid) if self.l3 is not None else 0
             specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns, hits))
         self._call("submit", self.engine.submit, specs)
+        self.tape.append(("submit", specs))
         self._states("submit", {})
 
     def _plan(self, step: int, plan: Plan) -> None:
         self._at = plan.step
+        record = plan_record(step, plan)
+        self.tape.append(("plan", record))
         self._handed(plan)
         if self.plans is not None:
             self.plans.check(plan, self.live, self.config, self.p, self.window_table)
@@ -473,10 +481,7 @@ class SchedulerDriver:
                 self.live[row.rid].due = True
         self._states("plan", {})
         self._probe(step + 1)  # states that live only between a plan and its advance
-        self.log.append(("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused,
-                                         r.page_table) for r in plan.rows],
-                         [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]
-                         + [(o.kind, o.rid, o.start, o.pages, o.keys) for o in plan.l3]))
+        self.log.append(record)
         loads = [self._start_copy(Tier.HOST, Tier.DEVICE, op) for op in plan.loadbacks]
         for handle in loads:  # landed before the forward (PLAN-5)
             self._finish_copy(handle, True)
@@ -551,6 +556,7 @@ class SchedulerDriver:
         if cancels:
             try:
                 self.engine.advance(cancels)
+                self.tape.append(("advance", cancels))
             except EngineRejected as e:
                 raise Violation("faults", ("FAULT-2", "REQ-4"), "advance rejected a legal "
                                 f"Abort of {', '.join(a.rid for a in cancels)}: {e}") from e
@@ -558,7 +564,9 @@ class SchedulerDriver:
                 raise Violation("faults", ("FAULT-2", "REQ-4"), "advance raised "
                                 f"{type(e).__name__} on a legal Abort of "
                                 f"{', '.join(a.rid for a in cancels)}: {e}") from e
-        self._call("advance", self.engine.advance, [e for e in events if not isinstance(e, Abort)])
+        rest = [e for e in events if not isinstance(e, Abort)]
+        self._call("advance", self.engine.advance, rest)
+        self.tape.append(("advance", rest))
         self._acknowledged(events)
         if self.kv is not None:
             self.kv.take(self._drain())
@@ -907,6 +915,7 @@ class SchedulerDriver:
         try:
             self.engine.advance(events)
         except EngineRejected:
+            self.tape.append(("probe", events, "rejected"))
             try:
                 self.events.rejected(what, before, self._snapshot())
             except Violation as v:
@@ -916,6 +925,7 @@ class SchedulerDriver:
         except Exception as e:
             raise Violation("faults", ("FAULT-2",), f"{what} raised {type(e).__name__}: {e} "
                             "instead of the engine's documented error") from e
+        self.tape.append(("probe", events, "accepted"))
         if may_ignore:  # ignored: the replay without it must give the same plans (REQ-6)
             self.ignored.append(what)
             return

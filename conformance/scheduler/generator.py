@@ -1,4 +1,5 @@
-"""Hypothesis strategies for scheduler-level workloads, and the run that plays them.
+"""Scheduler-level workloads (drawn from a seed in a fuzz search, or as Hypothesis strategies
+for tests: ``kvconf.conformance.scheduler.draws``), and the run that plays them.
 
 Prompts come from a three-token alphabet and are mostly built from earlier prompts (a cut plus a
 suffix), so shared prefixes, mid-flight reuse and duplicate inserts are common; pools are tight
@@ -10,32 +11,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
+from kvconf.conformance.scheduler.draws import Draws, HypothesisDraws, SeededDraws
 from kvconf.conformance.scheduler.driver import SchedulerDriver, sample
+from kvconf.conformance.scheduler.tape import replay
 from kvconf.conformance.scheduler.trace import AbortAt, Arrival, Preload, SchedConfig, SchedTrace
 
-ACKS = st.lists(st.sampled_from(["now", "now", "later", "fail"]), max_size=6)
-L3_ACKS = st.lists(st.sampled_from(["now", "now", "later", "partial", "lose"]), max_size=6)
+ACKS = ("now", "now", "later", "fail")
+L3_ACKS = ("now", "now", "later", "partial", "lose")
 
 
-@st.composite
-def workloads(draw, config: SchedConfig, max_requests: int = 6,
-              namespaces: int = 2, sequences: bool = False, gap: int = 2) -> SchedTrace:
-    """With ``sequences``, a prompt may also extend an earlier request's whole sequence (its
+def draw_workload(d: Draws, config: SchedConfig, max_requests: int = 6,
+                  namespaces: int = 2, sequences: bool = False, gap: int = 2) -> SchedTrace:
+    """A workload at ``config``, its choices from ``d``. With ``sequences``, a prompt may also
+    extend an earlier request's whole sequence (its
     prompt and the tokens the runtime will sample for it, known from the seed), the prefix a
     finished request publishes with its state (MAMBA-7, MAMBA-10), and with Mamba half the
     workloads end with a wave of such requests in one plan (MAMBA-6); ``gap`` bounds the plans
     between two arrivals."""
-    seed = draw(st.integers(0, 1000)) if sequences else None
+    seed = d.integer(0, 1000) if sequences else None
     # With Mamba at least two requests: one alone has no state to reuse and no other to make
     # room for (MAMBA-3, MAMBA-4, MAMBA-6 are about what one request leaves another).
-    n = draw(st.integers(2 if config.mamba else 1, max(2, max_requests)))
+    n = d.integer(2 if config.mamba else 1, max(2, max_requests))
     prompts: list[list[int]] = []
     # What later prompts are cut from: (tokens, the request whose sequence it is, or None for
     # a prompt; the plan by which that request has likely finished).
@@ -43,30 +45,29 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
     arrivals = []
     at = 0
     for i in range(n):
-        suffix = draw(st.lists(st.integers(0, 2), min_size=1, max_size=3 * config.page_size))
+        suffix = d.integers(0, 2, 1, 3 * config.page_size)
         owner, ready = None, 0
         # With sequences, half the later requests extend an earlier request's whole sequence:
         # the depth it published at finish, arriving once it has likely finished, in its
         # namespace; a quarter cut an earlier prompt, a quarter are fresh.
-        kind = (draw(st.integers(0, 3)) if sequences else draw(st.booleans())) if prompts else 0
+        kind = (d.integer(0, 3) if sequences else int(d.boolean())) if prompts else 0
         if kind >= 2:
-            base, owner, ready = draw(st.sampled_from([b for b in bases if b[1] is not None]))
+            base, owner, ready = d.choice([b for b in bases if b[1] is not None])
             tokens = base + suffix
         elif kind:
-            base = draw(st.sampled_from(prompts))
-            tokens = base[: draw(st.integers(0, len(base)))] + suffix
+            base = d.choice(prompts)
+            tokens = base[: d.integer(0, len(base))] + suffix
         else:
-            tokens = draw(st.lists(st.integers(0, 2), min_size=1,
-                                   max_size=4 * config.page_size)) + suffix
-        new_tokens = draw(st.integers(1, 6))
+            tokens = d.integers(0, 2, 1, 4 * config.page_size) + suffix
+        new_tokens = d.integer(1, 6)
         # Most requests fit on the device alone, so liveness (LIVE-1) is judged; a few don't,
         # but never one that extends a sequence (it is there to reuse what that one left).
-        if kind >= 2 or draw(st.integers(0, 9)):
+        if kind >= 2 or d.integer(0, 9):
             room = (config.device_pages - 1) * config.page_size - new_tokens
             tokens = tokens[: max(1, room)]
         prompts.append(tokens)
-        at = max(at + draw(st.integers(0, gap)), ready)
-        ns = draw(st.integers(0, namespaces - 1)) if i else 0
+        at = max(at + d.integer(0, gap), ready)
+        ns = d.integer(0, namespaces - 1) if i else 0
         if owner is not None:
             ns = arrivals[owner].ns
         if seed is not None:
@@ -77,16 +78,15 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
         arrivals.append(Arrival(at=at, rid=f"r{i}", ns=ns,
                                 tokens=tokens, new_tokens=new_tokens))
     owners = [b for b in bases if b[1] is not None]
-    if config.mamba and len(owners) >= 2 and draw(st.booleans()):
+    if config.mamba and len(owners) >= 2 and d.boolean():
         # A wave: requests that extend two or three different earlier sequences arrive in one
         # plan, once all of those have likely finished, so that rows of one plan resume from
         # cached states of their own (MAMBA-6).
-        wave = draw(st.lists(st.sampled_from(owners), min_size=2, max_size=3,
-                             unique_by=lambda b: b[1]))
+        wave = d.distinct(owners, 2, 3)  # owners are distinct requests
         at = max([at, *(b[2] for b in wave)])
         for base, owner, _ready in wave:
-            suffix = draw(st.lists(st.integers(0, 2), min_size=1, max_size=config.page_size))
-            new_tokens = draw(st.integers(1, 3))
+            suffix = d.integers(0, 2, 1, config.page_size)
+            new_tokens = d.integer(1, 3)
             room = (config.device_pages - 1) * config.page_size - new_tokens  # fits alone
             arrivals.append(Arrival(at=at, rid=f"r{len(arrivals)}", ns=arrivals[owner].ns,
                                     tokens=(base + suffix)[: max(1, room)],
@@ -94,9 +94,9 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
         n = len(arrivals)
     aborts = [
         # Some wait for the request's writeback, whenever the engine emits it (E-2).
-        AbortAt(at=draw(st.integers(0, at + 8)), rid=f"r{k}",
-                in_flight=draw(st.integers(0, 3)) == 0)
-        for k in sorted(set(draw(st.lists(st.integers(0, n - 1), max_size=2))))
+        AbortAt(at=d.integer(0, at + 8), rid=f"r{k}",
+                in_flight=d.integer(0, 3) == 0)
+        for k in sorted(set(d.integers(0, n - 1, 0, 2)))
     ]
     l3: dict = {}
     if config.l3_store:
@@ -104,15 +104,15 @@ def workloads(draw, config: SchedConfig, max_requests: int = 6,
         # past the prompt), so prefetches hit, miss, stop short and cross namespaces.
         preload = []
         for a in arrivals:
-            if draw(st.booleans()):
-                cut = draw(st.integers(1, len(a.tokens)))
-                more = draw(st.lists(st.integers(0, 2), max_size=2 * config.page_size))
-                ns = a.ns if draw(st.integers(0, 3)) else draw(st.integers(0, namespaces - 1))
+            if d.boolean():
+                cut = d.integer(1, len(a.tokens))
+                more = d.integers(0, 2, 0, 2 * config.page_size)
+                ns = a.ns if d.integer(0, 3) else d.integer(0, namespaces - 1)
                 preload.append(Preload(ns=ns, tokens=a.tokens[:cut] + more))
-        l3 = {"l3_preload": preload, "l3_acks": draw(L3_ACKS)}
-    seed = seed if seed is not None else draw(st.integers(0, 1000))
+        l3 = {"l3_preload": preload, "l3_acks": d.choices(L3_ACKS, 0, 6)}
+    seed = seed if seed is not None else d.integer(0, 1000)
     return SchedTrace(name="fuzz-scheduler", config=config, seed=seed,
-                      arrivals=arrivals, aborts=aborts, acks=draw(ACKS), **l3)
+                      arrivals=arrivals, aborts=aborts, acks=d.choices(ACKS, 0, 6), **l3)
 
 
 # Swarm testing: the switches of the scheduler's configuration drawn per workload, each with the
@@ -188,16 +188,15 @@ def pairs_of(trace: SchedTrace) -> set[tuple[str, str]]:
     return {(a, b) for i, a in enumerate(on) for b in on[i + 1:]}
 
 
-@st.composite
-def swarm_configs(draw, features: frozenset[Feature]) -> tuple[SchedConfig, int]:
+def draw_swarm_config(d: Draws, features: frozenset[Feature]) -> tuple[SchedConfig, int]:
     """A configuration drawn from what the engine declares, and the namespaces to draw from:
     each offered switch on or off (swarm testing: every pair of switches is played together,
     and each one without the others), sizes of pages, pools and batches drawn too, small enough
     that eviction, retraction and transfers happen. Deterministic under the seed."""
-    on = {name for name in offered(features) if draw(st.booleans())}
+    on = {name for name in offered(features) if d.boolean()}
     if {"mamba", "l3_store"} <= on:
-        on.discard(draw(st.sampled_from(["mamba", "l3_store"])))
-    if {"mamba", "sliding_window"} <= on and draw(st.booleans()):
+        on.discard(d.choice(["mamba", "l3_store"]))
+    if {"mamba", "sliding_window"} <= on and d.boolean():
         on.discard("sliding_window")  # a window publishes nothing: leave Mamba's reuse room
     if "adapter_cap" in on:
         on.add("namespaces")  # a cap over one namespace binds nothing
@@ -207,36 +206,68 @@ def swarm_configs(draw, features: frozenset[Feature]) -> tuple[SchedConfig, int]
         else:
             on.discard("l3_store")
     host = "host_tier" in on
-    page = draw(st.sampled_from([1, 2, 2, 4]))
+    page = d.choice([1, 2, 2, 4])
     config = SchedConfig(
         page_size=page,
         # Tight pools evict and retract; roomy ones keep what finished requests published.
-        device_pages=draw(st.one_of(st.integers(8, 16), st.integers(24, 48))),
-        host_pages=draw(st.integers(4, 12)) if host else 0,
-        max_tokens=draw(st.integers(4, 12)),
-        max_batch=draw(st.integers(1, 4)),
-        max_slots=draw(st.integers(2, 6)),
+        device_pages=d.integer(8, 16) if d.boolean() else d.integer(24, 48),
+        host_pages=d.integer(4, 12) if host else 0,
+        max_tokens=d.integer(4, 12),
+        max_batch=d.integer(1, 4),
+        max_slots=d.integer(2, 6),
         mixed="mixed" in on or Feature.MIXED_ONLY in features,  # as it is played (PLAN-3)
         publish_mid_flight="publish_mid_flight" in on,
-        sliding_window=draw(st.integers(2, 6)) if "sliding_window" in on else 0,
+        sliding_window=d.integer(2, 6) if "sliding_window" in on else 0,
         l3_store="l3_store" in on,
-        prefetch_threshold=draw(st.integers(1, 2)) if "l3_store" in on else 1,
-        max_adapters=draw(st.integers(1, 2)) if "adapter_cap" in on else 0,
+        prefetch_threshold=d.integer(1, 2) if "l3_store" in on else 1,
+        max_adapters=d.integer(1, 2) if "adapter_cap" in on else 0,
         mamba="mamba" in on,
-        mamba_slots=draw(st.integers(3, 12)) if "mamba" in on else 16,
-        mamba_host_slots=(draw(st.integers(1, 4)) if host else 0) if "mamba" in on else 16,
+        mamba_slots=d.integer(3, 12) if "mamba" in on else 16,
+        mamba_host_slots=(d.integer(1, 4) if host else 0) if "mamba" in on else 16,
     )
     namespaces = (config.max_adapters + 2 if config.max_adapters
                   else 2 if "namespaces" in on else 1)
     return config, namespaces
 
 
+def draw_swarm_workload(d: Draws, features: frozenset[Feature]) -> SchedTrace:
+    """A workload on a configuration of its own (``draw_swarm_config``)."""
+    config, namespaces = draw_swarm_config(d, features)
+    trace = draw_workload(d, config, namespaces=namespaces, sequences=True, gap=4)
+    return trace.model_copy(update={"name": "fuzz-scheduler-swarm"})
+
+
+def draw_case_workload(d: Draws, configs: SchedConfig | Sequence[SchedConfig],
+                       namespaces: int = 2) -> SchedTrace:
+    """A workload at one configuration, or at one of several drawn per workload (a feature whose
+    rules need sizes that exclude each other: a device tight enough to retract, and one roomy
+    enough to admit several reusing requests in one plan). With Mamba a workload also extends
+    finished requests' whole sequences, the only prefixes that hold a state to reuse."""
+    c = configs if isinstance(configs, SchedConfig) else d.choice(list(configs))
+    return draw_workload(d, c, namespaces=namespaces, sequences=c.mamba)
+
+
+@st.composite
+def workloads(draw, config: SchedConfig, max_requests: int = 6, namespaces: int = 2,
+              sequences: bool = False, gap: int = 2) -> SchedTrace:
+    """``draw_workload`` as a Hypothesis strategy (tests and properties)."""
+    return draw_workload(HypothesisDraws(draw), config, max_requests, namespaces, sequences, gap)
+
+
 @st.composite
 def swarm_workloads(draw, features: frozenset[Feature]) -> SchedTrace:
-    """A workload on a configuration of its own (``swarm_configs``)."""
-    config, namespaces = draw(swarm_configs(features))
-    trace = draw(workloads(config, namespaces=namespaces, sequences=True, gap=4))
-    return trace.model_copy(update={"name": "fuzz-scheduler-swarm"})
+    """``draw_swarm_workload`` as a Hypothesis strategy."""
+    return draw_swarm_workload(HypothesisDraws(draw), features)
+
+
+def seeded_workload(seed: int, config: SchedConfig | Sequence[SchedConfig] | None,
+                    features: frozenset[Feature], namespaces: int = 2) -> SchedTrace:
+    """The fuzz search's workload of ``seed``: at ``config`` (one, or one of several), or with
+    no config the swarm's, from the switches in ``features``."""
+    d = SeededDraws(seed)
+    if config is None:
+        return draw_swarm_workload(d, features)
+    return draw_case_workload(d, config, namespaces)
 
 
 def _driver(factory: Callable[[SchedConfig], object], trace: SchedTrace, *args,
@@ -252,7 +283,8 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                determinism: bool = True,
                memory: MemoryFactory = shadow_memory,
                memory_only: bool = False, probes: str = "all") -> SchedulerDriver:
-    """Play a workload with every oracle; then again on a fresh engine (DET-1)."""
+    """Play a workload with every oracle; then its calls again on a fresh engine, comparing
+    the plans (DET-1)."""
     flight.begin(trace)
     driver = _driver(factory, trace, memory, memory_only, probes=probes)
     try:
@@ -275,12 +307,9 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                           f"{', '.join(v.behaviours)}: {v.message}), which it does not break "
                           "without the probes")
         raise found from None
-    if determinism:
-        from kvconf.conformance.oracles.determinism import DeterminismOracle
-
+    if determinism:  # the first play's calls on a fresh engine, plan by plan (tape.py)
         flight.begin(trace)
-        again = _driver(factory, trace, memory, probes=probes).run()
-        DeterminismOracle().compare(log, again)
+        replay(factory(trace.config), driver.tape)
     if driver.ignored:  # REQ-6: the same run without the events the engine ignored
         flight.begin(trace)
         without = _driver(factory, trace, memory, memory_only,
@@ -291,86 +320,65 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
     return driver
 
 
-def config_workloads(configs: SchedConfig | Sequence[SchedConfig],
-                     namespaces: int = 2) -> st.SearchStrategy[SchedTrace]:
-    """Workloads at one configuration, or at one of several drawn per workload (a feature whose
-    rules need sizes that exclude each other: a device tight enough to retract, and one roomy
-    enough to admit several reusing requests in one plan). With Mamba a workload also extends
-    finished requests' whole sequences, the only prefixes that hold a state to reuse."""
-    if isinstance(configs, SchedConfig):
-        return workloads(configs, namespaces=namespaces, sequences=configs.mamba)
-    return st.sampled_from(list(configs)).flatmap(
-        lambda c: workloads(c, namespaces=namespaces, sequences=c.mamba))
-
-
 def fuzz_sched(factory, config: SchedConfig | Sequence[SchedConfig] | None, examples: int | None,
                seconds: float | None, base_seed: int, holder: dict, ctx=None,
                namespaces: int = 2, stream: int = 0, database=None,
                on_finding: Callable[[SchedTrace, Violation], None] | None = None,
                features: frozenset[Feature] | None = None) -> None:
-    """Generate workloads until the budget is spent. Without ``on_finding`` the first
-    Violation is raised (unshrunk); with it, each failing workload's (trace, violation) goes to
-    ``on_finding`` and the search resumes with the next seed for the rest of the budget, so a
-    defect every workload reaches cannot hide the others (only the first batch replays from
-    the example ``database``). ``stream`` picks the seeds (a unit's index). With no
-    ``config``, each workload draws its own from ``features`` (or the context's): the swarm
-    (``swarm_workloads``).
+    """Generate workloads until the budget is spent, one seeded workload at a time
+    (``seeded_workload``, ``seeding.walk_search``): the seeds the example ``database`` keeps for
+    the case first (workloads that failed before), then the unit's own (``stream`` picks them).
+    Without ``on_finding`` the first Violation is raised (unshrunk); with it, each failing
+    workload's (trace, violation) goes to ``on_finding`` and the search resumes with the next
+    seed for the rest of the budget, so a defect every workload reaches cannot hide the others.
+    With no ``config``, each workload draws its own from ``features`` (or the context's): the
+    swarm (``draw_swarm_workload``).
 
     A probe's finding (the engine accepted an event it must reject) never ends the search: it
     is kept, later workloads are played without probes, and it is reported only when the budget
     is spent with nothing else found, so an engine that fails a probe on every workload is
     still searched for every other rule."""
-    from kvconf.conformance.running.seeding import search
+    from kvconf.conformance.running.seeding import walk_search
     from kvconf.conformance.running.shrink import interrupted
 
     meter = getattr(ctx, "meter", None)  # progress notes for the display only
     played = 0  # scheduling steps of the workloads that ran to the end (for the notes)
-    if config is None:
-        offer = features if features is not None else getattr(ctx, "features", frozenset())
-        strategy = swarm_workloads(frozenset(offer))
-    else:
-        strategy = config_workloads(config, namespaces)
+    offer = frozenset(features if features is not None else getattr(ctx, "features", ()))
 
-    def batch(n: int, database):
-        @settings(max_examples=n, deadline=None, database=database, print_blob=False,
-                  suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-                  phases=(Phase.explicit, Phase.reuse, Phase.generate))
-        @given(trace=strategy)
-        def test(trace: SchedTrace) -> None:
-            nonlocal played
-            if meter is not None:
-                meter.tick(holder.get("examples", 0), played)
-            holder["trace"] = trace
-            holder["examples"] = holder.get("examples", 0) + 1
-            try:
-                driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory),
-                                    memory_only=getattr(ctx, "memory_only", False),
-                                    probes="none" if "probe" in holder else "all")
-            except Violation as v:
-                if not v.probe:
-                    if "probe" in holder:
-                        p = holder["probe"][1]
-                        v.message += (f" (the engine also accepted a probe in an earlier "
-                                      f"workload: [{p.oracle}] {', '.join(p.behaviours)}: "
-                                      f"{p.message})")
-                    raise
-                holder["probe"] = (trace, v)
-                return
-            holder.setdefault("pairs", set()).update(pairs_of(trace))
-            holder.setdefault("unjudged", set()).update(driver.unjudged)
-            if ctx is not None:  # transition and switch-pair coverage for the report
-                ctx.exercised |= driver.exercised
-                ctx.illegal |= driver.illegal
-                ctx.pairs |= pairs_of(trace)
-            if meter is not None:
-                played += sum(1 for entry in driver.log if entry[0] == "plan")
+    def play(seed: int) -> None:
+        nonlocal played
+        if meter is not None:
+            meter.tick(holder.get("examples", 0), played)
+        trace = seeded_workload(seed, config, offer, namespaces)
+        holder["trace"] = trace
+        holder["examples"] = holder.get("examples", 0) + 1
+        try:
+            driver = play_sched(factory, trace, memory=getattr(ctx, "memory", shadow_memory),
+                                memory_only=getattr(ctx, "memory_only", False),
+                                probes="none" if "probe" in holder else "all")
+        except Violation as v:
+            if not v.probe:
+                if "probe" in holder:
+                    p = holder["probe"][1]
+                    v.message += (f" (the engine also accepted a probe in an earlier "
+                                  f"workload: [{p.oracle}] {', '.join(p.behaviours)}: "
+                                  f"{p.message})")
+                raise
+            holder["probe"] = (trace, v)
+            return
+        holder.setdefault("pairs", set()).update(pairs_of(trace))
+        holder.setdefault("unjudged", set()).update(driver.unjudged)
+        if ctx is not None:  # transition and switch-pair coverage for the report
+            ctx.exercised |= driver.exercised
+            ctx.illegal |= driver.illegal
+            ctx.pairs |= pairs_of(trace)
+        if meter is not None:
+            played += sum(1 for entry in driver.log if entry[0] == "plan")
 
-        return test
-
-    reported = search(batch, lambda: (examples - holder.get("examples", 0)
-                                      if examples is not None else None),
-                      seconds, base_seed, stream, database, on_finding,
-                      lambda: holder["trace"], interrupted)
+    reported = walk_search(play, lambda: (examples - holder.get("examples", 0)
+                                          if examples is not None else None),
+                           seconds, base_seed, stream, database, on_finding,
+                           lambda: holder["trace"], interrupted)
     if "probe" in holder and not reported:  # nothing else found: the probe's finding is it
         holder["trace"], v = holder["probe"]
         if on_finding is None:
