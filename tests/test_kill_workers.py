@@ -43,7 +43,7 @@ def test_the_kill_matrix_is_the_same_for_any_number_of_workers(tmp_path: Path):
     """Fuzz only, so each verdict comes from generated traces cut into units that two workers
     share; the mutants are listed in their order, each with the same killer and finding."""
     # Each is found past the first unit of its fuzz case at --profile ci (3 units of 20).
-    names = ["NoHostRefresh", "SplitDropsPins", "AckAfterAbortDropped"]
+    names = ["NoHostRefresh", "SplitDropsPins", "NoWorkingFallback"]
     got = {jobs: _matrix(tmp_path, jobs, names, fuzz_only=True) for jobs in (0, 1, 2)}
     assert list(got[2]) == [m.name for m in all_mutants() if m.name in names]
     for name in names:

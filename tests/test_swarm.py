@@ -192,21 +192,14 @@ def test_a_mixed_only_engine_has_no_mixed_pairs_and_every_workload_is_mixed() ->
     it no mixed switch, so no pair with ``mixed`` is counted toward its coverage (a workload
     with the switch off would have played it on), and each drawn configuration says mixed, as
     it is played."""
-    from hypothesis import given, settings
-
-    from kvconf.conformance.scheduler.generator import swarm_configs
+    from kvconf.conformance.scheduler.draws import SeededDraws
+    from kvconf.conformance.scheduler.generator import draw_swarm_config
 
     only = R.features | {Feature.MIXED_ONLY}
     assert "mixed" in offered(R.features) and "mixed" not in offered(only)
     assert not any("mixed" in p for p in declared_pairs(only))
     assert len(declared_pairs(only)) == len(declared_pairs(R.features)) - 7  # 7 other switches
-    seen = []
-
-    @settings(max_examples=30, database=None, deadline=None)
-    @given(drawn=swarm_configs(only))
-    def draw(drawn) -> None:
-        seen.append(drawn[0].mixed)
-
-    with import_independent_draws():
-        draw()
+    seen = [draw_swarm_config(SeededDraws(seed), only)[0].mixed for seed in range(30)]
+    plain = [draw_swarm_config(SeededDraws(seed), R.features)[0].mixed for seed in range(30)]
+    assert not all(plain)  # the same draws leave mixed off for an engine that has the switch
     assert seen and all(seen)

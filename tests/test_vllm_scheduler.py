@@ -20,7 +20,7 @@ from kvconf.conformance.mutants.scheduler import ReusesPinnedPage
 from kvconf.conformance.mutants.window import WindowFromTopLevelOnly
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.reporting.expectations import compare, load_expectations
-from kvconf.conformance.running.profiles import PROFILES, Budget
+from kvconf.conformance.running.profiles import PROFILES, parse_budget
 from kvconf.conformance.running.runner import run_suite
 from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
@@ -239,8 +239,9 @@ def test_vllm_refuses_a_token_no_row_sampled_and_ignores_unknown_ids() -> None:
 
 @needs_vllm
 def test_vllm_scheduler_meets_its_expectations() -> None:
+    # as .ci/peers runs it (--profile ci, its own budget), which the expectation file states
     report = run_suite("vllm-scheduler", EngineConfig(), seed_value=0, profile=PROFILES["ci"],
-                       budget=Budget(examples=20), report_path=None)
+                       budget=parse_budget(None, PROFILES["ci"]), report_path=None)
     path = ROOT / "conformance" / "adapters" / "expectations" / "vllm-scheduler.toml"
     verdicts = compare(report, load_expectations(path), path)
     assert not verdicts["regression"] and not verdicts["improvement"], verdicts
