@@ -228,12 +228,14 @@ SCENARIOS: tuple[Scenario, ...] = (
             EvictStep(pages=100, expect=E(evicted=6)),
             MatchStep(tokens=A + [42], lock=H, expect=E(device_len=0, host_len=6)),
             LoadbackStep(step=7, ack="later", expect=E(started=True)),
-            MatchStep(tokens=A, expect=E(device_len=0, host_len=6)),
+            # Served now, its pages must hold A's KV (TREE-2): they cannot before the copy lands,
+            # unless every reader is ordered after the copy (HOST-11), judged when it lands.
+            MatchStep(tokens=A, expect=E(host_len=6)),
             AckStep(step=8),
             MatchStep(tokens=A, expect=E(device_len=6, host_len=6)),
             UnlockStep(step=7),
         ),
-        "Device pages go to host and come back; nothing is visible before its copy lands.",
+        "Device pages go to host and come back; nothing is read before its copy lands.",
         requires=Requires(device_pages=6, host_pages=6),  # A on each tier
     ),
     Scenario(
@@ -307,12 +309,32 @@ SCENARIOS: tuple[Scenario, ...] = (
             AckStep(step=4),
             UnlockStep(step=2),
             UnlockStep(step=3),
+            # Both leave the device first, so an inclusive host tier (HOST-12) is judged alike.
+            EvictStep(tier=D, pages=100),
             EvictStep(tier=H, pages=3, expect=E(evicted=3)),
             MatchStep(tokens=A, expect=E(host_len=6)),
             MatchStep(tokens=B, expect=E(host_len=0)),
         ),
-        "The node whose writeback completed last is the last host victim (D243-2).",
+        "The node whose writeback completed last is the last host victim (D243-2), the device "
+        "copies evicted first.",
         requires=Requires(device_pages=9, host_pages=9),  # A and B on each tier
+    ),
+    Scenario(
+        "host-eviction-beside-device-copies",
+        ("EVICT-2", "HOST-12"),
+        frozenset({Feature.HOST_TIER}),
+        (
+            InsertStep(tokens=A),
+            MatchStep(tokens=A + [42], lock=D),
+            WritebackStep(step=1, expect=E(started=True)),
+            UnlockStep(step=1),
+            EvictStep(tier=H, pages=100),
+            MatchStep(tokens=A, expect=E(device_len=6)),
+        ),
+        "A host eviction while the written-back prefix is still on device: the host LRU leaf "
+        "goes, or, for an inclusive host tier (HOST-12), only host copies of nodes off the device "
+        "do; the eviction oracle derives the victims either way.",
+        requires=Requires(device_pages=6, host_pages=6),  # A on each tier
     ),
     Scenario(
         "namespace-isolation",
