@@ -16,7 +16,8 @@ from kvconf.reference.tiers import Tier
 def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int,
                     inclusive: bool = False) -> tuple[list[int], int]:
     """Node ids in eviction order and the pages they free, per EVICT-1..EVICT-4; ``inclusive``
-    (HOST-12): a host eviction takes no node that still holds device pages."""
+    (HOST-12): a host eviction takes no node that still holds device pages, and orders the rest
+    by the node's last use on either tier."""
     nodes = {n.id: n for n in snap.nodes}
     on_tier = {n.id for n in snap.nodes if n.pages(tier) is not None}
     spared = ({n.id for n in snap.nodes if n.device is not None}
@@ -33,7 +34,8 @@ def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int,
             n = nodes[nid]
             if n.parent is None or n.ref(tier) or kids[nid] or nid in spared:
                 continue
-            if best is None or (n.access(tier), n.seq) < (best.access(tier), best.seq):
+            if best is None or (_age(n, tier, inclusive), n.seq) < (_age(best, tier, inclusive),
+                                                                    best.seq):
                 best = n
         if best is None:
             break
@@ -42,6 +44,14 @@ def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int,
         kids[best.parent].discard(best.id)  # type: ignore[index]
         freed += len(best.pages(tier) or ())
     return order, freed
+
+
+def _age(n: NodeView, tier: Tier, inclusive: bool) -> int:
+    """A candidate's last use for ``tier``'s LRU: its access there, or for an inclusive host
+    tier (HOST-12) its last access on either tier."""
+    if inclusive and tier is Tier.HOST:
+        return max(n.device_access, n.host_access)
+    return n.access(tier)
 
 
 class EvictionOracle(Oracle):
@@ -108,6 +118,8 @@ class EvictionOracle(Oracle):
                 raise self.fail("EVICT-5", f"node {nid} holds no tier but is still in the tree")
 
     def after_step(self, ctx: Ctx) -> None:
+        if Feature.INCLUSIVE_HOST_TIER in ctx.engine.features:
+            return  # a just-written node is on device, no host victim (HOST-12)
         if ctx.before is None or ctx.after is None or not any(
             op.kind == "writeback" and ok for op, ok in ctx.acks
         ):

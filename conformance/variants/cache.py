@@ -63,8 +63,9 @@ class EvictsPageByPage(PrefixCache):
 
 class InclusiveHostTier(PrefixCache):
     """HOST-12: the host tier is inclusive of what was written back while the device copy
-    lives: host eviction takes, in host LRU order (EVICT-2, EVICT-3), only unpinned host leaves
-    that hold no device pages; a writeback that finds the host full is declined (HOST-5)."""
+    lives: host eviction takes only unpinned host leaves that hold no device pages, least
+    recently used on either tier first (equal times: the oldest, EVICT-3); a writeback that
+    finds the host full is declined (HOST-5)."""
 
     features = frozenset({Feature.INCLUSIVE_HOST_TIER})
 
@@ -80,7 +81,7 @@ class InclusiveHostTier(PrefixCache):
                       if n.device is None and is_candidate(n, Tier.HOST)]
             if not leaves:
                 break
-            victim = min(leaves, key=lambda n: (n.host_access, n.seq))
+            victim = min(leaves, key=lambda n: (max(n.device_access, n.host_access), n.seq))
             parent = victim.parent
             freed += self._drop_tier(victim, Tier.HOST)
             self._victims.offer(parent)
