@@ -155,7 +155,7 @@ def test_without_mamba_the_sparse_announcer_publishes_the_references_events() ->
 
 
 @pytest.mark.behaviours("TREE-7", "EVICT-6", "POOL-3", "WIN-2", "WIN-3", "WIN-4", "REQ-6",
-                        "HOST-5", "HOST-8", "HOST-9", "MAMBA-9", "EVENT-8")
+                        "HOST-5", "HOST-8", "HOST-9", "HOST-11", "HOST-12", "MAMBA-9", "EVENT-8")
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_variant_passes_the_scenarios_of_its_level(name) -> None:
     """The hand-written cases, fast; the whole suite with its fuzz cases is ``kvconf variants``
@@ -170,7 +170,8 @@ def test_each_variant_passes_the_scenarios_of_its_level(name) -> None:
                      sched_factory=factory if v.level == "scheduler" else None,
                      features=features,
                      hybrid_factory=factory if v.level == "hybrid" else None)
-    ran = [c for c in all_cases() if level in c.needs and not c.fuzz and c.needs <= features]
+    ran = [c for c in all_cases() if level in c.needs and not c.fuzz and c.needs <= features
+           and not c.excluded_by & features]
     assert ran
     bad = {c.name: r.message for c in ran if (r := run_case(ctx, c)).status.value != "PASS"}
     assert not bad

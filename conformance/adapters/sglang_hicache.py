@@ -36,8 +36,11 @@ unbacked ancestors, parent first) through ``_execute_and_commit_kv_backup`` and 
 ``finish_transfer`` marks the copy landed and polls (``writing_check`` / ``loading_check``).
 SGLang's acknowledgements carry no success flag (``HiCacheAck``): a failed copy is a failed
 CUDA stream, fatal to the process, so the adapter declares ``fatal_transfer_failure`` (HOST-9)
-and a failed copy is never acknowledged to SGLang. SGLang announces host copies too (KV events
-with medium ``CPU_PINNED``); the kit's events are the device tier's, so those are left out. A
+and a failed copy is never acknowledged to SGLang. A loadback's pages join the tree when
+``load_back`` queues the copy (``stream_ordered_loadback``, HOST-11) and host eviction takes
+only nodes already evicted from device (``inclusive_host_tier``, HOST-12). SGLang announces
+host copies too (KV events with medium ``CPU_PINNED``); the kit's events are the device
+tier's, so those are left out. A
 node whose backup is submitted but not acknowledged (``write_through_pending_id``) holds no host
 copy yet in what ``match`` reports. Host pages are the host pool's slots divided
 by the page size; the pool is sized to ``host_pages`` pages (SGLang adds one page to the size
@@ -107,8 +110,13 @@ def _install_shims(sg: Any) -> None:
 class SGLangHiCacheAdapter(SGLangUnifiedAdapter):
     name = "sglang-hicache"
     engine_label = "sglang UnifiedRadixCache + HiCache"
+    # Two allowances, each confirmed in SGLang's source (docs/peers.md#sglang-hicache-loadback,
+    # #sglang-hicache-host-eviction): a loadback is committed onto its node when the copy is
+    # queued, its readers waiting on the load's events (HOST-11), and host eviction spares the
+    # host copies of nodes still on device (HOST-12).
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS, Feature.HOST_TIER,
-                          Feature.FATAL_TRANSFER_FAILURE})
+                          Feature.FATAL_TRANSFER_FAILURE, Feature.STREAM_ORDERED_LOADBACK,
+                          Feature.INCLUSIVE_HOST_TIER})
     tree_core_request = "python"
 
     def __init__(self, config: EngineConfig) -> None:

@@ -418,8 +418,10 @@ class CacheDriver:
                 self.rest.counts(self.ctx.counters, sizes, where)
             self.ctx = Ctx(index, "drain", self.engine, self.ledger, before=self._snap)
             size = 1 << 30
-            self._evict(Tier.HOST, size) if Feature.HOST_TIER in self.engine.features else None
+            # Device first: an inclusive host tier gives up no host copy of a node still on
+            # device (HOST-12), and either order empties any other engine.
             self._evict(Tier.DEVICE, size)
+            self._evict(Tier.HOST, size) if Feature.HOST_TIER in self.engine.features else None
             self._settle()
             where = "at rest with everything evicted"
             if self.rest is not None and self._snap is not None:

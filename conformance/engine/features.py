@@ -60,6 +60,12 @@ class Feature(str, Enum):
     # Mamba states are kept per page, and a chunk that starts inside a page never crosses that
     # page's end: the kit plays only such chunks to the engine (MAMBA-11).
     MAMBA_ALIGNED_CHUNKS = "mamba_aligned_chunks"
+    # A loadback's device pages join the tree (and are served) when the copy is submitted, its
+    # readers ordered after the copy on the device's stream; they stay pinned until it lands
+    # (HOST-11).
+    STREAM_ORDERED_LOADBACK = "stream_ordered_loadback"
+    # Host eviction takes only host copies of nodes no longer on device (HOST-12).
+    INCLUSIVE_HOST_TIER = "inclusive_host_tier"
 
     def __str__(self) -> str:
         return self.value
@@ -83,6 +89,8 @@ ALLOWANCES: dict[Feature, str] = {
     Feature.MIXED_ONLY: "PLAN-3",
     Feature.CONFIG_CLASS_WINDOW: "WIN-5",
     Feature.MAMBA_ALIGNED_CHUNKS: "MAMBA-11",
+    Feature.STREAM_ORDERED_LOADBACK: "HOST-11",
+    Feature.INCLUSIVE_HOST_TIER: "HOST-12",
 }
 
 

@@ -151,7 +151,11 @@ class CounterOracle(Oracle):
         led = ctx.ledger
         self.bounded(counts, led.sizes, where)
         landing = {Tier.DEVICE: 0, Tier.HOST: 0}
+        # A stream-ordered loadback's destinations are cached already (HOST-11).
+        early = Feature.STREAM_ORDERED_LOADBACK in ctx.engine.features
         for op in (*led.transfers.values(), *led.stranded.values()):
+            if early and op.kind == "loadback":
+                continue
             landing[Tier.HOST if op.kind == "writeback" else Tier.DEVICE] += len(op.pairs)
         for tier, size in led.sizes.items():
             a, c = counts.get(f"available_{tier.value}"), counts.get(f"cached_{tier.value}")

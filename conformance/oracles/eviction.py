@@ -13,10 +13,15 @@ from kvconf.reference.snapshot import CacheSnapshot, NodeView
 from kvconf.reference.tiers import Tier
 
 
-def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int) -> tuple[list[int], int]:
-    """Node ids in eviction order and the pages they free, per EVICT-1..EVICT-4."""
+def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int,
+                    inclusive: bool = False) -> tuple[list[int], int]:
+    """Node ids in eviction order and the pages they free, per EVICT-1..EVICT-4; ``inclusive``
+    (HOST-12): a host eviction takes no node that still holds device pages, and orders the rest
+    by the node's last use on either tier."""
     nodes = {n.id: n for n in snap.nodes}
     on_tier = {n.id for n in snap.nodes if n.pages(tier) is not None}
+    spared = ({n.id for n in snap.nodes if n.device is not None}
+              if inclusive and tier is Tier.HOST else set())
     kids: dict[int, set[int]] = {n.id: set() for n in snap.nodes}
     for n in snap.nodes:
         if n.parent is not None and n.id in on_tier:
@@ -27,9 +32,10 @@ def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int) -> tuple[list[i
         best: NodeView | None = None
         for nid in on_tier:
             n = nodes[nid]
-            if n.parent is None or n.ref(tier) or kids[nid]:
+            if n.parent is None or n.ref(tier) or kids[nid] or nid in spared:
                 continue
-            if best is None or (n.access(tier), n.seq) < (best.access(tier), best.seq):
+            if best is None or (_age(n, tier, inclusive), n.seq) < (_age(best, tier, inclusive),
+                                                                    best.seq):
                 best = n
         if best is None:
             break
@@ -40,9 +46,18 @@ def allowed_victims(snap: CacheSnapshot, tier: Tier, asked: int) -> tuple[list[i
     return order, freed
 
 
+def _age(n: NodeView, tier: Tier, inclusive: bool) -> int:
+    """A candidate's last use for ``tier``'s LRU: its access there, or for an inclusive host
+    tier (HOST-12) its last access on either tier."""
+    if inclusive and tier is Tier.HOST:
+        return max(n.device_access, n.host_access)
+    return n.access(tier)
+
+
 class EvictionOracle(Oracle):
     name = "eviction"
-    behaviours = ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5", "HOST-6", "PIN-2")
+    behaviours = ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5", "HOST-6", "HOST-12",
+                  "PIN-2")
     needs = frozenset({Feature.SNAPSHOT})
 
     @classmethod
@@ -54,7 +69,8 @@ class EvictionOracle(Oracle):
     def on_evict(self, ctx, tier, asked, freed, before, after) -> None:
         if before is None or after is None:
             return
-        want, want_freed = allowed_victims(before, tier, asked)
+        inclusive = Feature.INCLUSIVE_HOST_TIER in ctx.engine.features
+        want, want_freed = allowed_victims(before, tier, asked, inclusive)
         b_nodes = before.node_map()
         a_nodes = after.node_map()
         lost = [
@@ -82,6 +98,9 @@ class EvictionOracle(Oracle):
                 f"(access, seq: {[(b_nodes[x].access(tier), b_nodes[x].seq) for x in extra]} vs "
                 f"{[(b_nodes[y].access(tier), b_nodes[y].seq) for y in missing]})"
             )
+            if inclusive and any(b_nodes[x].device is not None for x in extra):
+                raise self.fail("HOST-12", f"an inclusive host tier gave up the host copy of a "
+                                f"node still on device: {detail}")
             if extra and missing:
                 raise self.fail("EVICT-3" if tie else "EVICT-2", detail)
             raise self.fail("EVICT-4", f"asked for {asked} pages: {detail}")
@@ -99,6 +118,8 @@ class EvictionOracle(Oracle):
                 raise self.fail("EVICT-5", f"node {nid} holds no tier but is still in the tree")
 
     def after_step(self, ctx: Ctx) -> None:
+        if Feature.INCLUSIVE_HOST_TIER in ctx.engine.features:
+            return  # a just-written node is on device, no host victim (HOST-12)
         if ctx.before is None or ctx.after is None or not any(
             op.kind == "writeback" and ok for op, ok in ctx.acks
         ):

@@ -19,7 +19,7 @@ DEVICE, HOST = Tier.DEVICE, Tier.HOST
 
 class OwnershipOracle(Oracle):
     name = "ownership"
-    behaviours = ("POOL-1", "POOL-3", "POOL-4", "HOST-1", "HOST-2", "HOST-3", "PIN-1")
+    behaviours = ("POOL-1", "POOL-3", "POOL-4", "HOST-1", "HOST-2", "HOST-3", "HOST-11", "PIN-1")
     needs = frozenset({Feature.SNAPSHOT})
 
     def __init__(self) -> None:
@@ -37,6 +37,18 @@ class OwnershipOracle(Oracle):
             self.pools.clear()
             self.judge(ctx, snap)  # names the first rule broken, as it always did
         self.passed = seen
+
+    def _landing_in_tree(self, snap, key, op, owner: str) -> bool:
+        """HOST-11: a device destination of an in-flight loadback that already hangs in the
+        tree is legal only held by a node pinned on device until the copy lands."""
+        t = next(t for t in snap.transfers if t.op_id == op)
+        if t.kind != "loadback" or not owner.startswith("node:"):
+            return False
+        node = snap.node_map().get(int(owner[5:]))
+        if node is None or not node.device_ref:
+            raise self.fail("HOST-11", f"device page {key[1]}, still being filled by loadback "
+                            f"{op}, hangs in the tree at a node not pinned on device")
+        return True
 
     def judge(self, ctx: Ctx, snap) -> None:
         """Every check in turn, raising at the first broken one with what it saw."""
@@ -67,6 +79,8 @@ class OwnershipOracle(Oracle):
                         )
                     claimed[key] = f"node {n.id}"
         transfer_dst: dict[tuple[Tier, int], int] = {}
+        # HOST-11: a stream-ordered loadback's destinations are in the tree already
+        early = Feature.STREAM_ORDERED_LOADBACK in ctx.engine.features
         for t in snap.transfers:
             dst = Tier.HOST if t.kind == "writeback" else Tier.DEVICE
             src = Tier.DEVICE if t.kind == "writeback" else Tier.HOST
@@ -125,6 +139,8 @@ class OwnershipOracle(Oracle):
                 raise self.fail("POOL-4", f"caller holds device pages {missing} the pool gave away")
             for key, op in transfer_dst.items():
                 if key[0] is tier and pool.owners[key[1]] != f"transfer:{op}":
+                    if early and self._landing_in_tree(snap, key, op, pool.owners[key[1]]):
+                        continue
                     raise self.fail(
                         "HOST-2" if tier is Tier.HOST else "HOST-3",
                         f"{tier} destination page {key[1]} of transfer {op} is owned by "

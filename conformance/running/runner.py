@@ -140,7 +140,8 @@ def scenario_case(sc) -> Case:
     # for one with it the runtime ends there (HOST-9), so such a scenario is not its.
     fails = any(getattr(s, "success", True) is False for s in sc.steps)
     return Case(sc.name, sc.behaviours, sc.needs | {Feature.CACHE}, run, requires=sc.requires,
-                excluded_by=frozenset({Feature.FATAL_TRANSFER_FAILURE}) if fails else frozenset())
+                excluded_by=sc.excluded_by | (frozenset({Feature.FATAL_TRANSFER_FAILURE})
+                                              if fails else frozenset()))
 
 
 def run_fuzz(factory, config: EngineConfig, holder: TraceHolder, budget: Budget, steps: int,

@@ -10,8 +10,8 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.reference import PrefixCache
 from kvconf.reference.errors import CacheError
 from kvconf.reference.eviction import is_candidate
-from kvconf.reference.pages import PagePool
-from kvconf.reference.tiers import as_tier
+from kvconf.reference.pages import PagePool, transfer_owner
+from kvconf.reference.tiers import Tier, as_tier
 
 
 class MatchLeavesLast(PrefixCache):
@@ -61,6 +61,77 @@ class EvictsPageByPage(PrefixCache):
         return freed
 
 
+class InclusiveHostTier(PrefixCache):
+    """HOST-12: the host tier is inclusive of what was written back while the device copy
+    lives: host eviction takes only unpinned host leaves that hold no device pages, least
+    recently used on either tier first (equal times: the oldest, EVICT-3); a writeback that
+    finds the host full is declined (HOST-5)."""
+
+    features = frozenset({Feature.INCLUSIVE_HOST_TIER})
+
+    def evict(self, tier, num_pages):
+        tier = as_tier(tier)
+        if tier is not Tier.HOST:
+            return super().evict(tier, num_pages)
+        if num_pages < 0:
+            raise CacheError("bad_count", f"cannot evict {num_pages} pages")
+        freed = 0
+        while freed < num_pages:
+            leaves = [n for n in self._nodes.values()
+                      if n.device is None and is_candidate(n, Tier.HOST)]
+            if not leaves:
+                break
+            victim = min(leaves, key=lambda n: (max(n.device_access, n.host_access), n.seq))
+            parent = victim.parent
+            freed += self._drop_tier(victim, Tier.HOST)
+            self._victims.offer(parent)
+        return freed
+
+
+class StreamOrderedLoadback(PrefixCache):
+    """HOST-11 / HOST-9: a loadback's device pages join the tree (and are served, and announced)
+    when the copy is submitted, as an engine whose readers wait on the copy's stream does; until
+    it lands they stay pinned on device with the host source, and they are stamped used when it
+    lands. A failed copy ends the runtime (HOST-9): a page already served cannot be taken back."""
+
+    features = frozenset({Feature.STREAM_ORDERED_LOADBACK, Feature.FATAL_TRANSFER_FAILURE})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._early: set[int] = set()  # loadbacks whose pages are in the tree already
+
+    def start_loadback(self, node_id):
+        t = super().start_loadback(node_id)
+        if t is None:
+            return t
+        dst = dict(t.pairs)
+        for n in t.node.path():
+            if n.pending == t.op_id:
+                self._attach_device(n, [dst[p] for p in n.host], transfer_owner(t.op_id),
+                                    self.clock.now)
+        t.locks.append(self._locks.acquire(t.node, Tier.DEVICE, internal=True))
+        self._early.add(t.op_id)
+        return t
+
+    def finish_transfer(self, op_id, success):
+        if op_id not in self._early:
+            return super().finish_transfer(op_id, success)
+        if not success:
+            raise CacheError("fatal_transfer", f"loadback {op_id} failed: fatal here (HOST-9)")
+        self._early.discard(op_id)
+        t = self._transfers.pop(op_id)
+        for n in t.node.path():
+            if n.pending == op_id:
+                n.pending = None
+                n.device_access = self.clock.now  # a landed loadback is a device use
+        for handle in t.locks:
+            for n in self._locks.release(handle, internal=True).path():
+                self._victims.offer(n)
+        if self._ghosts:
+            self._sweep_ghosts()
+        return t
+
+
 class _LowestFirstPool(PagePool):
     """Hands out the lowest free page ids first (the reference hands out the last released)."""
 
@@ -88,4 +159,5 @@ class LowestFreePageFirst(PrefixCache):
         self.pools = {tier: _LowestFirstPool(tier, pool.size) for tier, pool in self.pools.items()}
 
 
-CACHE_VARIANTS: tuple[type, ...] = (MatchLeavesLast, EvictsPageByPage, LowestFreePageFirst)
+CACHE_VARIANTS: tuple[type, ...] = (MatchLeavesLast, EvictsPageByPage, LowestFreePageFirst,
+                                    InclusiveHostTier, StreamOrderedLoadback)

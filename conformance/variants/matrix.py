@@ -142,7 +142,7 @@ def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Bu
     for case in all_cases():
         if level not in case.needs:
             continue  # the other level's cases: the variant does not speak it
-        if not case.needs <= features:
+        if not case.needs <= features or case.excluded_by & features:  # as ``kvconf run``
             res.not_run.append(case.name)
             continue
         result = run_case(ctx, case)
