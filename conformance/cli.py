@@ -721,9 +721,12 @@ def variants(
         list[str] | None, typer.Option("--variant", help="Only this variant (repeatable).")
     ] = None,
     quiet: QuietOpt = False,
+    jobs: JobsOpt = 1,
+    call_timeout: CallTimeoutOpt = 60.0,
 ) -> None:
     """Run the suite against every legal variant of the reference (the spec's MAY rules and
-    allowances) and write the matrix; exit 1 on any false alarm."""
+    allowances) and write the matrix; exit 1 on any false alarm. The variants' cases run in
+    --jobs worker processes, as `kvconf run`'s do; the matrix is the same for any number."""
     from kvconf.conformance.running.profiles import get_profile, parse_budget
     from kvconf.conformance.variants.matrix import print_matrix, run_variants
 
@@ -737,7 +740,8 @@ def variants(
         bud = parse_budget(budget, prof)
         _check_writable(report)
         matrix = run_variants(seed_value=seed, profile=prof, budget=bud, report_path=report,
-                              names=variant, on_result=on_result)
+                              names=variant, jobs=jobs, call_timeout=call_timeout,
+                              on_result=on_result)
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt:

@@ -250,6 +250,24 @@ def test_kvconf_variants_writes_the_matrix(tmp_path: Path) -> None:
     assert "no variant yet" not in res.output and data["summary"]["false_alarms"] == []
 
 
+@pytest.mark.behaviours("WIN-4")
+def test_worker_processes_give_the_matrix_one_process_gives(tmp_path: Path) -> None:
+    """``--jobs 2`` runs the variants' units on the kit's workers: every verdict, case list and
+    witness is the one the in-process matrix has, the variants in their order."""
+    profile = get_profile("ci")
+    names = ["FreesBehindWindow", "MatchLeavesLast", "KeepsWindowPages"]
+
+    def matrix(jobs: int) -> list[dict]:
+        m = run_variants(seed_value=0, profile=profile, budget=parse_budget("4", profile),
+                         report_path=tmp_path / f"j{jobs}" / "v.json", names=names, jobs=jobs)
+        return [v.model_dump(exclude={"seconds"}) for v in m.variants]
+
+    alone, pooled = matrix(0), matrix(2)
+    assert [v["id"] for v in pooled] == sorted(names, key=lambda n: list(VARIANTS).index(n))
+    assert pooled == alone
+    assert all(v["passed"] and v["witness"] and not v["false_alarms"] for v in pooled)
+
+
 def test_an_unknown_variant_is_a_usage_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["variants", "--variant", "Nope", "--report",
                                    str(tmp_path / "v.json")])

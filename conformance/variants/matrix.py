@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -21,8 +22,10 @@ from pydantic import BaseModel, ConfigDict
 from kvconf.conformance import __version__
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
-from kvconf.conformance.reporting.report import Status
+from kvconf.conformance.reporting.report import CaseResult, Status
+from kvconf.conformance.running.cases import Case
 from kvconf.conformance.running.profiles import Budget, Profile
+from kvconf.conformance.running.units import Unit
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.conformance.trace import write_atomic
 from kvconf.conformance.variants import NOT_BUILT, Variant, all_variants, open_rules
@@ -118,15 +121,47 @@ def _probe_features(variant: Variant) -> frozenset[Feature]:
     return frozenset({level}) | variant.factory()(config).features
 
 
+def _runs(variant: Variant, features: frozenset[Feature], case: Case) -> bool | None:
+    """Whether the variant runs ``case``: None when the case is of another level (the variant
+    does not speak it), False when its features do not meet the case's needs (as ``kvconf
+    run`` decides NOT_SUPPORTED), True otherwise."""
+    from kvconf.conformance.mutants.kill import level_of
+
+    level, _ = level_of(variant.level)
+    if level not in case.needs:
+        return None
+    return case.needs <= features and not case.excluded_by & features
+
+
+def _verdict(res: VariantResult, case: str, result: CaseResult) -> None:
+    """One case's result counted in ``res``: a PASS, a case it could not judge, or a false
+    alarm with its trace (under the variant's folder)."""
+    status = result.status.value
+    if result.status is Status.PASS:
+        res.passed += 1
+    elif status in UNJUDGED:
+        res.not_run.append(case)
+    else:
+        trace = f"{res.id}/{result.trace}" if result.trace else None
+        res.false_alarms.append(FalseAlarm(
+            case=case, status=status, oracle=result.oracle,
+            behaviours=list(result.behaviours), message=result.message, trace=trace))
+
+
+def _result_of(variant: Variant) -> VariantResult:
+    return VariantResult(id=variant.name, level=variant.level, rules=list(variant.rules),
+                         features=sorted(f.value for f in variant.features),
+                         summary=variant.summary)
+
+
 def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Budget,
               out_dir: Path | None) -> VariantResult:
     """Every case of the variant's level its features allow, each to its verdict."""
+    from kvconf.conformance.mutants.kill import level_of
     from kvconf.conformance.running.runner import RunContext, all_cases, run_case
 
     factory = variant.factory()
     features = _probe_features(variant)
-    from kvconf.conformance.mutants.kill import level_of
-
     level, _ = level_of(variant.level)
     ctx = RunContext(
         f"variant:{variant.name}", factory if level is Feature.CACHE else None, EngineConfig(),
@@ -135,27 +170,16 @@ def judge_one(variant: Variant, *, seed_value: int, profile: Profile, budget: Bu
         first_only=True,  # one finding decides the verdict; the rest would only cost time
         hybrid_factory=factory if level is Feature.HYBRID else None,
     )
-    res = VariantResult(id=variant.name, level=variant.level, rules=list(variant.rules),
-                        features=sorted(f.value for f in variant.features),
-                        summary=variant.summary)
+    res = _result_of(variant)
     t0 = time.perf_counter()
     for case in all_cases():
-        if level not in case.needs:
-            continue  # the other level's cases: the variant does not speak it
-        if not case.needs <= features or case.excluded_by & features:  # as ``kvconf run``
+        runs = _runs(variant, features, case)
+        if runs is None:
+            continue
+        if not runs:
             res.not_run.append(case.name)
             continue
-        result = run_case(ctx, case)
-        status = result.status.value
-        if result.status is Status.PASS:
-            res.passed += 1
-        elif status in UNJUDGED:
-            res.not_run.append(case.name)
-        else:
-            trace = f"{variant.name}/{result.trace}" if result.trace else None
-            res.false_alarms.append(FalseAlarm(
-                case=case.name, status=status, oracle=result.oracle,
-                behaviours=list(result.behaviours), message=result.message, trace=trace))
+        _verdict(res, case.name, run_case(ctx, case))
     res.witness = witness(variant)
     res.seconds = round(time.perf_counter() - t0, 3)
     return res
@@ -249,12 +273,143 @@ def rule_rows(variants: list[Variant]) -> list[RuleRow]:
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class VariantUnit(Unit):
+    """A unit of one variant's case: the pool runs it on that variant's engine."""
+
+    variant: str = ""
+
+
+@dataclass
+class _Judging:
+    """One variant's units and what has come back, by place in ``units``."""
+
+    variant: Variant
+    res: VariantResult
+    units: list[VariantUnit]
+    results: dict[int, CaseResult] = field(default_factory=dict)
+    failed_at: dict[str, int] = field(default_factory=dict)  # case -> first failing unit index
+    started: float | None = None
+    done: bool = False
+
+    def place(self, unit: VariantUnit) -> int:
+        return next(i for i, u in enumerate(self.units)
+                    if u.case == unit.case and u.index == unit.index)
+
+
+class _VariantCampaign:
+    """The pool's campaign (``Pool.run``) for the variant matrix: every unit of every case a
+    variant runs, except a fuzz case's units past its first failing one (as ``run_case`` with
+    ``first_only``: one finding decides the verdict)."""
+
+    def __init__(self, judging: dict[str, _Judging], cases: dict[str, Case],
+                 finished: Callable[[_Judging], None]) -> None:
+        self.judging, self.cases, self.finished = judging, cases, finished
+
+    def wanted(self, unit: VariantUnit) -> bool:
+        j = self.judging[unit.variant]
+        return unit.index <= j.failed_at.get(unit.case, unit.index)
+
+    def start(self, unit: VariantUnit) -> None:
+        j = self.judging[unit.variant]
+        if j.started is None:
+            j.started = time.perf_counter()
+
+    def note(self, doc: dict, unit: VariantUnit | None = None) -> None:
+        pass  # progress notes are for a display; the matrix prints a line per variant
+
+    def add(self, unit: VariantUnit, result: CaseResult) -> None:
+        from kvconf.conformance.running.units import failed
+
+        j = self.judging[unit.variant]
+        j.results[j.place(unit)] = result
+        if failed(result.status):
+            j.failed_at[unit.case] = min(j.failed_at.get(unit.case, unit.index), unit.index)
+        if all(i in j.results or not self.wanted(u) for i, u in enumerate(j.units)):
+            self.finished(j)
+
+    def case_result(self, j: _Judging, case: str) -> CaseResult:
+        """The case's result as one process gives it: its units up to the first failing."""
+        from kvconf.conformance.running.units import combine
+
+        got = [r for i, r in sorted(j.results.items()) if j.units[i].case == case
+               and j.units[i].index <= j.failed_at.get(case, j.units[i].index)]
+        return got[0] if not self.cases[case].fuzz else combine(got, self.cases[case].doc)
+
+
+def _judge_in_workers(variants: list[Variant], *, seed_value: int, profile: Profile,
+                      budget: Budget, out_dir: Path | None, jobs: int, call_timeout: float,
+                      record: Callable[[VariantResult], None]) -> None:
+    """Every variant's units on ``jobs`` worker processes; ``record`` gets each variant's
+    result once all its units are in (in any order). Same verdicts as ``judge_one``."""
+    from kvconf.conformance.running.pool import Pool, WorkerSpec
+    from kvconf.conformance.running.runner import all_cases, hold_signals
+    from kvconf.conformance.running.units import plan
+    from kvconf.conformance.variants.engines import engine_name
+
+    cases = {c.name: c for c in all_cases()}
+    specs = {v.name: WorkerSpec(engine=engine_name(v.name), config=EngineConfig(),
+                                seed=seed_value, profile=profile, budget=budget, first_only=True)
+             for v in variants}
+    judging: dict[str, _Judging] = {}
+    for v in variants:
+        features = _probe_features(v)
+        res, runs = _result_of(v), []
+        for case in cases.values():
+            verdict = _runs(v, features, case)
+            if verdict is False:
+                res.not_run.append(case.name)
+            elif verdict:
+                runs.append((case.name, case.fuzz))
+        judging[v.name] = _Judging(v, res, [VariantUnit(u.case, u.index, u.of, u.budget, v.name)
+                                            for u in plan(runs, budget, jobs)])
+
+    def finished(j: _Judging) -> None:
+        if j.done:
+            return
+        j.done = True
+        res = j.res
+        for case in dict.fromkeys(u.case for u in j.units):  # suite order
+            _verdict(res, case, campaign.case_result(j, case))
+        not_run = set(res.not_run)
+        res.not_run = [c for c in cases if c in not_run]  # suite order, as judge_one
+        res.witness = witness(j.variant)
+        res.seconds = round(time.perf_counter() - (j.started or time.perf_counter()), 3)
+        record(res)
+
+    campaign = _VariantCampaign(judging, cases, finished)
+    for j in judging.values():
+        if not j.units:
+            finished(j)
+    todo = [u for j in judging.values() for u in j.units]
+    if not todo:
+        return
+    pool = Pool(specs[variants[0].name], jobs, call_timeout)
+    try:
+        pool.run(todo, campaign, out_dir, spec_of=lambda u: specs[u.variant],
+                 out_dir_of=lambda u: out_dir / u.variant if out_dir is not None else None,
+                 cancel_unwanted=True)
+    finally:
+        with hold_signals():
+            pool.close()
+    undecided = [n for n, j in judging.items() if not j.done]
+    if undecided:  # every unit was run: a fault of the kit
+        from kvconf.conformance.errors import KitError
+
+        raise KitError(f"variant matrix: no verdict for {', '.join(undecided)}")
+
+
 def run_variants(*, seed_value: int, profile: Profile, budget: Budget, report_path: Path | None,
-                 names: list[str] | None = None,
+                 names: list[str] | None = None, jobs: int = 0, call_timeout: float = 60.0,
                  on_result: Callable[[VariantResult], None] | None = None) -> VariantMatrix:
-    """Every variant (or those named), one after another; the report is rewritten after each."""
+    """Every variant (or those named); the report is rewritten after each, the variants in
+    their order whatever order they finish in. ``jobs`` is the number of worker processes
+    (0: this process, one variant after another, as ``kvconf run --jobs 0``)."""
     from kvconf.conformance.errors import KitError
     from kvconf.conformance.running.runner import now
+
+    if jobs < 0:
+        raise KitError(f"--jobs {jobs}: must be 0 (this process) or more workers")
 
     variants = all_variants()
     if names:
@@ -273,14 +428,23 @@ def run_variants(*, seed_value: int, profile: Profile, budget: Budget, report_pa
         if report_path is not None:
             write_atomic(report_path, matrix.summarize().model_dump_json(indent=2) + "\n")
 
+    order = {v.name: i for i, v in enumerate(variants)}
+
+    def record(res: VariantResult) -> None:
+        matrix.variants = sorted([*matrix.variants, res], key=lambda r: order[r.id])
+        save()
+        if on_result:
+            on_result(res)
+
     try:
-        for v in variants:
-            res = judge_one(v, seed_value=seed_value, profile=profile, budget=budget,
-                            out_dir=out_dir)
-            matrix.variants.append(res)
-            save()
-            if on_result:
-                on_result(res)
+        if jobs:
+            _judge_in_workers(variants, seed_value=seed_value, profile=profile, budget=budget,
+                              out_dir=out_dir, jobs=jobs, call_timeout=call_timeout,
+                              record=record)
+        else:
+            for v in variants:
+                record(judge_one(v, seed_value=seed_value, profile=profile, budget=budget,
+                                 out_dir=out_dir))
     except KeyboardInterrupt:
         matrix.run_info.interrupted = True
         matrix.run_info.finished = now()
