@@ -117,6 +117,11 @@ class SGLangHiCacheAdapter(SGLangUnifiedAdapter):
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS, Feature.HOST_TIER,
                           Feature.FATAL_TRANSFER_FAILURE, Feature.STREAM_ORDERED_LOADBACK,
                           Feature.INCLUSIVE_HOST_TIER})
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.UNLOAD: "unloading a LoRA adapter (LoRAManager.unload_lora_adapter) does not "
+                        "touch the radix cache: its nodes stay until evicted",
+        Feature.SCHEDULER: "SGLang's scheduler is not driven by the kit; only its radix cache",
+    }
     tree_core_request = "python"
 
     def __init__(self, config: EngineConfig) -> None:

@@ -101,6 +101,13 @@ class SGLangRadixAdapter(DeviceOnly):
     name = "sglang-radix"
     namespace_part = "extra_key"  # the RadixKey field that carries a namespace
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS, Feature.SNAPSHOT})
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.HOST_TIER: "RadixCache keeps device KV only; the host tier is HiRadixCache, "
+                           "judged as the engine sglang-hicache",
+        Feature.UNLOAD: "unloading a LoRA adapter (LoRAManager.unload_lora_adapter) does not "
+                        "touch the radix cache: its nodes stay until evicted",
+        Feature.SCHEDULER: "SGLang's scheduler is not driven by the kit; only its radix cache",
+    }
 
     def __init__(self, config: EngineConfig) -> None:
         sg = sglang_modules()

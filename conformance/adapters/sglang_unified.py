@@ -93,6 +93,12 @@ class SGLangUnifiedAdapter(SGLangRadixAdapter):
     engine_label = "sglang UnifiedRadixCache"
     namespace_part = "extra_key"
     features = frozenset({Feature.NAMESPACES, Feature.KV_EVENTS})
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.HOST_TIER: "the host tier is HiRadixCache, judged as the engine sglang-hicache",
+        Feature.UNLOAD: "unloading a LoRA adapter (LoRAManager.unload_lora_adapter) does not "
+                        "touch the radix cache: its nodes stay until evicted",
+        Feature.SCHEDULER: "SGLang's scheduler is not driven by the kit; only its radix cache",
+    }
     tree_core_request = TREE_CORE  # the TreeCore backend asked of SGLang's fallback policy
 
     def __init__(self, config: EngineConfig) -> None:

@@ -86,6 +86,15 @@ class VLLMAdapter(DeviceOnly):
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.LOCK_HANDLES, Feature.MATCH_LEAVES_LAST,
         Feature.PAGE_EVICTION,
     })
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.HOST_TIER: "the KVCacheManager has one GPU block pool; CPU offloading is a KV "
+                           "connector (OffloadingConnector), not the manager",
+        Feature.UNLOAD: "unloading a LoRA adapter does not touch the prefix cache: its blocks "
+                        "stay until evicted",
+        Feature.SCHEDULER: "vLLM's v1 Scheduler is judged as the engine vllm-scheduler",
+        Feature.HYBRID: "the manager with full, sliding-window and Mamba groups is judged as the "
+                        "engine vllm-hybrid",
+    }
 
     def __init__(self, config: EngineConfig) -> None:
         v = vllm_modules()

@@ -48,6 +48,11 @@ class VLLMHybridAdapter:
     name = "vllm-hybrid"
     features = frozenset({Feature.HYBRID, Feature.SLIDING_WINDOW, Feature.MAMBA,
                           Feature.MATCH_LEAVES_LAST, Feature.MAMBA_ALIGNED_CHUNKS})
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.CACHE: "vLLM's prefix cache with one full-attention group is judged as the "
+                       "engine vllm",
+        Feature.SCHEDULER: "vLLM's v1 Scheduler is judged as the engine vllm-scheduler",
+    }
 
     def __init__(self, config: HybridConfig) -> None:
         import torch

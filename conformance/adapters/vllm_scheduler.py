@@ -164,6 +164,16 @@ class VLLMSchedulerAdapter:
         Feature.ADAPTER_CAP, Feature.SLIDING_WINDOW, Feature.WINDOW_TABLE, Feature.MODEL_CONFIG,
         Feature.CONFIG_CLASS_WINDOW, Feature.MAMBA,
     })
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.HOST_TIER: "vLLM has no host tier without a KV connector; CPU offloading is the "
+                           "OffloadingConnector, whose shape is not the spec's host tier",
+        Feature.L3_STORE: "no store below a host tier without a KV connector (LMCache and the "
+                          "like are connectors)",
+        Feature.UNLOAD: "unloading a LoRA adapter does not touch the prefix cache: its blocks "
+                        "stay until evicted",
+        Feature.HYBRID: "the KVCacheManager with full, sliding-window and Mamba groups is judged "
+                        "at the hybrid cache level as the engine vllm-hybrid",
+    }
 
     def __init__(self, config: SchedConfig) -> None:
         v = sched_modules()

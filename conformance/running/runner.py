@@ -12,7 +12,7 @@ same. An interrupted run still writes what it found."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -448,6 +448,26 @@ class Opened:
     unavailable: dict[Feature, str]  # level -> why it cannot run here
 
 
+def _lacks(engine: str, probe) -> dict[Feature, str]:
+    """The features an engine level says it lacks, each with why (its ``lacks`` mapping):
+    the reason a NOT_SUPPORTED case gives, rather than the bare feature name."""
+    declared = getattr(probe, "lacks", None) or {}
+    if not isinstance(declared, Mapping):
+        raise KitError(f"engine {engine}: lacks must map a feature to why the engine lacks it, "
+                       f"not {type(declared).__name__}")
+    out: dict[Feature, str] = {}
+    for key, why in declared.items():
+        try:
+            feature = Feature(key)
+        except ValueError:
+            raise KitError(f"engine {engine}: lacks names {key!r}, not a feature (known: "
+                           f"{', '.join(f.value for f in Feature)})") from None
+        if not isinstance(why, str) or not why.strip():
+            raise KitError(f"engine {engine}: lacks[{feature.value!r}] must say why, in words")
+        out[feature] = " ".join(why.split())
+    return out
+
+
 def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: Profile,
                 budget: Budget, memory: MemoryFactory = shadow_memory,
                 memory_only: bool = False, database=None,
@@ -460,6 +480,7 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
     features: frozenset[Feature] = frozenset()
     version = ""
     unavailable: dict[Feature, str] = {}
+    lacking: dict[Feature, str] = {}  # a feature the engine says why it lacks
     for level, make, cfg in ((Feature.CACHE, factory, config),
                              (Feature.SCHEDULER, sched_factory, SchedConfig()),
                              (Feature.HYBRID, hybrid_factory, HybridConfig())):
@@ -478,6 +499,14 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
             ) from None
         features = features | {level} | probe.features
         version = version or str(probe.version)
+        for feature, why in _lacks(engine, probe).items():
+            if feature in probe.features or feature is level:
+                raise KitError(f"engine {engine}: declares {feature.value} and says it lacks "
+                               f"it (lacks: {why})")
+            lacking.setdefault(feature, why)  # another level of it may offer it still
+    for feature, why in lacking.items():
+        if feature not in features:
+            unavailable.setdefault(feature, f"{LACKS}{feature.value}: {why}")
     if Feature.CACHE not in features:
         factory = None
     if Feature.SCHEDULER not in features:
@@ -533,6 +562,9 @@ def run_case(ctx: RunContext, case: Case) -> CaseResult:
     return results[0] if not case.fuzz else combine(results, case.doc)
 
 
+LACKS = "engine lacks "
+
+
 def not_supported(case: Case, features: frozenset[Feature],
                   unavailable: dict[Feature, str]) -> CaseResult | None:
     """The NOT_SUPPORTED result of a case the engine cannot run, or None when it can."""
@@ -542,13 +574,18 @@ def not_supported(case: Case, features: frozenset[Feature],
             case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
             message=f"engine declares {', '.join(moot)}, which makes what the case checks moot",
             duration_s=0.0)
-    missing = case.needs - features
+    missing = sorted(case.needs - features, key=lambda f: f.value)
     if not missing:
         return None
+    # A level that could not start here says so alone; a feature the engine says why it lacks
+    # (``lacks``, stored as "engine lacks <feature>: <why>") adds its reason to the bare list.
+    reasons = [unavailable[f] for f in missing if f in unavailable]
+    down = next((r for r in reasons if not r.startswith(LACKS)), None)
+    why = "; ".join(r.removeprefix(LACKS) for r in reasons)
     return CaseResult(
         case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
-        message=next((unavailable[f] for f in missing if f in unavailable),
-                     "engine lacks " + ", ".join(sorted(f.value for f in missing))),
+        message=down or (LACKS + ", ".join(f.value for f in missing) + (f"; {why}" if why
+                                                                        else "")),
         duration_s=0.0,
     )
 
