@@ -285,3 +285,57 @@ def test_the_plugin_refuses_xdist_in_one_line(tmp_path: Path):
     assert r.returncode == pytest.ExitCode.USAGE_ERROR, r.stdout + r.stderr
     (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert "does not support pytest-xdist" in line and "--kvconf-jobs" in line
+
+
+def test_an_interrupt_keeps_every_unsettled_case_with_a_finding(tmp_path: Path):
+    """After an interruption each case not yet settled whose units made a finding is settled
+    with it, however many there are (settling one must not upset the walk over the rest)."""
+    from kvconf.conformance.engine.config import EngineConfig
+    from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
+    from kvconf.conformance.running.profiles import get_profile, parse_budget
+    from kvconf.conformance.running.runner import Campaign, select_cases, start_report
+    from kvconf.conformance.running.units import Unit
+
+    profile = get_profile("ci")
+    budget = parse_budget("4", profile)
+    cases = select_cases(["fuzz-cache", "fuzz-cache-tight"])
+    units = [Unit(c.name, i, 2, budget) for c in cases for i in range(2)]
+    report = start_report("reference", EngineConfig(), "", frozenset(), seed_value=0,
+                          profile=profile, budget=budget)
+    campaign = Campaign(cases, units, report, tmp_path / "r.json")
+    for c in cases:  # the first unit failed, the second never came back
+        campaign.add(units[0 if c is cases[0] else 2], CaseResult(
+            case=c.name, status=Status.FAIL, behaviours=["TREE-2"], message="found",
+            duration_s=0.1,
+            units=[UnitResult(index=0, of=2, status=Status.FAIL, duration_s=0.1)]))
+    assert campaign.partial and not campaign.settled
+    campaign.settle_found()
+    assert sorted(campaign.settled) == sorted(c.name for c in cases) and not campaign.partial
+    assert all(r.status is Status.FAIL for r in load_report(tmp_path / "r.json").results)
+
+
+def test_an_interrupt_a_library_wrapped_is_still_an_interrupt():
+    """pydantic wraps a KeyboardInterrupt raised in its callbacks; the kit unwraps it, so an
+    interrupted unit is never reported as the engine's ERROR."""
+    from pydantic import BaseModel, field_serializer
+
+    from kvconf.conformance.running.runner import interrupt_inside
+
+    class Model(BaseModel):
+        x: int = 1
+
+        @field_serializer("x")
+        def _x(self, v: int) -> int:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Exception) as got:
+        Model().model_dump_json()
+    assert interrupt_inside(got.value)
+    assert not interrupt_inside(ValueError("KeyboardInterrupt is only a word here"))
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("while stopping") from None
+    except RuntimeError as e:
+        assert interrupt_inside(e)  # raised while handling one: __context__ keeps it

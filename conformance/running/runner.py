@@ -519,6 +519,18 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
     return Opened(ctx, version, unavailable)
 
 
+def interrupt_inside(e: BaseException) -> bool:
+    """An interrupt a library caught and wrapped is still an interrupt, never the engine's
+    ERROR: pydantic turns a KeyboardInterrupt raised by a signal handler in one of its callbacks
+    into a ``PydanticSerializationError`` that only names it."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return type(e).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(e)
+
+
 def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     """Run one unit of ``case`` in this process. An exception of the engine outside any driver
     call (its factory, say) is ERROR with its traceback; a kit error propagates."""
@@ -533,6 +545,8 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     except KitError:
         raise
     except Exception as e:
+        if interrupt_inside(e):
+            raise KeyboardInterrupt from None
         result = CaseResult(
             case=case.name, status=Status.ERROR, behaviours=list(case.behaviours),
             message=f"{type(e).__name__}: {e}", duration_s=time.perf_counter() - t0,
@@ -667,7 +681,7 @@ class Campaign:
 
     def settle_found(self) -> None:
         """After an interruption: a case not settled keeps a finding its units made."""
-        for name, got in self.partial.items():
+        for name, got in list(self.partial.items()):  # settling a case drops it from partial
             if name not in self.settled and any(failed(r.status) for r in got):
                 self._settle(combine(got, self.cases[name].doc, None))
 

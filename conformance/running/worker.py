@@ -254,6 +254,13 @@ def main(argv: list[str]) -> int:
         except KeyboardInterrupt:
             answer(b"I")
             return 0
+        except Exception as e:
+            from kvconf.conformance.running.runner import interrupt_inside
+
+            if not interrupt_inside(e):  # a fault of the kit: the parent reports the death
+                raise
+            answer(b"I")
+            return 0
         if shrink.interrupted():  # a finding was kept; the run is being stopped
             answer(b"I")
             return 0
