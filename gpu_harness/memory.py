@@ -75,11 +75,15 @@ def check_pinned(memory: TensorMemory | MambaMemory) -> None:
 
 def tensor_memory(layout: KVLayout | None = None, device: torch.device | str = "cpu"
                   ) -> MemoryFactory:
-    """A ``MemoryFactory`` for the drivers: fresh tensor pools for every engine they start."""
+    """A ``MemoryFactory`` for the drivers: fresh tensor pools for every engine they start.
+    Its ``hybrid`` is the hybrid level's (``conformance.hybrid.memory.store_of``): that level's
+    KV pages in the same layout, its Mamba states beside them."""
+    from kvconf.gpu_harness.hybrid import tensor_hybrid
 
     def make(page_size: int, device_pages: int, host_pages: int) -> TensorMemory:
         mem = TensorMemory(page_size, device_pages, host_pages, layout, device)
         check_pinned(mem)
         return mem
 
+    make.hybrid = tensor_hybrid(layout, device=device)  # type: ignore[attr-defined]
     return make
