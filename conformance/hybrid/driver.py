@@ -19,7 +19,8 @@ from kvconf.conformance.engine.hybrid import (
     HybridHit,
     validate_groups,
 )
-from kvconf.conformance.errors import EngineRejected, KitError
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.faults import call_legal, fits, wrong_return
 from kvconf.conformance.hybrid.memory import HybridMemory, StoreFactory, dict_store
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
@@ -71,22 +72,10 @@ class HybridDriver:
 
     # ----------------------------------------------------------------- plumbing
     def _call(self, name: str, fn, *args):
-        try:
-            got = fn(*args)
-        except EngineRejected as e:
-            raise Violation("faults", ("FAULT-2",), f"{name} rejected a legal call: {e}") from e
-        except Violation:
-            raise
-        except Exception as e:
-            raise Violation("faults", ("FAULT-2",),
-                            f"{name} raised {type(e).__name__}: {e}") from e
+        got = call_legal(name, fn, *args)
         types = RETURNS.get(name, ())
-        if types and not any((t is None and got is None) or (t is not None and isinstance(got, t))
-                             for t in types):
-            raise Violation("faults", ("FAULT-2",),
-                            f"{name} returned {type(got).__name__}; the protocol "
-                            "(conformance/engine/hybrid.py) expects "
-                            + " or ".join("None" if t is None else t.__name__ for t in types))
+        if types and not fits(got, types):
+            raise wrong_return(name, type(got).__name__, "conformance/engine/hybrid.py", types)
         return got
 
     def _held(self, pool: str, skip: str | None = None) -> set[int]:
