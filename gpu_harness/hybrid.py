@@ -25,8 +25,7 @@ import torch
 from kvconf.conformance.hybrid.memory import Tag
 from kvconf.gpu_harness.layout import KVLayout, MambaLayout
 from kvconf.gpu_harness.mamba import mamba_pool
-from kvconf.gpu_harness.memory import kv_pool
-from kvconf.gpu_harness.pool import TagPool
+from kvconf.gpu_harness.pool import TagPool, kv_pool
 from kvconf.reference.hybrid_types import Group
 
 

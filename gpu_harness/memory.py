@@ -17,15 +17,8 @@ from kvconf.conformance.runtime.memory import MemoryFactory
 from kvconf.gpu_harness.copies import Copier, TierPools
 from kvconf.gpu_harness.layout import KVLayout
 from kvconf.gpu_harness.mamba import MambaMemory
-from kvconf.gpu_harness.pool import TagPool
+from kvconf.gpu_harness.pool import kv_pool
 from kvconf.reference.tiers import Tier
-
-
-def kv_pool(pages: int, page_size: int, layout: KVLayout, device: torch.device,
-            pinned: bool = False) -> TagPool:
-    t = torch.zeros(layout.shape(pages, page_size), dtype=layout.dtype, device=device,
-                    pin_memory=pinned)
-    return TagPool([t], pages, page_size)
 
 
 class TensorMemory(TierPools):
