@@ -4,8 +4,9 @@
 KV pool and a host KV pool (pinned on CUDA) laid out as an engine lays them out; copies are
 batched ``index_select`` / ``index_copy_`` with the transfers on a side stream. The memory
 oracles then judge the tensors: content and namespace of every page read, pinned pages that
-never change, block hashes recomputed from what the pages hold. Runs on CUDA when present and
-on CPU everywhere else.
+never change, block hashes recomputed from what the pages hold. The hybrid level's pages and
+Mamba states live in pools of their own (``hybrid.TensorHybridStore``). Runs on CUDA when
+present and on CPU everywhere else.
 """
 
 import warnings

@@ -2,8 +2,8 @@
 
 A state slot carries the tag of the depth it summarises ((namespace, tokens[0..d])), written
 into every word of both its conv and its SSM state: a state restored from the wrong depth, or a
-copy that moves one half only, reads back wrong or torn. The scheduler-level Mamba model uses
-these pools once the reference tracks Mamba slots; until then they are exercised on their own.
+copy that moves one half only, reads back wrong or torn. The hybrid level keeps its states in
+``mamba_pool``s (``kvconf.gpu_harness.hybrid``); ``MambaMemory`` adds a host pool and copies.
 """
 
 from __future__ import annotations

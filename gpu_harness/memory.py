@@ -17,15 +17,8 @@ from kvconf.conformance.runtime.memory import MemoryFactory
 from kvconf.gpu_harness.copies import Copier, TierPools
 from kvconf.gpu_harness.layout import KVLayout
 from kvconf.gpu_harness.mamba import MambaMemory
-from kvconf.gpu_harness.pool import TagPool
+from kvconf.gpu_harness.pool import kv_pool
 from kvconf.reference.tiers import Tier
-
-
-def kv_pool(pages: int, page_size: int, layout: KVLayout, device: torch.device,
-            pinned: bool = False) -> TagPool:
-    t = torch.zeros(layout.shape(pages, page_size), dtype=layout.dtype, device=device,
-                    pin_memory=pinned)
-    return TagPool([t], pages, page_size)
 
 
 class TensorMemory(TierPools):
@@ -75,11 +68,15 @@ def check_pinned(memory: TensorMemory | MambaMemory) -> None:
 
 def tensor_memory(layout: KVLayout | None = None, device: torch.device | str = "cpu"
                   ) -> MemoryFactory:
-    """A ``MemoryFactory`` for the drivers: fresh tensor pools for every engine they start."""
+    """A ``MemoryFactory`` for the drivers: fresh tensor pools for every engine they start.
+    Its ``hybrid`` is the hybrid level's (``conformance.hybrid.memory.store_of``): that level's
+    KV pages in the same layout, its Mamba states beside them."""
+    from kvconf.gpu_harness.hybrid import tensor_hybrid
 
     def make(page_size: int, device_pages: int, host_pages: int) -> TensorMemory:
         mem = TensorMemory(page_size, device_pages, host_pages, layout, device)
         check_pinned(mem)
         return mem
 
+    make.hybrid = tensor_hybrid(layout, device=device)  # type: ignore[attr-defined]
     return make

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from kvconf.conformance.runtime.memory import POISON, TORN
+from kvconf.gpu_harness.layout import KVLayout
 from kvconf.gpu_harness.tags import from_word, word_view, words
 
 
@@ -112,3 +113,11 @@ def _last_wins(cells, tags: Sequence[int]) -> tuple[list[int], list[int], list[i
     one on CUDA, and the outcome must not depend on the device (DET-1)."""
     last = dict(zip(cells, tags, strict=True))
     return [r for r, _c in last], [c for _r, c in last], list(last.values())
+
+
+def kv_pool(pages: int, page_size: int, layout: KVLayout, device: torch.device,
+            pinned: bool = False) -> TagPool:
+    """A KV page pool: ``pages`` rows of ``page_size`` token slots laid out as ``layout``."""
+    t = torch.zeros(layout.shape(pages, page_size), dtype=layout.dtype, device=device,
+                    pin_memory=pinned)
+    return TagPool([t], pages, page_size)

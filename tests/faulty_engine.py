@@ -2,8 +2,8 @@
 
 Each is the reference cache until an insert of four or more pages in namespace 1, where it
 exits, aborts, dereferences a null pointer, hangs or raises; every other case runs as the
-reference does. Run them as ``kvconf run --engine faulty_engine:Aborts`` with this folder on
-the import path.
+reference does (``HybridAborts``: the reference hybrid cache, aborting on a long extend). Run
+them as ``kvconf run --engine faulty_engine:Aborts`` with this folder on the import path.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 import time
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.adapters.reference_hybrid import ReferenceHybridAdapter
 
 
 class _Faulty(ReferenceCacheAdapter):
@@ -72,3 +73,16 @@ class RaisesRarely(_Faulty):
         if namespace == 1 and len(tokens) >= 6 * self.page_size:
             raise RuntimeError("the engine's own rare bug")
         return ReferenceCacheAdapter.insert(self, namespace, tokens, pages)
+
+
+class HybridAborts(ReferenceHybridAdapter):
+    """The reference hybrid cache until a request extends to five pages or more, where the
+    process aborts (a hybrid-level engine's native crash)."""
+
+    name = "faulty-hybrid"
+
+    def extend(self, rid, upto):
+        if upto >= 5 * self.page_size:
+            print(f"faulty hybrid engine: {rid} extends to {upto}", flush=True)
+            os.abort()
+        return super().extend(rid, upto)

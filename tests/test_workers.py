@@ -125,6 +125,34 @@ def test_exit_codes_and_replay_of_a_crash(tmp_path):
     assert fine.returncode == 0 and "PASS" in fine.stdout
 
 
+@pytest.mark.behaviours("FAULT-3")
+def test_a_hybrid_engine_that_dies_leaves_a_replayable_trace(tmp_path):
+    """The hybrid level records its plays as the cache level does: a worker killed inside a
+    hybrid engine leaves the trace up to the step it died in, shrunk, which replays to the same
+    crash (and passes on the reference)."""
+    cases = ["hybrid-group-hits", "fuzz-hybrid"]
+    report = _run("faulty_engine:HybridAborts", tmp_path, cases=cases)
+    got = _by_case(report)
+    for name in cases:
+        r = got[name]
+        assert r.status is Status.CRASH, (name, r.status, r.message)
+        assert r.signal == "SIGABRT" and "hybrid-level trace" in r.message, r.message
+        assert "extends to" in (r.output or "")
+        trace = json.loads((tmp_path / r.trace).read_text())
+        assert trace["level"] == "hybrid"
+        ops = [s["op"] for s in trace["steps"]]
+        assert ops and ops[-1] == "extend"  # up to the step it died in, shrunk
+        assert r.steps == len(ops) <= r.found_steps
+        assert "shrunk in a child process" in r.message
+        assert r.findings[0].kind == "extend"
+    assert got["fuzz-hybrid"].steps < got["fuzz-hybrid"].found_steps
+    trace = tmp_path / got["fuzz-hybrid"].trace
+    again = _kvconf("replay", str(trace), "--engine", "faulty_engine:HybridAborts")
+    assert again.returncode == 1 and "CRASH" in again.stdout and "SIGABRT" in again.stdout
+    fine = _kvconf("replay", str(trace), "--engine", "reference")
+    assert fine.returncode == 0 and "PASS" in fine.stdout, fine.stdout + fine.stderr
+
+
 def _normal(report) -> dict:
     """A report without what legitimately differs between runs: times, worker counts."""
     doc = json.loads(report.model_dump_json())

@@ -15,6 +15,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from kvconf.conformance.errors import EngineRejected, KitError
+from kvconf.conformance.faults import fits, raised, rejected, wrong_return
 from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle
 from kvconf.conformance.running import flight
@@ -43,19 +44,11 @@ HOOKS = ("on_alloc", "on_forward", "on_match", "on_insert", "on_evict", "on_unch
          "on_unload", "after_step")
 
 
-def _crash(call: str, err: BaseException) -> Violation:
-    return Violation(_FAULTS, ("FAULT-2",), f"{call} raised {type(err).__name__}: {err}")
-
-
 # What each call must return (conformance/protocol.py); None in a tuple means "or None".
 RETURNS: dict[str, tuple[type | None, ...]] = {
     "match": (Match,), "insert": (Inserted,), "evict": (int,),
     "start_writeback": (CopyOp, None), "start_loadback": (CopyOp, None),
 }
-
-
-def _expected(types: tuple[type | None, ...]) -> str:
-    return " or ".join("None" if t is None else t.__name__ for t in types)
 
 
 def _check_return(call: str, value: Any, step: int) -> Any:
@@ -64,15 +57,10 @@ def _check_return(call: str, value: Any, step: int) -> Any:
     types = RETURNS.get(call)
     if types is None:
         return value
-    if value is None and None in types:
+    if fits(value, types):
         return value
-    if any(t is not None and isinstance(value, t) and not isinstance(value, bool)
-           for t in types):
-        return value
-    raise Violation(_FAULTS, ("FAULT-2",),
-                    f"{call} at step {step} returned {type(value).__name__} ({value!r:.60}); "
-                    "the protocol "
-                    f"(conformance/engine/protocol.py) expects {_expected(types)}")
+    raise wrong_return(f"{call} at step {step}", f"{type(value).__name__} ({value!r:.60})",
+                       "conformance/engine/protocol.py", types)
 
 
 class CacheDriver:
@@ -131,7 +119,7 @@ class CacheDriver:
         try:
             self._last = self.engine.snapshot()
         except Exception as e:
-            raise _crash("snapshot", e) from e
+            raise raised("snapshot", e) from e
         self._clean = True
         return self._last
 
@@ -149,12 +137,12 @@ class CacheDriver:
             return _check_return(call, fn(*args), self.ctx.index)
         except EngineRejected as e:
             if legal:
-                raise Violation(_FAULTS, ("FAULT-2",), f"{call} rejected a legal call: {e}") from e
+                raise rejected(call, e) from e
             raise
         except Violation:
             raise
         except Exception as e:
-            raise _crash(call, e) from e
+            raise raised(call, e) from e
 
     def _notify(self, hook: str, *args) -> None:
         for fn in self.hooks[hook]:

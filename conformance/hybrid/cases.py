@@ -9,12 +9,12 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.hybrid.driver import play_hybrid
 from kvconf.conformance.hybrid.generator import WalkStats, search, shrink
+from kvconf.conformance.hybrid.memory import store_of
 from kvconf.conformance.hybrid.scenarios import HYBRID_SCENARIOS, HybridScenario
 from kvconf.conformance.oracles.hybrid import BEHAVIOURS
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
 from kvconf.conformance.running.cases import Case, RunContext, fail_result
 from kvconf.conformance.running.seeding import stream_seed
-from kvconf.conformance.runtime.memory import shadow_memory
 from kvconf.conformance.violation import Violation
 
 NEEDS = frozenset({Feature.HYBRID, Feature.SLIDING_WINDOW, Feature.MAMBA})
@@ -26,11 +26,11 @@ def _elapsed(t0: float) -> float:
 
 
 def _where(ctx: RunContext, doc: str) -> str:
-    """A run on other memory (``kvconf gpu``) is told that this level played on the kit's own:
-    the hybrid level has no torch pools yet."""
-    if ctx.memory is shadow_memory and not ctx.memory_only:
+    """With ``--memory-only`` (``kvconf gpu``) the hybrid level is still judged in full: its
+    oracle reads the memory and the engine's answers together, and it says so."""
+    if not ctx.memory_only:
         return doc
-    return f"{doc} (played on the kit's shadow memory: the hybrid level has no torch pools yet)"
+    return f"{doc} (judged by every hybrid-level rule: that level has no memory-only mode)"
 
 
 def scenario_case(sc: HybridScenario) -> Case:
@@ -38,7 +38,7 @@ def scenario_case(sc: HybridScenario) -> Case:
         t0 = time.perf_counter()
         trace = sc.trace(ctx.config.page_size)
         try:
-            log = play_hybrid(ctx.hybrid_factory, trace)
+            log = play_hybrid(ctx.hybrid_factory, trace, store=store_of(ctx.memory))
         except Violation as v:
             path = ctx.save_trace(sc.name, trace)
             return fail_result(sc.name, sc.behaviours, v, t0, path)
@@ -69,11 +69,13 @@ def fuzz_case(name: str, pages: int, doc: str) -> Case:
 
         try:
             search(ctx.hybrid_factory, config, lambda k: stream_seed(ctx.seed, stream, k),
-                   ctx.profile.steps, budget.examples, budget.seconds, stats)
+                   ctx.profile.steps, budget.examples, budget.seconds, stats,
+                   store_of(ctx.memory))
         except Violation as v:
             trace = stats.last
             assert trace is not None
-            trace, v = shrink(ctx.hybrid_factory, trace, v, ctx.profile.shrink_replays)
+            trace, v = shrink(ctx.hybrid_factory, trace, v, ctx.profile.shrink_replays,
+                              store_of(ctx.memory))
             path = ctx.save_trace(name, trace)
             return fail_result(name, FUZZ_BEHAVIOURS, v, t0, path, examples=stats.examples,
                                steps=len(trace.steps), units=unit(Status.FAIL))

@@ -19,8 +19,9 @@ from kvconf.conformance.engine.hybrid import (
     HybridHit,
     validate_groups,
 )
-from kvconf.conformance.errors import EngineRejected, KitError
-from kvconf.conformance.hybrid.memory import HybridMemory
+from kvconf.conformance.errors import KitError
+from kvconf.conformance.faults import call_legal, fits, wrong_return
+from kvconf.conformance.hybrid.memory import HybridMemory, StoreFactory, dict_store
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
     ExtendStep,
@@ -30,6 +31,7 @@ from kvconf.conformance.hybrid.trace import (
     HybridTrace,
 )
 from kvconf.conformance.oracles.hybrid import HybridOracle, fail
+from kvconf.conformance.running import flight
 from kvconf.conformance.violation import Violation
 
 RETURNS: dict[str, tuple[type | None, ...]] = {
@@ -51,14 +53,16 @@ class Running:
 
 class HybridDriver:
     def __init__(self, engine: HybridEngine, behaviours: tuple[str, ...] = (),
-                 judge: bool = True) -> None:
+                 judge: bool = True, store: StoreFactory = dict_store) -> None:
         try:
             validate_groups(engine.groups)
         except ValueError as e:
             raise KitError(f"engine {engine.name}: {e}") from None
         self.engine = engine
         self.p = engine.page_size
-        self.mem = HybridMemory(self.p)
+        # Unjudged (a replay for DET-1) nothing is read, so nothing is written either.
+        self.mem = HybridMemory(self.p, store(self.p, engine.groups, engine.pool_sizes)
+                                if judge else None)
         self.oracle = HybridOracle(engine, self.mem)
         self.judge = judge
         self.behaviours = behaviours
@@ -68,22 +72,10 @@ class HybridDriver:
 
     # ----------------------------------------------------------------- plumbing
     def _call(self, name: str, fn, *args):
-        try:
-            got = fn(*args)
-        except EngineRejected as e:
-            raise Violation("faults", ("FAULT-2",), f"{name} rejected a legal call: {e}") from e
-        except Violation:
-            raise
-        except Exception as e:
-            raise Violation("faults", ("FAULT-2",),
-                            f"{name} raised {type(e).__name__}: {e}") from e
+        got = call_legal(name, fn, *args)
         types = RETURNS.get(name, ())
-        if types and not any((t is None and got is None) or (t is not None and isinstance(got, t))
-                             for t in types):
-            raise Violation("faults", ("FAULT-2",),
-                            f"{name} returned {type(got).__name__}; the protocol "
-                            "(conformance/engine/hybrid.py) expects "
-                            + " or ".join("None" if t is None else t.__name__ for t in types))
+        if types and not fits(got, types):
+            raise wrong_return(name, type(got).__name__, "conformance/engine/hybrid.py", types)
         return got
 
     def _held(self, pool: str, skip: str | None = None) -> set[int]:
@@ -112,6 +104,8 @@ class HybridDriver:
 
     def step(self, index: int, step: HybridStep) -> dict[str, Any]:
         self.index = index
+        if flight.on():  # a worker: the parent holds the trace if the engine kills us here
+            flight.step(step.model_dump_json(exclude_none=True))
         try:
             out = self._dispatch(step)
             if step.expect is not None and self.judge:
@@ -245,24 +239,31 @@ class HybridDriver:
                         raise fail("MAMBA-8", f"{step.rid}: checkpoint slot {slot} is held by "
                                               "another live request")
             r.state = ext.state_slot
-        for i, g in enumerate(groups):
+        if self.judge:
+            self._write(r, ext, s, e)
+        r.computed = e
+        return {"op": "extend", "room": True,
+                "pages": [list(x) for x in ext.pages], "released": [list(x) for x in ext.released],
+                "state": [ext.state_source, ext.state_slot, [list(c) for c in ext.checkpoints]]}
+
+    def _write(self, r: Running, ext: Extended, s: int, e: int) -> None:
+        """The row's writes: the KV of positions ``s..e`` into every attention table (one
+        batched write per group) and its states where the engine says."""
+        tags = self.mem.tags(r.ns, r.tokens)
+        m = self._mamba()
+        for i, g in enumerate(self.engine.groups):
             if g.kind == "mamba":
                 continue
             table = r.tables[i]
-            for pos in range(s, e):
-                page = table[pos // self.p] if pos // self.p < len(table) else None
-                if page is not None:
-                    self.mem.write_kv(g.pool, page, pos % self.p, self.mem.tag(r.ns, r.tokens,
-                                                                                 pos))
+            pos = [k for k in range(s, e) if k // self.p < len(table)
+                   and table[k // self.p] is not None]
+            self.mem.write_kv(g.pool, [table[k // self.p] for k in pos],
+                              [k % self.p for k in pos], [tags[k] for k in pos])
         if m is not None:
             for d, slot in ext.checkpoints:
                 self.mem.write_state(m[1].pool, slot, r.ns, r.tokens, d)
             if ext.state_slot is not None:
                 self.mem.write_state(m[1].pool, ext.state_slot, r.ns, r.tokens, e)
-        r.computed = e
-        return {"op": "extend", "room": True,
-                "pages": [list(x) for x in ext.pages], "released": [list(x) for x in ext.released],
-                "state": [ext.state_source, ext.state_slot, [list(c) for c in ext.checkpoints]]}
 
     # ----------------------------------------------------------------- rest
     def drain(self) -> None:
@@ -284,11 +285,12 @@ class HybridDriver:
             raise
 
 
-def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True
-                ) -> list[dict[str, Any]]:
-    """Play ``trace`` on a fresh engine with the oracle, bring it to rest, then replay it on
-    another and compare what the engine said (DET-1)."""
-    driver = HybridDriver(factory(trace.config), tuple(trace.behaviours))
+def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True,
+                store: StoreFactory = dict_store) -> list[dict[str, Any]]:
+    """Play ``trace`` on a fresh engine with the oracle, its memory in ``store``, bring it to
+    rest, then replay it on another and compare what the engine said (DET-1)."""
+    flight.begin(trace)
+    driver = HybridDriver(factory(trace.config), tuple(trace.behaviours), store=store)
     driver.run(trace)
     driver.drain()
     if determinism:
@@ -298,6 +300,7 @@ def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True
 
 def check_determinism(factory, trace: HybridTrace, log: list[dict[str, Any]]) -> None:
     """``trace`` played again on a fresh engine, unjudged, must say what ``log`` says (DET-1)."""
+    flight.begin(trace)
     again = HybridDriver(factory(trace.config), judge=False)
     again.run(trace)
     if again.log != log:

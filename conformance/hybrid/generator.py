@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.hybrid.driver import HybridDriver, check_determinism, play_hybrid
+from kvconf.conformance.hybrid.memory import StoreFactory, dict_store
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
     ExtendStep,
@@ -25,6 +26,7 @@ from kvconf.conformance.hybrid.trace import (
     HybridStep,
     HybridTrace,
 )
+from kvconf.conformance.running import flight
 from kvconf.conformance.violation import Violation
 
 
@@ -48,14 +50,17 @@ def _prompts(rng: random.Random, p: int) -> list[tuple[int, list[int]]]:
     return out
 
 
-def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats) -> None:
-    """Draw and play one walk of ``steps`` steps; the first broken rule raises, with
-    ``stats.last`` the trace so far."""
+def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
+         store: StoreFactory = dict_store) -> None:
+    """Draw and play one walk of ``steps`` steps, its memory in ``store``; the first broken
+    rule raises, with ``stats.last`` the trace so far (and a worker's flight recorder holding
+    it, should the engine kill the process)."""
     rng = random.Random(seed)
     p = config.page_size
     trace = HybridTrace(name=f"fuzz-hybrid seed {seed}", config=config)
     stats.last = trace
-    driver = HybridDriver(factory(config))
+    flight.begin(trace)
+    driver = HybridDriver(factory(config), store=store)
     prompts = _prompts(rng, p)
     live: dict[str, list[int]] = {}  # rid -> [computed, length]
     n = 0
@@ -107,7 +112,8 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats)
 
 
 def search(factory, config: HybridConfig, seeds: Callable[[int], int], steps: int,
-           examples: int | None, seconds: float | None, stats: WalkStats) -> None:
+           examples: int | None, seconds: float | None, stats: WalkStats,
+           store: StoreFactory = dict_store) -> None:
     """Walks until the budget is spent; raises the first Violation."""
     deadline = None if seconds is None else time.perf_counter() + seconds
     k = 0
@@ -116,14 +122,21 @@ def search(factory, config: HybridConfig, seeds: Callable[[int], int], steps: in
             return
         if deadline is not None and time.perf_counter() >= deadline:
             return
-        walk(factory, config, seeds(k), steps, stats)
+        walk(factory, config, seeds(k), steps, stats, store)
         k += 1
 
 
-def shrink(factory, trace: HybridTrace, v: Violation, max_replays: int
-           ) -> tuple[HybridTrace, Violation]:
+def shrink(factory, trace: HybridTrace, v: Violation, max_replays: int,
+           store: StoreFactory = dict_store) -> tuple[HybridTrace, Violation]:
     """Delete steps (halves, then one at a time) while the trace still breaks one of the
     rules ``v`` names; a step whose removal makes the trace invalid stays."""
+    return shrink_with(trace, v, lambda t: play_hybrid(factory, t, store=store), max_replays)
+
+
+def shrink_with(trace: HybridTrace, v: Violation, attempt: Callable[[HybridTrace], object],
+                max_replays: int) -> tuple[HybridTrace, Violation]:
+    """``shrink`` with ``attempt`` playing each candidate: it raises the candidate's Violation
+    (a crash's shrinker plays it in a forked child, ``running.crash``)."""
     want = set(v.behaviours)
     best, best_v = trace, v
     replays = 0
@@ -133,7 +146,7 @@ def shrink(factory, trace: HybridTrace, v: Violation, max_replays: int
         replays += 1
         t = best.model_copy(update={"steps": steps})
         try:
-            play_hybrid(factory, t)
+            attempt(t)
         except Violation as got:
             return got if want & set(got.behaviours) else None
         except KitError:

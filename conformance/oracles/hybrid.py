@@ -1,5 +1,6 @@
 """The hybrid cache level's oracle: what every hit, admission and chunk must satisfy, judged
-against the kit's memory of pages and state slots (``conformance/hybrid/memory.py``).
+against the runtime's memory of pages and state slots (``conformance/hybrid/memory.py``: a dict,
+or torch pools under ``kvconf gpu``).
 
 Black-box: it needs nothing but the calls. A hit's pages and states must hold the content their
 prefix implies (TREE-2, WIN-3, MAMBA-3); the combined hit must be the deepest every group
@@ -58,17 +59,25 @@ class HybridOracle(Oracle):
     def pages_hold(self, what: str, pool: str, table: Sequence[int | None], ns: int,
                    tokens: Sequence[int], positions: range, rule: str | tuple[str, ...]) -> None:
         """Every position in ``positions`` is read through ``table`` and must hold its tag."""
+        if not positions:
+            return
+        pages: list[int] = []
         for i in positions:
             j = i // self.p
             page = table[j] if j < len(table) else None
             if page is None:
                 raise fail(rule, f"{what}: position {i} is read but its page (index {j}) is "
                                  "a hole or missing")
-            got = self.mem.kv_tag(pool, page, i % self.p)
-            want = self.mem.tag(ns, tokens, i)
-            if got != want:
-                raise fail(rule, f"{what}: page {page} (index {j}) holds {self.mem.describe(got)} "
-                                 f"at position {i}, not the KV of its own prefix")
+            pages.append(page)
+        got = self.mem.kv_tags(pool, pages, [i % self.p for i in positions])
+        want = self.mem.tags(ns, tokens)[positions.start:positions.stop]
+        if got == want:
+            return
+        k = next(k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+        i = positions[k]
+        raise fail(rule, f"{what}: page {pages[k]} (index {i // self.p}) holds "
+                         f"{self.mem.describe(got[k])} at position {i}, not the KV of its own "
+                         "prefix")
 
     def state_holds(self, what: str, pool: str, slot: int | None, ns: int,
                     tokens: Sequence[int], depth: int, rule: str | tuple[str, ...]) -> None:

@@ -131,6 +131,8 @@ def shrink_crash(trace, want: Ending, replay: Callable[[object], None], *, max_r
                  timeout: float, beat: Callable[[], None] = lambda: None):
     """The smallest trace whose replay (in a forked child) still ends as ``want``; returns
     (trace, replays tried)."""
+    from kvconf.conformance.hybrid.generator import shrink_with
+    from kvconf.conformance.hybrid.trace import HybridTrace
     from kvconf.conformance.running.shrink import shrink
     from kvconf.conformance.scheduler.generator import shrink_sched
     from kvconf.conformance.scheduler.trace import SchedTrace
@@ -148,6 +150,8 @@ def shrink_crash(trace, want: Ending, replay: Callable[[object], None], *, max_r
     v = crash_violation(want)
     if isinstance(trace, SchedTrace):
         best, _ = shrink_sched(trace, v, attempt, max_replays)
+    elif isinstance(trace, HybridTrace):
+        best, _ = shrink_with(trace, v, attempt, max_replays)
     else:
         best, _ = shrink(trace, v, attempt, max_replays=max_replays)
     return best, tried

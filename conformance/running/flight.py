@@ -9,9 +9,10 @@ pipe, at most a few per second (``H``), so a silent worker stands out against th
 In-process runs leave the recorder off: one ``None`` check per step. Lines are typed by their first
 byte (``kvconf.conformance.running.pool`` reads them):
 
-- ``B<json>``: a cache-level play begins; the trace without its steps (``kvconf-trace/1``).
+- ``B<json>``: a cache-level or hybrid-level play begins; the trace without its steps
+  (``kvconf-trace/1``, ``kvconf-hybrid-trace/1``).
 - ``W<json>``: a scheduler-level play begins; the whole workload.
-- ``S<json>``: the next cache-level step, written before the engine runs it.
+- ``S<json>``: the next step of that play, written before the engine runs it.
 """
 
 from __future__ import annotations
@@ -64,12 +65,13 @@ def beat() -> None:
 
 def begin(trace) -> None:
     """A play of ``trace`` begins (called before its engine is built, so a crash in the
-    constructor is the crash of this trace). A cache-level trace is written without its steps:
-    the driver writes each as it plays it."""
+    constructor is the crash of this trace). A cache-level or hybrid-level trace is written
+    without its steps: the driver writes each as it plays it (a fuzz walk draws them as it
+    goes)."""
     if _file is None:
         return
     os.ftruncate(_file, 0)
-    if trace.level == "cache":
+    if trace.level in ("cache", "hybrid"):
         _write(_file, b"B" + trace.model_dump_json(exclude={"steps"}).encode())
     else:
         _write(_file, b"W" + trace.model_dump_json().encode())

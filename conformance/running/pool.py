@@ -479,6 +479,7 @@ class Pool:
 
     def _played(self, w: Worker) -> tuple[object | None, str | None, int | None, str]:
         """``_where``, with the trace of the play in progress itself (None if none)."""
+        from kvconf.conformance.hybrid.trace import HybridTrace
         from kvconf.conformance.running.cases import trace_text
         from kvconf.conformance.scheduler.trace import SchedTrace
         from kvconf.conformance.trace import Trace
@@ -491,10 +492,11 @@ class Pool:
             if head[:1] == b"B":
                 data = json.loads(head[1:])
                 data["steps"] = [json.loads(s[1:]) for s in steps]
-                trace = Trace.model_validate(data)
+                level = data.get("level", "cache")
+                trace = (HybridTrace if level == "hybrid" else Trace).model_validate(data)
                 return trace, trace_text(trace), len(steps) - 1, (
-                    f"at step {len(steps) - 1} of a cache-level trace" if steps
-                    else "while starting a cache-level trace")
+                    f"at step {len(steps) - 1} of a {level}-level trace" if steps
+                    else f"while starting a {level}-level trace")
             trace = SchedTrace.model_validate_json(head[1:])
             return trace, trace_text(trace), None, "while playing a scheduler-level workload"
         except ValueError as e:

@@ -100,11 +100,13 @@ def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
     if getattr(trace, "level", None) == "hybrid":
         from kvconf.conformance.adapters import hybrid_engine_factory
         from kvconf.conformance.hybrid.driver import play_hybrid
+        from kvconf.conformance.hybrid.memory import store_of
 
         hybrid = hybrid_engine_factory(engine)
         if hybrid is None:
             raise KitError(f"a hybrid-level trace, and engine {engine} offers no hybrid level")
-        return lambda t, det=True: play_hybrid(hybrid, t, determinism=det)
+        store = store_of(build_memory(memory_spec))
+        return lambda t, det=True: play_hybrid(hybrid, t, determinism=det, store=store)
     memory = build_memory(memory_spec)
     if isinstance(trace, Trace):
         factory = engine_factory(engine)

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected
+from kvconf.conformance.faults import DOCUMENTED, call_legal, raised
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, TransferOracle
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
@@ -223,15 +224,7 @@ class SchedulerDriver:
         return self.engine.snapshot() if self.white else None
 
     def _call(self, what: str, fn, *args):
-        try:
-            return fn(*args)
-        except EngineRejected as e:
-            raise Violation("faults", ("FAULT-2",), f"{what} rejected a legal call: {e}") from e
-        except Violation:
-            raise
-        except Exception as e:
-            raise Violation("faults", ("FAULT-2",),
-                            f"{what} raised {type(e).__name__}: {e}") from e
+        return call_legal(what, fn, *args)
 
     def _tag(self, rid: str, i: int) -> int:
         req, tags = self.live[rid], self.tags[rid]
@@ -923,8 +916,7 @@ class SchedulerDriver:
                 self.probe_finding = self.probe_finding or v
             return
         except Exception as e:
-            raise Violation("faults", ("FAULT-2",), f"{what} raised {type(e).__name__}: {e} "
-                            "instead of the engine's documented error") from e
+            raise raised(what, e, DOCUMENTED) from e
         self.tape.append(("probe", events, "accepted"))
         if may_ignore:  # ignored: the replay without it must give the same plans (REQ-6)
             self.ignored.append(what)

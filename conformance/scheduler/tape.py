@@ -15,11 +15,10 @@ judge the engine, they are not its input.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.oracles.base import Violation
+from kvconf.conformance.faults import DOCUMENTED, call_legal, raised
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.reference.plan import Plan
@@ -39,16 +38,6 @@ def plan_record(step: int, plan: Plan) -> tuple:
 Tape = list[tuple[Any, ...]]
 
 
-def _legal(what: str, fn: Callable, *args) -> Any:
-    """A legal call, as the driver makes it: a refusal or an error is FAULT-2."""
-    try:
-        return fn(*args)
-    except EngineRejected as e:
-        raise Violation("faults", ("FAULT-2",), f"{what} rejected a legal call: {e}") from e
-    except Exception as e:
-        raise Violation("faults", ("FAULT-2",), f"{what} raised {type(e).__name__}: {e}") from e
-
-
 def replay(engine, tape: Tape) -> None:
     """Hand ``engine`` (fresh, of the first play's configuration) the tape's calls in order;
     raise DET-1 at the first plan or probe answer that differs from the first play's."""
@@ -59,13 +48,13 @@ def replay(engine, tape: Tape) -> None:
         if kind == "plan":
             flight.beat()
             want = entry[1]
-            got = plan_record(want[1], _legal("next_plan", engine.next_plan))
+            got = plan_record(want[1], call_legal("next_plan", engine.next_plan))
             oracle.compare([want], [got], offset=plans)
             plans += 1
         elif kind == "submit":
-            _legal("submit", engine.submit, entry[1])
+            call_legal("submit", engine.submit, entry[1])
         elif kind == "advance":
-            _legal("advance", engine.advance, entry[1])
+            call_legal("advance", engine.advance, entry[1])
         elif kind == "drain":
             list(engine.drain_events())
         else:  # a probe: an event the engine must reject (or, where declared, may ignore)
@@ -76,8 +65,7 @@ def replay(engine, tape: Tape) -> None:
             except EngineRejected:
                 now = "rejected"
             except Exception as e:
-                raise Violation("faults", ("FAULT-2",), f"{events} raised {type(e).__name__}: "
-                                f"{e} instead of the engine's documented error") from e
+                raise raised(str(events), e, DOCUMENTED) from e
             if now != answer:
                 v = oracle.fail("DET-1", f"after {plans} plans, the probe {events} was {answer} in "
                                 f"the first run and {now} in the second")
