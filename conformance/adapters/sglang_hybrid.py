@@ -269,7 +269,7 @@ class SGLangHybridAdapter:
     # ----------------------------------------------------------------- protocol
     def hit(self, namespace: int, tokens: Sequence[int]) -> HybridHit:
         sg = self.sg
-        if len(tokens) < 2:
+        if not tokens:
             return HybridHit(tuple(GroupHit(0) for _ in self.groups), 0)
         key = self._key(namespace, tokens)
         got = self.cache.match_prefix(sg.prefix.MatchPrefixParams(key=key))
@@ -385,26 +385,50 @@ class SGLangHybridAdapter:
         return Extended(tuple(tuple(int(x) for x in pg if x is not None) for pg in pages),
                         released, source, slot, checkpoints)
 
+    def _held_from(self, req: Any) -> int:
+        """The first position of the request's window pages SGLang still holds for it: its own
+        row past ``cache_protected_len``, and the tree's pages its lock covers, which are whole
+        nodes up from the locked node until ``sliding_window_size`` tokens are covered
+        (``SWAComponent.acquire_component_lock``)."""
+        own = int(req.kv.cache_protected_len)
+        lock = req.lock
+        if lock is None or lock.swa_released:
+            return own
+        tc = self.cache.tree_core
+        path = []
+        cur = tc.node_by_id(lock.node)
+        while cur is not tc.root_node:
+            path.append(cur)
+            cur = cur.parent
+        start = sum(len(n.key) for n in path)
+        covered = 0
+        for node in path:
+            if covered >= self.cache.sliding_window_size:
+                break
+            covered += len(node.key)
+            start -= len(node.key)
+        return min(own, start)
+
     def computed(self, rid: str) -> Settled | None:
-        """The step's results: ``checkpoint_kv_cache``, then what changed in the row."""
+        """The step's results: ``checkpoint_kv_cache``, then what changed in the row: pages
+        moved onto the tree's copies, window slots freed, and window pages of the tree that the
+        request's lock no longer covers (the tree may evict them at once)."""
         req = self._reqs[rid]
         upto = int(req.extend_end)
         self.sg.common.checkpoint_kv_cache(req, self.cache)
         now = self._row_tables(req, upto)
+        held_from = self._held_from(req) if "swa" in self.pool_sizes else 0
         seen = self._seen[rid]
         changes: list[tuple[tuple[int, int | None], ...]] = []
         for g, old, new in zip(self.groups, seen, now, strict=True):
             got: list[tuple[int, int | None]] = []
             if g.kind != "mamba":
-                first = max(0, upto - g.window + 1) // self.page_size if g.kind == "window" \
-                    else 0
                 for j, page in enumerate(old):
                     if page is None:
                         continue
-                    # A window page behind the window the request reads is no longer held for
-                    # it: freed, or the tree's and outside the window its lock covers
-                    # (SWAComponent.acquire_component_lock).
-                    want = None if g.kind == "window" and j < first else new[j]
+                    want = new[j]
+                    if g.kind == "window" and (j + 1) * self.page_size <= held_from:
+                        want = None
                     if want != page:
                         got.append((j, want))
                         old[j] = want
@@ -417,11 +441,15 @@ class SGLangHybridAdapter:
         sg = self.sg
         req = self._reqs.pop(rid)
         self._seen.pop(rid, None)
-        if not req.kv.holds_kv:  # admitted, never given a row: its lock and Mamba slot go back
+        if not req.kv.holds_kv:
+            # Admitted, never given a row (SGLang admits and allocates in one step, the kit in
+            # two): the admission's lock goes back, and the Mamba slot its copy-on-write took,
+            # through release_kv_cache's path for a request that holds no row.
             self.cache.unlock(req.lock)
             req.lock = None
             req.finished_reason = sg.batch.FINISH_ABORT()
-            sg.common.release_kv_cache(req, self.cache, checkpoint=False)
+            if "state" in self.pool_sizes:
+                sg.common.release_kv_cache(req, self.cache, checkpoint=False)
             return
         done = int(req.kv.kv_committed_len) >= len(req.origin_input_ids)
         req.finished_reason = (sg.batch.FINISH_LENGTH(length=0) if done
