@@ -17,6 +17,8 @@ tokens, driven through the scheduler's own steps, one request per batch:
 - ``hit``: ``match_prefix`` with the admission key (the prompt less its last token:
   ``Req._compute_max_prefix_len``, so ``match_leaves_last``, TREE-7) gives the combined hit;
   each group alone is its component's own ``create_match_validator`` run along the same path.
+  The match is the scheduler's own call on a waiting request: it may split a node at the end of
+  the match and refresh LRU order, nothing a request holds.
 - ``admit``: ``Req.init_next_round_input`` (``match_kv_cache`` with Mamba copy-on-write), then
   ``tree_cache.lock(req.last_node)`` as ``PrefillAdder`` does.
 - ``extend``: ``alloc_for_extend``'s steps for a one-request batch (``ensure_mamba_capacity``,
