@@ -10,8 +10,9 @@ from kvconf.conformance.engine.hybrid import (
     HybridConfig,
     HybridEngine,
     HybridHit,
+    Settled,
     needed_slots,
 )
 
 __all__ = ["Admitted", "Extended", "Group", "GroupHit", "HybridConfig", "HybridEngine",
-           "HybridHit", "needed_slots"]
+           "HybridHit", "Settled", "needed_slots"]

@@ -75,6 +75,18 @@ class Extended:
     room: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What an engine changed in a request's tables once the runtime computed its chunk (the
+    optional ``computed`` call of the hybrid protocol: an engine that publishes after the
+    forward, as a scheduler processes a step's results). Per group (``engine.groups`` order),
+    (page index, page) pairs: page None, a window page given back (WIN-4, judged from the
+    chunk's end); another page, one the request now reads that index from instead (a copy of
+    the same KV the cache already held, TREE-2)."""
+
+    changes: tuple[tuple[tuple[int, int | None], ...], ...]
+
+
 def needed_slots(length: int, window: int, page_size: int) -> range:
     """The page indices a window group must hold for a hit or a row starting at ``length``."""
     k = length // page_size

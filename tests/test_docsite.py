@@ -83,7 +83,8 @@ def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
     assert "- undecided (its cases failed on another rule first): sglang-unified\n" in card
     assert re.search(r'kv-fail">sglang-hicache</span> \(`fuzz-cache`, `fuzz-cache-tight`; '
                      r"\[why\]\(\.\./peers\.md#sglang-unified-unlock\)\)", card), card
-    assert "- not judged (the cases need features the engine does not declare): tokenspeed " in card
+    assert ("- not judged (the cases need features the engine does not declare): sglang-hybrid; "
+            "tokenspeed ") in card
 
 
 def test_a_cards_write_ups_are_the_ones_the_results_section_gives(site_src: Path):

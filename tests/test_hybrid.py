@@ -243,3 +243,71 @@ def test_an_adapter_with_malformed_groups_is_a_one_line_error():
 
     with pytest.raises(KitError, match="full first"):
         play_hybrid(Misnamed, _trace(*COMPUTE_A))
+
+
+# ---------------------------------------------------------------------- publish after the forward
+@pytest.mark.behaviours("WIN-4")
+def test_releasing_before_publish_is_legal_and_differs():
+    from kvconf.conformance.variants.hybrid import ReleasesBeforePublish
+
+    assert _caught(_factory(ReleasesBeforePublish)) is None
+    trace = HYBRID_SCENARIOS[0].trace(2)
+    assert play_hybrid(_factory(ReleasesBeforePublish), trace)[5]["window"] == 8
+    assert play_hybrid(_factory(), trace)[5]["window"] == 12
+
+
+def _settling(change):
+    """ReleasesBeforePublish whose ``computed`` also reports ``change(cache, rid)``: (group
+    index, page index, page) or None."""
+    from kvconf.conformance.engine.hybrid import Settled
+    from kvconf.conformance.variants.hybrid import ReleasesBeforePublish
+
+    class Bogus(ReleasesBeforePublish):
+        def computed(self, rid):
+            got = super().computed(rid)
+            extra = change(self, rid)
+            if extra is None:
+                return got
+            changes = [list(g) for g in (got.changes if got else ((),) * len(self.groups))]
+            i, j, page = extra
+            changes[i].append((j, page))
+            return Settled(tuple(tuple(g) for g in changes))
+
+    return _factory(Bogus)
+
+
+def _shared(p: int = 1) -> HybridTrace:
+    return next(sc for sc in HYBRID_SCENARIOS if sc.name == "hybrid-shared-prefix").trace(p)
+
+
+@pytest.mark.behaviours("TREE-2")
+def test_a_page_moved_onto_other_kv_is_caught():
+    def move(cache, rid):
+        r = cache.requests[rid]
+        other = next((o for k, o in cache.requests.items() if k != rid and o.tables[0]), None)
+        if other is None or not r.tables[0] or other.tables[0][-1] == r.tables[0][0]:
+            return None
+        return 0, 0, other.tables[0][-1]  # index 0 now read from another request's last page
+
+    with pytest.raises(Violation) as caught:
+        play_hybrid(_settling(move), _shared())
+    assert caught.value.behaviours == ("TREE-2",)
+
+
+@pytest.mark.behaviours("WIN-4")
+def test_a_window_page_given_back_inside_the_window_is_caught():
+    def inside(cache, rid):
+        r = cache.requests[rid]
+        j = len(r.tables[1]) - 1
+        return (1, j, None) if j >= 0 and r.tables[1][j] is not None else None
+
+    with pytest.raises(Violation) as caught:
+        play_hybrid(_settling(inside), _shared())
+    assert caught.value.behaviours == ("WIN-4",)
+
+
+@pytest.mark.behaviours("WIN-4")
+def test_a_full_page_given_back_is_caught():
+    with pytest.raises(Violation) as caught:
+        play_hybrid(_settling(lambda cache, rid: (0, 0, None)), _shared())
+    assert caught.value.behaviours == ("WIN-4",) and "full group" in str(caught.value)

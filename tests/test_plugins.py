@@ -134,7 +134,8 @@ def test_bad_engines_are_one_line(engine: str, says: str, tmp_path: Path) -> Non
     line = r.output.strip()
     assert r.exit_code == 2 and says in line and "\n" not in line, r.output
     if "unknown" in says:
-        assert "reference, sglang-hicache, sglang-radix," in line and "or module:factory" in line
+        assert "reference, sglang-hicache, sglang-hybrid, sglang-radix," in line
+        assert "or module:factory" in line
     with pytest.raises(KitError, match="engine"):
         adapters.check_engine(engine)
 

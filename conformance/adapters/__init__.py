@@ -37,6 +37,7 @@ BUILTIN: dict[str, str] = {
     "tokenspeed": "kvconf.conformance.adapters.tokenspeed:tokenspeed_adapter",
     "vllm": "kvconf.conformance.adapters.vllm_cache:VLLMAdapter",
     "vllm-hybrid": "kvconf.conformance.adapters.vllm_hybrid:VLLMHybridAdapter",
+    "sglang-hybrid": "kvconf.conformance.adapters.sglang_hybrid:SGLangHybridAdapter",
     "vllm-salt": "kvconf.conformance.adapters.vllm_cache:VLLMSaltAdapter",
     "vllm-scheduler": "kvconf.conformance.adapters.vllm_scheduler:VLLMEngine",
 }

@@ -30,12 +30,13 @@ from kvconf.reference.hybrid_types import (
     Group,
     GroupHit,
     HybridHit,
+    Settled,
     needed_slots,
     validate_groups,
 )
 
 __all__ = ["KINDS", "Admitted", "Extended", "Group", "GroupHit", "GroupKind", "HybridConfig",
-           "HybridEngine", "HybridHit", "needed_slots", "validate_groups"]
+           "HybridEngine", "HybridHit", "Settled", "needed_slots", "validate_groups"]
 
 GroupKind = Literal["full", "window", "mamba"]
 
@@ -83,3 +84,8 @@ class HybridEngine(Protocol):
         """``rid`` ends; everything it holds goes back (cached pages stay cached)."""
     def available(self) -> Mapping[str, int]:
         """Per pool, the ids the engine could hand out now (free, or cached and evictable)."""
+
+    # Optional: ``computed(rid) -> Settled | None``. The runtime has computed the chunk the
+    # last ``extend`` of ``rid`` made room for; an engine that publishes only then (as a
+    # scheduler processes a step's results) does so here and says which of the request's
+    # table entries it changed. An engine without it publishes in ``extend``.

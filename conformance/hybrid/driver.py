@@ -17,6 +17,7 @@ from kvconf.conformance.engine.hybrid import (
     Extended,
     HybridEngine,
     HybridHit,
+    Settled,
     validate_groups,
 )
 from kvconf.conformance.errors import KitError
@@ -36,6 +37,7 @@ from kvconf.conformance.violation import Violation
 
 RETURNS: dict[str, tuple[type | None, ...]] = {
     "hit": (HybridHit,), "admit": (Admitted,), "extend": (Extended, None), "finish": (None,),
+    "computed": (Settled, None),
 }
 
 
@@ -242,9 +244,16 @@ class HybridDriver:
         if self.judge:
             self._write(r, ext, s, e)
         r.computed = e
-        return {"op": "extend", "room": True,
-                "pages": [list(x) for x in ext.pages], "released": [list(x) for x in ext.released],
-                "state": [ext.state_source, ext.state_slot, [list(c) for c in ext.checkpoints]]}
+        out = {"op": "extend", "room": True,
+               "pages": [list(x) for x in ext.pages], "released": [list(x) for x in ext.released],
+               "state": [ext.state_source, ext.state_slot, [list(c) for c in ext.checkpoints]]}
+        computed = getattr(self.engine, "computed", None)  # optional: publish after the forward
+        if computed is not None:
+            got = self._call("computed", computed, step.rid)
+            if got is not None:
+                self._settle(step.rid, r, got)
+                out["settled"] = [[list(c) for c in g] for g in got.changes]
+        return out
 
     def _write(self, r: Running, ext: Extended, s: int, e: int) -> None:
         """The row's writes: the KV of positions ``s..e`` into every attention table (one
@@ -264,6 +273,37 @@ class HybridDriver:
                 self.mem.write_state(m[1].pool, slot, r.ns, r.tokens, d)
             if ext.state_slot is not None:
                 self.mem.write_state(m[1].pool, ext.state_slot, r.ns, r.tokens, e)
+
+    def _settle(self, rid: str, r: Running, got: Settled) -> None:
+        """Apply what the engine changed in ``rid``'s tables once its chunk was computed: a
+        window page given back (WIN-4, from the chunk's end), or an index now read from another
+        page, which must hold the same KV for every position the request will read (TREE-2)."""
+        groups = self.engine.groups
+        if len(got.changes) != len(groups):
+            raise fail("WIN-3", f"{rid}: computed reports changes for {len(got.changes)} groups "
+                                f"of {len(groups)}")
+        for i, g in enumerate(groups):
+            table = r.tables[i]
+            for j, page in got.changes[i]:
+                if g.kind == "mamba" or not 0 <= j < len(table):
+                    raise fail("WIN-3", f"{rid}: computed changed index {j} of its {g.kind} "
+                                        f"table, which has {len(table)} pages")
+                if page is None:
+                    if g.kind != "window":
+                        raise fail("WIN-4", f"{rid}: gave back a page of its {g.kind} group")
+                    if self.judge and table[j] is not None:
+                        self.oracle.check_released(rid, table, [table[j]], r.computed, g.window)
+                    table[j] = None
+                    continue
+                table[j] = page
+                if self.judge:
+                    lo, hi = j * self.p, min((j + 1) * self.p, r.computed)
+                    if g.kind == "window":
+                        lo = max(lo, r.computed - g.window + 1)
+                    self.oracle.pages_hold(f"{rid} now reads index {j} of its {g.kind} table "
+                                           f"from page {page}", g.pool, table, r.ns, r.tokens,
+                                           range(lo, hi), "TREE-2" if g.kind == "full"
+                                           else "WIN-4")
 
     # ----------------------------------------------------------------- rest
     def drain(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.reference.hybrid_cache import HybridCache
+from kvconf.reference.hybrid_types import Settled
 
 
 class KeepsWindowPages(HybridCache):
@@ -60,4 +61,52 @@ class StatesPerPage(HybridCache):
         return type(got)(got.pages, got.released, got.state_source, got.state_slot, ())
 
 
-HYBRID_VARIANTS: tuple[type, ...] = (KeepsWindowPages, StatesPerPage)
+class ReleasesBeforePublish(HybridCache):
+    """WIN-4, between plans: a chunk's pages are published once the runtime has computed it
+    (``computed``, as a scheduler processes a step's results), and window pages of the request
+    wholly before the next row's first read (e - W + 1) that are not yet the cache's are given
+    back first, so they are never published, as SGLang's ``checkpoint_into_tree`` frees a
+    request's window slots behind the window before it inserts the row. A request's last chunk
+    then leaves fewer window pages cached than the reference does."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._holding: str | None = None
+        self._pending: dict[str, tuple[tuple[int, int], ...]] = {}
+
+    def extend(self, rid, upto):
+        self._holding = rid
+        try:
+            return super().extend(rid, upto)
+        finally:
+            self._holding = None
+
+    def _publish(self, r, checkpoints) -> None:
+        if self._holding is not None:
+            self._pending[self._holding] = checkpoints  # published once computed
+            return
+        super()._publish(r, checkpoints)
+
+    def computed(self, rid) -> Settled | None:
+        r = self._req(rid)
+        checkpoints = self._pending.pop(rid, None)
+        if checkpoints is None:
+            return None
+        gave: list[tuple[int, int | None]] = []
+        if self.window:
+            table = r.tables[self._index("window")]
+            first = max(0, r.computed - self.window + 1) // self.p
+            for j in range(min(first, len(table))):
+                page = table[j]
+                if page is None or self.kv.key[page] is not None:
+                    continue  # a hole, or a page the cache already holds
+                table[j] = None
+                self.kv.drop(page)
+                gave.append((j, None))
+        super()._publish(r, checkpoints)
+        if not gave:
+            return None
+        return Settled(tuple(tuple(gave) if g.kind == "window" else () for g in self.groups))
+
+
+HYBRID_VARIANTS: tuple[type, ...] = (KeepsWindowPages, StatesPerPage, ReleasesBeforePublish)
