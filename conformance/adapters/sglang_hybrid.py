@@ -92,6 +92,11 @@ class SGLangHybridAdapter:
     name = "sglang-hybrid"
     features = frozenset({Feature.HYBRID, Feature.SLIDING_WINDOW, Feature.MAMBA,
                           Feature.MATCH_LEAVES_LAST, Feature.MAMBA_ALIGNED_CHUNKS})
+    lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
+        Feature.CACHE: "SGLang's prefix caches at the cache level are judged as the engines "
+                       "sglang-radix, sglang-unified and sglang-hicache",
+        Feature.SCHEDULER: "SGLang's scheduler is not driven by the kit; only its radix cache",
+    }
 
     def __init__(self, config: HybridConfig) -> None:
         import torch
