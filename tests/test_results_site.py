@@ -365,3 +365,18 @@ def test_a_fuzz_case_with_several_findings_links_each_to_its_own_write_up(tmp_pa
     assert "(../../../tokenspeed.md#ts-d381-1)" in second
     matrix = (src / "results.md").read_text()
     assert "href='../tokenspeed/#ts-e-2'" in matrix  # the case's first finding
+
+
+def test_a_not_supported_cell_says_why(tmp_path: Path):
+    """A cell no case could judge carries, in its tooltip, the reason its first case gives:
+    the engine's own ``lacks`` where it declares one."""
+    reason = "engine lacks host_tier; host_tier: offloading is a connector, not the cache"
+    run = _report(engine="lacking", version="1")
+    run.results = [CaseResult(case="writeback-demote-loadback", status=Status.NOT_SUPPORTED,
+                              behaviours=["HOST-1"], message=reason, duration_s=0.0)]
+    path = tmp_path / "lacking" / "report.json"
+    path.parent.mkdir()
+    path.write_text(run.model_dump_json())
+    (tmp_path / "site").mkdir()
+    page = (_site(tmp_path / "site", [path]) / "results.md").read_text()
+    assert f"<td class='NOT_SUPPORTED' title='writeback-demote-loadback: {reason} | " in page

@@ -158,6 +158,9 @@ def matrix_html(res: Results, reg: Registry, page: str) -> str:
                     text += (f"<a class='why' href='{href(page, w.page, w.anchor)}' "
                              f"title='{escape(w.title, quote=True)}'>§</a>")
                 cases = f"{bad.case}: {bad.message[:200]} | {cases}"
+            elif st in UNJUDGED and cell.cases:  # why it was not judged (the engine's lacks)
+                first = cell.cases[0]
+                cases = f"{first.case}: {first.message[:200]} | {cases}"
             tds.append(f"<td class='{st.value}' title='{escape(cases, quote=True)}'>"
                        f"{text}</td>")
         return "<tr>" + "".join(tds) + "</tr>"
