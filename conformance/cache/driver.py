@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvconf.conformance.cache.ledger import Ledger, LockRecord
+from kvconf.conformance.cache.tape import REJECTED, Tape
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
@@ -114,6 +115,9 @@ class CacheDriver:
             isinstance(o, CounterOracle) for o in self.oracles)
         self.rest = next((o for o in self.oracles if isinstance(o, RestOracle)), None)
         self.log: list[dict[str, Any]] = []
+        # The engine calls of the steps, with their answers, for DET-1's replay
+        # (``kvconf.conformance.cache.tape``); None: not recorded.
+        self.tape: Tape | None = None
         self._last = None
         self._clean = False  # no call that may change the engine since ``_last`` was taken
         self._snap = self._snapshot()
@@ -146,7 +150,7 @@ class CacheDriver:
         if call != "counters":
             self._clean = False
         try:
-            return _check_return(call, fn(*args), self.ctx.index)
+            out = _check_return(call, fn(*args), self.ctx.index)
         except EngineRejected as e:
             if legal:
                 raise Violation(_FAULTS, ("FAULT-2",), f"{call} rejected a legal call: {e}") from e
@@ -155,6 +159,9 @@ class CacheDriver:
             raise
         except Exception as e:
             raise _crash(call, e) from e
+        if self.tape is not None and call != "counters":
+            self.tape.append((self.ctx.index, call, args, out))
+        return out
 
     def _notify(self, hook: str, *args) -> None:
         for fn in self.hooks[hook]:
@@ -251,7 +258,9 @@ class CacheDriver:
             self.ctx.after = self._snap
             self.ctx.counters = self._counters()
             self._notify("after_step")
-            out["events"] = [_event_row(e) for e in events]
+            out["events"] = rows = event_rows(events)
+            if self.tape is not None and self.events_on:
+                self.tape.append((index, "drain_events", (), rows))
             if step.expect is not None and self.expect:
                 _check_expect(step, out, self.behaviours, self._match_cap(step),
                               Feature.PAGE_EVICTION in self.engine.features)
@@ -374,6 +383,8 @@ class CacheDriver:
         try:
             self._call("unlock", self.engine.unlock, rec.handle, legal=False)
         except EngineRejected as e:
+            if self.tape is not None:
+                self.tape.append((self.ctx.index, "unlock", (rec.handle,), REJECTED))
             self._notify("on_unchanged_call", "unlock", e.code, before, self._snapshot())
             return {"op": "unlock", "rejected": True}
         raise Violation(
@@ -445,6 +456,11 @@ class CacheDriver:
 
 def _event_row(e: KVEvent) -> list[Any]:
     return [e.kind.value, [f"{h:016x}" for h in e.block_hashes]]
+
+
+def event_rows(events: list[KVEvent]) -> list[list[Any]]:
+    """The log's rows of the events a step drained."""
+    return [_event_row(e) for e in events]
 
 
 def _check_expect(step: Step, out: dict[str, Any], behaviours: tuple[str, ...],
