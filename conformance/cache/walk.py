@@ -127,7 +127,7 @@ class CacheWalk:
         calls = self.driver.tape[:] if self.driver.tape is not None else []
         self.driver.drain()
         if determinism:
-            flight.begin(self.trace.model_copy(update={"steps": []}))
+            flight.begin(self.trace)  # a cache-level trace is announced without its steps
             tape.replay(self.factory(self.config), calls, self.trace.steps, event_rows)
 
     def _ready_now(self) -> dict[str, bool]:
