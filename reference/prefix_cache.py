@@ -31,6 +31,9 @@ from kvconf.reference.snapshot import (
 from kvconf.reference.tiers import Tier, as_tier
 
 _TOP_BYTE = 7 if sys.byteorder == "little" else 0  # where an array("Q") word keeps its top byte
+# Each tier's counter names (POOL-6), spelled once.
+_COUNTERS = {tier: tuple(f"{kind}_{tier.value}" for kind in ("available", "cached", "evictable"))
+             for tier in Tier}
 
 
 @dataclass(slots=True, frozen=True)
@@ -137,9 +140,10 @@ class PrefixCache:
         """The cache's own counts, kept incrementally, never by a scan (POOL-6)."""
         out: dict[str, int] = {}
         for tier, pool in self.pools.items():
-            out[f"available_{tier.value}"] = pool.free_count
-            out[f"cached_{tier.value}"] = pool.cached_count
-            out[f"evictable_{tier.value}"] = self.evictable(tier)
+            available, cached, evictable = _COUNTERS[tier]
+            out[available] = pool.free_count
+            out[cached] = pool.cached_count
+            out[evictable] = self.evictable(tier)
         return out
 
     def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
@@ -759,7 +763,7 @@ class PrefixCache:
         views: dict[int, tuple[tuple, NodeView]] = {}
         last_views = self._views
         for n, start in self._ordered():
-            seen = (start, _FIELDS(n), tuple(n.keys))
+            seen = (start, _FIELDS(n), tuple(n.keys) if n.keys else ())
             old = last_views.get(n.id)
             if old is not None and old[0] == seen:
                 views[n.id] = old

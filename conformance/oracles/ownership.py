@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Ctx, Oracle
-from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.oracles.tree_view import TreeView, same_fields
 from kvconf.reference.tiers import Tier
 
 DEVICE, HOST = Tier.DEVICE, Tier.HOST
@@ -34,8 +34,8 @@ class OwnershipOracle(Oracle):
         last = self.passed
         # The pages' owners as they were at the last step that held: only the pins can be
         # wrong (a lock taken or released changes nothing else that ``judge`` reads).
-        if (self.incremental and last is not None and _unchanged(seen[0], last[0])
-                and (seen[1] == last[1] or _pins_hold(snap, ctx))):
+        if (self.incremental and last is not None and _same_owners(seen[0], last[0])
+                and (_same_pins(seen[1], last[1]) or _pins_hold(snap, ctx))):
             self.passed = seen
             return
         if not _holds(snap, ctx, self.pools if self.incremental else None):
@@ -176,11 +176,10 @@ def _inputs(snap, ctx: Ctx) -> tuple[tuple, tuple]:
     """Everything ``judge`` reads, in two parts: what the pages' owners are checked against
     (the snapshot's parts, compared by identity: an engine that reuses an unchanged part says
     so; the nodes' pages and the caller's pages) and what the pins are (the locks, the nodes'
-    reference counts, the caller's live locks)."""
-    return ((snap.pools, snap.transfers, tuple(map(_OWNED, snap.nodes)), snap.page_size,
-             frozenset(ctx.ledger.held)),
-            (snap.locks, tuple(map(_PINS, snap.nodes)),
-             sum(1 for r in ctx.ledger.locks.values() if r.live)))
+    reference counts, the caller's live locks). The nodes are compared field by field
+    (``_OWNED``, ``_PINS``)."""
+    return ((snap.pools, snap.transfers, snap.nodes, snap.page_size, frozenset(ctx.ledger.held)),
+            (snap.locks, snap.nodes, sum(1 for r in ctx.ledger.locks.values() if r.live)))
 
 
 # What ``judge`` reads of a node for its owners, and for its pins (not its access times, which
@@ -189,8 +188,13 @@ _OWNED = attrgetter("id", "parent", "device", "host", "key")
 _PINS = attrgetter("id", "device_ref", "host_ref")
 
 
-def _unchanged(seen: tuple, passed: tuple) -> bool:
-    return seen[0] is passed[0] and seen[1] is passed[1] and seen[2:] == passed[2:]
+def _same_owners(seen: tuple, passed: tuple) -> bool:
+    return (seen[0] is passed[0] and seen[1] is passed[1] and seen[3:] == passed[3:]
+            and same_fields(seen[2], passed[2], _OWNED))
+
+
+def _same_pins(seen: tuple, passed: tuple) -> bool:
+    return seen[0] == passed[0] and seen[2] == passed[2] and same_fields(seen[1], passed[1], _PINS)
 
 
 def _pins_hold(snap, ctx: Ctx) -> bool:
