@@ -118,6 +118,7 @@ class CacheDriver:
         # The engine calls of the steps, with their answers, for DET-1's replay
         # (``kvconf.conformance.cache.tape``); None: not recorded.
         self.tape: Tape | None = None
+        self.lines: list[str] = []  # the steps as the flight recorder got them, while recording
         self._last = None
         self._clean = False  # no call that may change the engine since ``_last`` was taken
         self._snap = self._snapshot()
@@ -246,7 +247,10 @@ class CacheDriver:
 
     def step(self, index: int, step: Step) -> dict[str, Any]:
         if flight.on():  # a worker: the parent holds the trace if the engine kills us here
-            flight.step(step.model_dump_json(exclude_none=True))
+            line = step.model_dump_json(exclude_none=True)
+            flight.step(line)
+            if self.tape is not None:  # DET-1's replay announces the same steps
+                self.lines.append(line)
         self.ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
         try:
             if self.tick_every_step or isinstance(step, TickStep):

@@ -90,19 +90,26 @@ def _legal(call: str, fn: Callable, args: tuple) -> Any:
         raise Violation("faults", ("FAULT-2",), f"{call} raised {type(e).__name__}: {e}") from e
 
 
-def replay(engine, tape: Tape, steps: Sequence[Step],
+def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
            rows: Callable[[list], list] | None = None) -> None:
     """Hand ``engine`` (fresh, of the first play's configuration) the tape's calls in order;
     raise DET-1 at the first answer that differs from the first play's. ``steps``: the trace's
-    steps, announced to the flight recorder as the replay reaches each; ``rows``: how the
-    driver logs drained events."""
+    steps, announced to the flight recorder as the replay reaches each (``lines``: as the first
+    play announced them, where it did); ``rows``: how the driver logs drained events."""
     oracle = DeterminismOracle()
     names = _Names()
     announced = -1
-    for index, call, args, want in tape:
-        while announced < index and flight.on():  # a crash here is the crash of this step
+
+    def announce(upto: int) -> None:
+        nonlocal announced
+        while announced < upto:
             announced += 1
-            flight.step(steps[announced].model_dump_json(exclude_none=True))
+            flight.step(lines[announced] if announced < len(lines)
+                        else steps[announced].model_dump_json(exclude_none=True))
+
+    for index, call, args, want in tape:
+        if flight.on():  # a crash here is the crash of this step
+            announce(index)
         if call == "drain_events":
             got: Any = rows(engine.drain_events()) if rows is not None else []
         else:
@@ -129,6 +136,5 @@ def replay(engine, tape: Tape, steps: Sequence[Step],
                             f"{a} in the first and {b} in the second")
             v.step = index
             raise v
-    while announced < len(steps) - 1 and flight.on():
-        announced += 1
-        flight.step(steps[announced].model_dump_json(exclude_none=True))
+    if flight.on():
+        announce(len(steps) - 1)

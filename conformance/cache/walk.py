@@ -128,7 +128,8 @@ class CacheWalk:
         self.driver.drain()
         if determinism:
             flight.begin(self.trace)  # a cache-level trace is announced without its steps
-            tape.replay(self.factory(self.config), calls, self.trace.steps, event_rows)
+            tape.replay(self.factory(self.config), calls, self.trace.steps, self.driver.lines,
+                        event_rows)
 
     def _ready_now(self) -> dict[str, bool]:
         """Every rule's precondition, read once for this step: what the rule needs already

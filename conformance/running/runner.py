@@ -106,7 +106,7 @@ def play(factory, trace: Trace, *, determinism: bool = True,
     driver.drain()
     if determinism:
         flight.begin(trace)
-        replay_tape(factory(trace.config), calls, trace.steps, event_rows)
+        replay_tape(factory(trace.config), calls, trace.steps, driver.lines, event_rows)
     return driver.log
 
 
