@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvconf.conformance.cache.ledger import Ledger, LockRecord
-from kvconf.conformance.cache.tape import REJECTED, Tape
+from kvconf.conformance.cache.tape import REJECTED, Tape, record
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
@@ -161,7 +161,7 @@ class CacheDriver:
         except Exception as e:
             raise _crash(call, e) from e
         if self.tape is not None and call != "counters":
-            self.tape.append((self.ctx.index, call, args, out))
+            self.tape.append((self.ctx.index, call, *record(call, args, out)))
         return out
 
     def _notify(self, hook: str, *args) -> None:
@@ -264,7 +264,7 @@ class CacheDriver:
             self._notify("after_step")
             out["events"] = rows = event_rows(events)
             if self.tape is not None and self.events_on:
-                self.tape.append((index, "drain_events", (), rows))
+                self.tape.append((index, "drain_events", (), (rows, ())))
             if step.expect is not None and self.expect:
                 _check_expect(step, out, self.behaviours, self._match_cap(step),
                               Feature.PAGE_EVICTION in self.engine.features)
@@ -388,7 +388,7 @@ class CacheDriver:
             self._call("unlock", self.engine.unlock, rec.handle, legal=False)
         except EngineRejected as e:
             if self.tape is not None:
-                self.tape.append((self.ctx.index, "unlock", (rec.handle,), REJECTED))
+                self.tape.append((self.ctx.index, "unlock", (rec.handle,), (REJECTED, ())))
             self._notify("on_unchanged_call", "unlock", e.code, before, self._snapshot())
             return {"op": "unlock", "rejected": True}
         raise Violation(

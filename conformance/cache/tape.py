@@ -27,9 +27,11 @@ from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.trace import Step
 
-# One call: (step index, call, arguments, answer). The call "drain_events" has the event rows
-# as its answer; REJECTED is the answer of a call the engine refused (a second unlock, PIN-3).
-Tape = list[tuple[int, str, tuple, Any]]
+# One call: (step index, call, arguments, answer as ``answer`` reads it). The call
+# "drain_events" has the event rows as its answer; REJECTED is the answer of a call the engine
+# refused (a second unlock, PIN-3). Both are read when the call returns, and the arguments kept
+# as copies: what an engine does later with what it got or gave changes nothing on the tape.
+Tape = list[tuple[int, str, tuple, tuple[Any, tuple[tuple[str, Any], ...]]]]
 REJECTED = "rejected"
 
 # The argument (the first) that is a name the engine handed out, and what kind of name it is.
@@ -37,10 +39,15 @@ HANDED_BACK = {"lock": "node", "unlock": "handle", "start_writeback": "node",
                "start_loadback": "node", "finish_transfer": "op"}
 
 
+def record(call: str, args: tuple, out: Any) -> tuple[tuple, tuple]:
+    """A call's arguments (lists copied) and its answer, as the tape keeps them."""
+    return tuple(list(a) if type(a) is list else a for a in args), answer(call, out)
+
+
 def answer(call: str, out: Any) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     """What DET-1 compares of a call's answer (what the driver's log shows of it), and the
     names in it the engine handed out, by kind."""
-    if out is None or out == REJECTED:
+    if out is None or isinstance(out, str):
         return out, ()
     if call == "match":
         return ((out.device_len, out.host_len, tuple(out.device_pages), tuple(out.host_pages)),
@@ -114,10 +121,11 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
             got: Any = rows(engine.drain_events()) if rows is not None else []
         else:
             kind = HANDED_BACK.get(call)
+            args = tuple(list(a) if type(a) is list else a for a in args)
             if kind is not None:
                 args = (names.get(kind, args[0]), *args[1:])
             fn = getattr(engine, call)
-            if want == REJECTED:
+            if want[0] == REJECTED:
                 try:
                     fn(*args)
                     got = "accepted"
@@ -125,13 +133,15 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                     got = REJECTED
             else:
                 got = _legal(call, fn, args)
-        if type(got) is not type(want):
-            a, b = answer(call, want)[0], got
-        else:
-            (a, first), (b, again) = answer(call, want), answer(call, got)
+        (a, first) = want
+        try:
+            (b, again) = answer(call, got)
+        except Exception:  # not what the first play's answer was: it differs
+            b, again = f"a {type(got).__name__}", ()
+        if a == b:
             for (k, x), (_, y) in zip(first, again, strict=True):
                 names.add(k, x, y)
-        if a != b:
+        else:
             v = oracle.fail("DET-1", f"step {index} differs between two runs: {call} answered "
                             f"{a} in the first and {b} in the second")
             v.step = index
