@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kvconf.reference.errors import CacheError
+from kvconf.reference.snapshot import PoolView
 from kvconf.reference.tiers import Tier
 
 FREE = "free"
@@ -110,3 +111,11 @@ class PagePool:
 
     def free_list(self) -> list[int]:
         return list(self._free)
+
+    def view(self, last: PoolView | None = None) -> PoolView:
+        """The pool as a snapshot shows it: ``last`` itself when that shows it as it is now."""
+        free, owners = tuple(self._free), tuple(self._owner)
+        if last is not None and last.owners == owners and last.free == free \
+                and last.size == self.size:
+            return last
+        return PoolView(self.tier, self.size, free, owners)

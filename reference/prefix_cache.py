@@ -26,12 +26,14 @@ from kvconf.reference.snapshot import (
     L3View,
     LockView,
     NodeView,
-    PoolView,
     TransferView,
 )
 from kvconf.reference.tiers import Tier, as_tier
 
 _TOP_BYTE = 7 if sys.byteorder == "little" else 0  # where an array("Q") word keeps its top byte
+# Each tier's counter names (POOL-6), spelled once.
+_COUNTERS = {tier: tuple(f"{kind}_{tier.value}" for kind in ("available", "cached", "evictable"))
+             for tier in Tier}
 
 
 @dataclass(slots=True, frozen=True)
@@ -108,7 +110,7 @@ class PrefixCache:
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
         self._shape: list[tuple[Node, Node | None, int]] = []  # the tree's shape at _ordered
         self._order: list[tuple[Node, int]] = []
-        self._lock_views: dict[int, tuple[Lock, LockView]] = {}
+        self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -138,9 +140,10 @@ class PrefixCache:
         """The cache's own counts, kept incrementally, never by a scan (POOL-6)."""
         out: dict[str, int] = {}
         for tier, pool in self.pools.items():
-            out[f"available_{tier.value}"] = pool.free_count
-            out[f"cached_{tier.value}"] = pool.cached_count
-            out[f"evictable_{tier.value}"] = self.evictable(tier)
+            available, cached, evictable = _COUNTERS[tier]
+            out[available] = pool.free_count
+            out[cached] = pool.cached_count
+            out[evictable] = self.evictable(tier)
         return out
 
     def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
@@ -729,11 +732,38 @@ class PrefixCache:
         the last one: a snapshot equal to the last one is the last one. Its cost follows what
         changed, plus one short comparison per node and per part, and an oracle that judged
         the last one can tell by identity what it need not judge again."""
+        last = self._last
+        nodes = self._node_views()
+        pools = {t: p.view(last.pools.get(t) if last is not None else None)
+                 for t, p in self.pools.items()}
+        locks = self._lock_views_now()
+        transfers = tuple(
+            TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
+            for t in self._transfers.values()
+        ) if self._transfers else ()
+        roots = {ns: r.id for ns, r in self._roots.items()}
+        l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
+                   for t in self._l3.values()) if self._l3 else ()
+        if last is not None:
+            nodes, pools, roots = (_same(nodes, last.nodes), _same(pools, last.pools),
+                                   _same(roots, last.roots))
+            locks, transfers, l3 = (_same(locks, last.locks), _same(transfers, last.transfers),
+                                    _same(l3, last.l3))
+            if (nodes is last.nodes and pools is last.pools and roots is last.roots
+                    and locks is last.locks and transfers is last.transfers and l3 is last.l3):
+                return last
+        snap = CacheSnapshot(self.page_size, pools, nodes, roots, locks, transfers, l3)
+        self._last = snap
+        return snap
+
+    def _node_views(self) -> tuple[NodeView, ...]:
+        """Every node's view, parents before children; a node whose fields are as they were at
+        the last snapshot keeps the view it had then."""
         nodes: list[NodeView] = []
         views: dict[int, tuple[tuple, NodeView]] = {}
         last_views = self._views
         for n, start in self._ordered():
-            seen = (start, _FIELDS(n), tuple(n.keys))
+            seen = (start, _FIELDS(n), tuple(n.keys) if n.keys else ())
             old = last_views.get(n.id)
             if old is not None and old[0] == seen:
                 views[n.id] = old
@@ -755,33 +785,12 @@ class PrefixCache:
                 host_access=n.host_access,
                 seq=n.seq,
                 pending=n.pending,
-                keys=tuple(k.hex() for k in n.keys),
+                keys=tuple(k.hex() for k in n.keys) if n.keys else (),
             )
             views[n.id] = (seen, view)
             nodes.append(view)
         self._views = views
-        last = self._last
-        pools = {t: PoolView(t, p.size, tuple(p.free_list()), tuple(p.owners()))
-                 for t, p in self.pools.items()}
-        locks = tuple(self._lock_view(h, lk) for h, lk in self._locks.items())
-        transfers = tuple(
-            TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
-            for t in self._transfers.values()
-        )
-        roots = {ns: r.id for ns, r in self._roots.items()}
-        l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
-                   for t in self._l3.values())
-        if last is None:
-            snap = CacheSnapshot(self.page_size, pools, tuple(nodes), roots, locks, transfers,
-                                 l3)
-        else:
-            pools = {t: _same(v, last.pools.get(t)) for t, v in pools.items()}
-            snap = _same(CacheSnapshot(
-                self.page_size, _same(pools, last.pools), _same(tuple(nodes), last.nodes),
-                _same(roots, last.roots), _same(locks, last.locks),
-                _same(transfers, last.transfers), _same(l3, last.l3)), last)
-        self._last = snap
-        return snap
+        return tuple(nodes)
 
     def _ordered(self) -> list[tuple[Node, int]]:
         """Every node with the token offset of its key, parents before children (by depth,
@@ -801,13 +810,16 @@ class PrefixCache:
         self._shape, self._order = shape, order
         return order
 
-    def _lock_view(self, handle: int, lock: Lock) -> LockView:
-        """A lock's view, made once: a lock never changes while it is held."""
-        view = self._lock_views.get(handle)
-        if view is None or view[0] is not lock:
-            view = self._lock_views[handle] = (
-                lock, LockView(handle, lock.node.id, lock.tier, lock.internal))
-        return view[1]
+    def _lock_views_now(self) -> tuple[LockView, ...]:
+        """The locks held, as the last snapshot showed them while they are the same locks (a
+        lock never changes while it is held)."""
+        held = self._locks.items()
+        last = self._held
+        if last is not None and last[0] == held:
+            return last[1]
+        views = tuple(LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in held)
+        self._held = (held, views)
+        return views
 
 
 # What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).

@@ -2,6 +2,12 @@
 
 The pools report their own owner maps and the tree reports its own page lists, independently, so
 an oracle can cross-check them; a snapshot built from one map would agree with itself by design.
+
+Nothing changes a view once made: a snapshot keeps the views of what did not change, and the
+oracles tell by identity what they need not judge again. The views made at every step (a node's,
+a pool's, the snapshot itself) are not frozen all the same, as ``reference.plan``'s ``ForwardRow``
+is not: a frozen slotted dataclass pays one ``object.__setattr__`` per field when made, several
+times the cost of a plain one. They hash by value like the rest.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from dataclasses import dataclass
 from kvconf.reference.tiers import Tier
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class NodeView:
     """One node of the tree: its key, its pages on each tier, its block hashes, its lock counts."""
 
@@ -41,7 +47,7 @@ class NodeView:
         return self.device_access if tier is Tier.DEVICE else self.host_access
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class PoolView:
     """One tier's pool: its size, its free list, and every page's owner (POOL-1)."""
 
@@ -82,7 +88,7 @@ class L3View:
     pages: tuple[int, ...]  # host pages
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class CacheSnapshot:
     """A white-box view of a cache: pools with each page's owner, the tree, locks and the
     transfers in flight; the oracles that check ownership (POOL-1, PIN-1) read it."""

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvconf.conformance.cache.ledger import Ledger, LockRecord
+from kvconf.conformance.cache.tape import REJECTED, Tape, record
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
@@ -102,6 +103,10 @@ class CacheDriver:
             isinstance(o, CounterOracle) for o in self.oracles)
         self.rest = next((o for o in self.oracles if isinstance(o, RestOracle)), None)
         self.log: list[dict[str, Any]] = []
+        # The engine calls of the steps, with their answers, for DET-1's replay
+        # (``kvconf.conformance.cache.tape``); None: not recorded.
+        self.tape: Tape | None = None
+        self.lines: list[str] = []  # the steps as the flight recorder got them, while recording
         self._last = None
         self._clean = False  # no call that may change the engine since ``_last`` was taken
         self._snap = self._snapshot()
@@ -134,7 +139,7 @@ class CacheDriver:
         if call != "counters":
             self._clean = False
         try:
-            return _check_return(call, fn(*args), self.ctx.index)
+            out = _check_return(call, fn(*args), self.ctx.index)
         except EngineRejected as e:
             if legal:
                 raise rejected(call, e) from e
@@ -143,6 +148,9 @@ class CacheDriver:
             raise
         except Exception as e:
             raise raised(call, e) from e
+        if self.tape is not None and call != "counters":
+            self.tape.append((self.ctx.index, call, *record(call, args, out)))
+        return out
 
     def _notify(self, hook: str, *args) -> None:
         for fn in self.hooks[hook]:
@@ -227,7 +235,10 @@ class CacheDriver:
 
     def step(self, index: int, step: Step) -> dict[str, Any]:
         if flight.on():  # a worker: the parent holds the trace if the engine kills us here
-            flight.step(step.model_dump_json(exclude_none=True))
+            line = step.model_dump_json(exclude_none=True)
+            flight.step(line)
+            if self.tape is not None:  # DET-1's replay announces the same steps
+                self.lines.append(line)
         self.ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
         try:
             if self.tick_every_step or isinstance(step, TickStep):
@@ -239,7 +250,9 @@ class CacheDriver:
             self.ctx.after = self._snap
             self.ctx.counters = self._counters()
             self._notify("after_step")
-            out["events"] = [_event_row(e) for e in events]
+            out["events"] = rows = event_rows(events)
+            if self.tape is not None and self.events_on:
+                self.tape.append((index, "drain_events", (), (rows, ())))
             if step.expect is not None and self.expect:
                 _check_expect(step, out, self.behaviours, self._match_cap(step),
                               Feature.PAGE_EVICTION in self.engine.features)
@@ -362,6 +375,8 @@ class CacheDriver:
         try:
             self._call("unlock", self.engine.unlock, rec.handle, legal=False)
         except EngineRejected as e:
+            if self.tape is not None:
+                self.tape.append((self.ctx.index, "unlock", (rec.handle,), (REJECTED, ())))
             self._notify("on_unchanged_call", "unlock", e.code, before, self._snapshot())
             return {"op": "unlock", "rejected": True}
         raise Violation(
@@ -433,6 +448,11 @@ class CacheDriver:
 
 def _event_row(e: KVEvent) -> list[Any]:
     return [e.kind.value, [f"{h:016x}" for h in e.block_hashes]]
+
+
+def event_rows(events: list[KVEvent]) -> list[list[Any]]:
+    """The log's rows of the events a step drained."""
+    return [_event_row(e) for e in events]
 
 
 def _check_expect(step: Step, out: dict[str, Any], behaviours: tuple[str, ...],

@@ -134,10 +134,11 @@ class CounterOracle(Oracle):
         led = ctx.ledger
         shown = self._shown(ctx.after) if ctx.after is not None else None
         counters = ctx.counters
-        reported = (tuple((k, type(v), v) for k, v in counters.items())
+        reported = ((tuple(counters.items()), tuple(map(type, counters.values())))
                     if type(counters) is dict else None)  # by type too: True is not a count
         seen = (reported, shown, len(led.held),
-                tuple((op.kind, len(op.pairs)) for op in led.transfers.values()))
+                tuple((op.kind, len(op.pairs)) for op in led.transfers.values())
+                if led.transfers else ())
         if self.incremental and reported is not None and seen == self.passed:
             return  # the same counts against the same state as at a step where they held
         self._judge(ctx, shown)
@@ -211,6 +212,8 @@ class TransferOracle(Oracle):
         snap = ctx.after
         if snap is None:
             return
+        if not (snap.transfers or snap.l3 or ctx.ledger.transfers or ctx.ledger.stranded):
+            return  # no copy in flight on either side
         where = f"after step {ctx.index} ({ctx.op})"
         mine = {op.op_id: ref for ref, op in ctx.ledger.transfers.items()}
         mine.update((op_id, "a failed copy never acknowledged (HOST-9)")

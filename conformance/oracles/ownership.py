@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Ctx, Oracle
-from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.oracles.tree_view import TreeView, same_fields
 from kvconf.reference.tiers import Tier
 
 DEVICE, HOST = Tier.DEVICE, Tier.HOST
@@ -31,8 +31,13 @@ class OwnershipOracle(Oracle):
         if snap is None:
             return
         seen = _inputs(snap, ctx)
-        if self.incremental and self.passed is not None and _unchanged(seen, self.passed):
-            return  # the very inputs that held at the last step: the same verdict
+        last = self.passed
+        # The pages' owners as they were at the last step that held: only the pins can be
+        # wrong (a lock taken or released changes nothing else that ``judge`` reads).
+        if (self.incremental and last is not None and _same_owners(seen[0], last[0])
+                and (_same_pins(seen[1], last[1]) or _pins_hold(snap, ctx))):
+            self.passed = seen
+            return
         if not _holds(snap, ctx, self.pools if self.incremental else None):
             self.pools.clear()
             self.judge(ctx, snap)  # names the first rule broken, as it always did
@@ -167,21 +172,43 @@ class OwnershipOracle(Oracle):
             )
 
 
-def _inputs(snap, ctx: Ctx) -> tuple:
-    """Everything ``judge`` reads: the snapshot's parts (compared by identity: an engine that
-    reuses an unchanged part says so), the caller's pages and its live locks."""
-    return (snap.pools, snap.transfers, snap.locks, tuple(map(_OWNED, snap.nodes)),
-            snap.page_size, frozenset(ctx.ledger.held),
-            sum(1 for r in ctx.ledger.locks.values() if r.live))
+def _inputs(snap, ctx: Ctx) -> tuple[tuple, tuple]:
+    """Everything ``judge`` reads, in two parts: what the pages' owners are checked against
+    (the snapshot's parts, compared by identity: an engine that reuses an unchanged part says
+    so; the nodes' pages and the caller's pages) and what the pins are (the locks, the nodes'
+    reference counts, the caller's live locks). The nodes are compared field by field
+    (``_OWNED``, ``_PINS``)."""
+    return ((snap.pools, snap.transfers, snap.nodes, snap.page_size, frozenset(ctx.ledger.held)),
+            (snap.locks, snap.nodes, sum(1 for r in ctx.ledger.locks.values() if r.live)))
 
 
-# What ``judge`` reads of a node (not its access times, which a match changes).
-_OWNED = attrgetter("id", "parent", "device", "host", "device_ref", "host_ref", "key")
+# What ``judge`` reads of a node for its owners, and for its pins (not its access times, which
+# a match changes).
+_OWNED = attrgetter("id", "parent", "device", "host", "key")
+_PINS = attrgetter("id", "device_ref", "host_ref")
 
 
-def _unchanged(seen: tuple, passed: tuple) -> bool:
-    return all(a is b for a, b in zip(seen[:3], passed[:3], strict=True)) \
-        and seen[3:] == passed[3:]
+def _same_owners(seen: tuple, passed: tuple) -> bool:
+    return (seen[0] is passed[0] and seen[1] is passed[1] and seen[3:] == passed[3:]
+            and same_fields(seen[2], passed[2], _OWNED))
+
+
+def _same_pins(seen: tuple, passed: tuple) -> bool:
+    return seen[0] == passed[0] and seen[2] == passed[2] and same_fields(seen[1], passed[1], _PINS)
+
+
+def _pins_hold(snap, ctx: Ctx) -> bool:
+    """Whether the pin checks of ``OwnershipOracle.judge`` hold (PIN-1): each node's counts
+    are the locks held on it or below, and the engine lists the caller's locks."""
+    counts = TreeView(snap).subtree_locks()
+    by_node = Feature.LOCK_HANDLES not in ctx.engine.features
+    for n in snap.nodes:
+        if by_node and n.parent is None:
+            continue
+        if (n.device_ref != counts.get((n.id, DEVICE), 0)
+                or n.host_ref != counts.get((n.id, HOST), 0)):
+            return False
+    return sum(1 for lk in snap.locks if not lk.internal) == len(ctx.ledger.live_locks())
 
 
 def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
@@ -259,12 +286,4 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
                 return False
         if memo is not None:
             memo[tier] = (pool, seen)
-    counts = view.subtree_locks()
-    by_node = Feature.LOCK_HANDLES not in ctx.engine.features
-    for n in snap.nodes:
-        if by_node and n.parent is None:
-            continue
-        if (n.device_ref != counts.get((n.id, DEVICE), 0)
-                or n.host_ref != counts.get((n.id, HOST), 0)):
-            return False
-    return sum(1 for lk in snap.locks if not lk.internal) == len(ctx.ledger.live_locks())
+    return _pins_hold(snap, ctx)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvconf.reference.snapshot import CacheSnapshot, NodeView
@@ -19,6 +19,18 @@ class Block:
     hash: int | None
     device_ref: int
     host_ref: int
+
+
+def same_fields(now: tuple[NodeView, ...], then: tuple[NodeView, ...] | None,
+                fields: Callable[[NodeView], object]) -> bool:
+    """Whether two snapshots' node lists show the same ``fields`` of each node, in order. A
+    view that is the very object of the other list's (a snapshot keeps the view of a node that
+    did not change, and views are immutable) is not read again."""
+    if now is then:
+        return True
+    if then is None or len(now) != len(then):
+        return False
+    return all(a is b or fields(a) == fields(b) for a, b in zip(now, then, strict=True))
 
 
 class TreeView:

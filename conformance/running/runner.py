@@ -27,9 +27,10 @@ from kvconf.conformance.adapters import (
     hybrid_engine_factory,
     sched_engine_factory,
 )
-from kvconf.conformance.cache.driver import CacheDriver
+from kvconf.conformance.cache.driver import CacheDriver, event_rows
 from kvconf.conformance.cache.generator import TraceHolder, fuzz_walks
 from kvconf.conformance.cache.scenarios import SCENARIOS
+from kvconf.conformance.cache.tape import replay as replay_tape
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.hybrid import HybridConfig
@@ -42,7 +43,6 @@ from kvconf.conformance.oracles import (
     Oracle,
     Violation,
 )
-from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.reporting.report import (
     CaseResult,
     Coverage,
@@ -93,20 +93,20 @@ FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} |
 def play(factory, trace: Trace, *, determinism: bool = True,
          memory: MemoryFactory = shadow_memory,
          oracles: Sequence[type[Oracle]] = STEP_ORACLES) -> list[dict]:
-    """Play ``trace`` on a fresh engine with the oracles, bring it to rest, then replay it.
+    """Play ``trace`` on a fresh engine with the oracles, bring it to rest, then hand a fresh
+    engine the same calls (DET-1).
     With the memory oracles alone, the trace's expected results are not checked either."""
     flight.begin(trace)
     driver = CacheDriver(factory(trace.config), trace.config, oracles, behaviours=trace.behaviours,
                          clock=trace.clock, memory=memory,
                          expect=tuple(oracles) != MEMORY_ORACLES)
+    driver.tape = []  # the engine's calls, for DET-1's replay (conformance/cache/tape.py)
     driver.run(trace)
+    calls = driver.tape[:]
     driver.drain()
     if determinism:
         flight.begin(trace)
-        again = CacheDriver(factory(trace.config), trace.config, oracles=(), clock=trace.clock,
-                            memory=memory)
-        again.run(trace)
-        DeterminismOracle().compare(driver.log, again.log)
+        replay_tape(factory(trace.config), calls, trace.steps, driver.lines, event_rows)
     return driver.log
 
 
