@@ -175,7 +175,7 @@ class CounterOracle(Oracle):
         out = self.names(counts, SCHED_COUNTERS, where)
         cache = getattr(snap, "cache", None)
         if isinstance(cache, CacheSnapshot):
-            want = snapshot_counts(cache)
+            want = dict(self._shown(cache))
             free = getattr(snap, "free_slots", None)
             if free is not None:
                 want["free_slots"] = len(free)

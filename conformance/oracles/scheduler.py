@@ -286,7 +286,7 @@ class RequestStateOracle(Oracle):
             for pg in pages:
                 if 0 <= pg < len(owners) and owners[pg] == "caller" and pg not in claimed:
                     claimed[pg] = rid
-        caller = sum(1 for o in owners if o == "caller")
+        caller = owners.count("caller")
         if caller != len(claimed):
             raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
                             f"requests hold {len(claimed)}")

@@ -69,6 +69,22 @@ REST_RID = "kvconf-at-rest"  # the request the runtime submits once the workload
 REST_TOKEN = 7919  # its prompt's token: one no workload's prompt or sampled token shares
 
 
+# The runtime events a probe may try for a request, in the order they are tried.
+_PROBED = (Event.EXTEND_RESULT, Event.FINISH, Event.ABORT)
+
+
+def _allowed(v: Any, kind: Event) -> bool:
+    """Whether ``kind`` is legal for the request ``v`` shows (REQ-2): in the table, and an
+    ExtendResult only while its token is due, a Finish only when none is."""
+    if (v.state, kind) not in TRANSITIONS:
+        return False
+    if kind is Event.EXTEND_RESULT:
+        return v.awaiting
+    if kind is Event.FINISH:
+        return not v.awaiting
+    return True
+
+
 def sample(seed: int, rid: str, position: int) -> int:
     """The runtime's token: a function of the request and position, not of the plan order."""
     h = hashlib.blake2b(f"{seed}:{rid}:{position}".encode(), digest_size=4).digest()
@@ -857,9 +873,9 @@ class SchedulerDriver:
                 self.live[op.rid].copying.discard(op.op_id)
         return out
 
-    def _probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
-        """Illegal events to try: black-box ones always; with a snapshot, for every request one
-        runtime event its state does not allow (so each illegal pair gets tried)."""
+    def _fixed_probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
+        """The illegal events tried whatever the states: black-box ones, and an ExtendResult
+        for a request with no token due."""
         out: list[tuple[str, list, tuple[str, str] | None]] = [
             (UNKNOWN + "an acknowledgement of an unknown writeback",
              [WritebackDone(10**9 + step, True)], None),
@@ -875,26 +891,28 @@ class SchedulerDriver:
             r = idle[step % len(idle)]
             out.append((f"an ExtendResult for {r.rid}, which has no token due",
                         [ExtendResult(r.rid, 0)], None))
-        if self.snap is not None:
-            for v in self.snap.requests:
-                for kind, ev in ((Event.EXTEND_RESULT, ExtendResult(v.rid, 0)),
-                                 (Event.FINISH, Finish(v.rid)), (Event.ABORT, Abort(v.rid))):
-                    ok = (v.state, kind) in TRANSITIONS
-                    if kind is Event.EXTEND_RESULT:
-                        ok = ok and v.awaiting
-                    if kind is Event.FINISH:
-                        ok = ok and not v.awaiting
-                    if not ok:
-                        out.append((f"{kind} for {v.rid} in {v.state}", [ev],
-                                    (v.state.value, kind.value)))
         return out
+
+    def _chosen_probe(self, step: int) -> tuple[str, list, tuple[str, str] | None]:
+        """The illegal event to try after this call, in turn over the fixed ones and, with a
+        snapshot, every (request, runtime event) its state does not allow (so each illegal
+        pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
+        fixed = self._fixed_probes(step)
+        pairs = [] if self.snap is None else [
+            (v, kind) for v in self.snap.requests for kind in _PROBED if not _allowed(v, kind)]
+        k = step % (len(fixed) + len(pairs))
+        if k < len(fixed):
+            return fixed[k]
+        v, kind = pairs[k - len(fixed)]
+        ev = (ExtendResult(v.rid, 0) if kind is Event.EXTEND_RESULT else Finish(v.rid)
+              if kind is Event.FINISH else Abort(v.rid))
+        return f"{kind} for {v.rid} in {v.state}", [ev], (v.state.value, kind.value)
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
         if self.memory_only or self.probes == "none" or self.resting:
             return
-        probes = self._probes(step)
-        what, events, pair = probes[step % len(probes)]
+        what, events, pair = self._chosen_probe(step)
         unknown = what.startswith(UNKNOWN)
         what = what.removeprefix(UNKNOWN)
         may_ignore = unknown and Feature.IGNORES_UNKNOWN_EVENTS in self.engine.features
