@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -73,16 +73,13 @@ REST_TOKEN = 7919  # its prompt's token: one no workload's prompt or sampled tok
 _PROBED = (Event.EXTEND_RESULT, Event.FINISH, Event.ABORT)
 
 
-def _allowed(v: Any, kind: Event) -> bool:
-    """Whether ``kind`` is legal for the request ``v`` shows (REQ-2): in the table, and an
-    ExtendResult only while its token is due, a Finish only when none is."""
-    if (v.state, kind) not in TRANSITIONS:
-        return False
-    if kind is Event.EXTEND_RESULT:
-        return v.awaiting
-    if kind is Event.FINISH:
-        return not v.awaiting
-    return True
+@cache
+def _illegal(state: State, awaiting: bool) -> tuple[Event, ...]:
+    """The runtime events of ``_PROBED`` a request in ``state`` may not receive (REQ-2): those
+    not in the table, an ExtendResult while no token is due, a Finish while one is."""
+    return tuple(kind for kind in _PROBED if (state, kind) not in TRANSITIONS
+                 or (kind is Event.EXTEND_RESULT and not awaiting)
+                 or (kind is Event.FINISH and awaiting))
 
 
 def sample(seed: int, rid: str, position: int) -> int:
@@ -898,12 +895,17 @@ class SchedulerDriver:
         snapshot, every (request, runtime event) its state does not allow (so each illegal
         pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
         fixed = self._fixed_probes(step)
-        pairs = [] if self.snap is None else [
-            (v, kind) for v in self.snap.requests for kind in _PROBED if not _allowed(v, kind)]
-        k = step % (len(fixed) + len(pairs))
+        views = () if self.snap is None else self.snap.requests
+        kinds = [_illegal(v.state, bool(v.awaiting)) for v in views]
+        k = step % (len(fixed) + sum(map(len, kinds)))
         if k < len(fixed):
             return fixed[k]
-        v, kind = pairs[k - len(fixed)]
+        k -= len(fixed)
+        i = 0
+        while k >= len(kinds[i]):  # the k-th (request, event) pair
+            k -= len(kinds[i])
+            i += 1
+        v, kind = views[i], kinds[i][k]
         ev = (ExtendResult(v.rid, 0) if kind is Event.EXTEND_RESULT else Finish(v.rid)
               if kind is Event.FINISH else Abort(v.rid))
         return f"{kind} for {v.rid} in {v.state}", [ev], (v.state.value, kind.value)
