@@ -295,6 +295,8 @@ class RequestStateOracle(Oracle):
     def _own_namespace(self, v, tree: TreeView, owners, locked: dict[int, int]) -> None:
         """NS-3: the pages a request shares and the node it pins are in its own namespace's
         tree, whichever step (admission, publish, recovery) put them there."""
+        if not v.shared and v.lock is None:
+            return  # it holds nothing of the tree
         held = [(f"shared page {pg}", int(owners[pg].split(":", 1)[1]))
                 for pg in v.pages[: v.shared]]
         if v.lock is not None and v.lock in locked:
