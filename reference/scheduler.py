@@ -196,6 +196,8 @@ class Scheduler:
         self._backups: list[L3Op] = []  # backups of acknowledged writebacks, for the next plan
         self.requests: dict[str, Request] = {}
         self._arrivals = 0
+        # The last snapshot's view of each request, with the fields it was made from.
+        self._views: dict[str, tuple[tuple, RequestView]] = {}
         self._slots = list(range(c.max_slots - 1, -1, -1))
         self._ops: dict[int, str] = {}  # writeback op id -> request id
         self.step = 0
@@ -752,15 +754,21 @@ class Scheduler:
         return {**self.cache.counters(), "free_slots": len(self._slots)}
 
     def snapshot(self) -> SchedulerSnapshot:
-        views = tuple(
-            RequestView(r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed,
-                        tuple(r.pages), r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock,
-                        r.prefetch, r.mamba, r.ckpt, r.mfailed,
-                        r.mstate[0] if r.mstate is not None else None)
-            for r in sorted(self.requests.values(), key=lambda r: r.arrival)
-        )
-        return SchedulerSnapshot(self.step, views, self.cache.snapshot(),
-                                 tuple(self._slots), tuple(sorted(self._ops.items())),
+        """The white-box view, requests by arrival (the order ``requests`` keeps). A request
+        whose fields are as at the last snapshot keeps the view it had then, so an oracle
+        can tell by identity which requests a call left alone."""
+        last, views = self._views, {}
+        for r in self.requests.values():
+            seen = (r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed, tuple(r.pages),
+                    r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock, r.prefetch, r.mamba,
+                    r.ckpt, r.mfailed, r.mstate[0] if r.mstate is not None else None)
+            old = last.get(r.rid)
+            views[r.rid] = old if old is not None and old[0] == seen else (seen,
+                                                                           RequestView(*seen))
+        self._views = views
+        return SchedulerSnapshot(self.step, tuple(v for _seen, v in views.values()),
+                                 self.cache.snapshot(), tuple(self._slots),
+                                 tuple(sorted(self._ops.items())),
                                  tuple(sorted(self._l3.items())),
                                  self.mamba.view() if self.mamba is not None else None)
 

@@ -176,7 +176,7 @@ class CounterOracle(Oracle):
         out = self.names(counts, SCHED_COUNTERS, where)
         cache = getattr(snap, "cache", None)
         if isinstance(cache, CacheSnapshot):
-            want = snapshot_counts(cache)
+            want = dict(self._shown(cache))
             free = getattr(snap, "free_slots", None)
             if free is not None:
                 want["free_slots"] = len(free)
@@ -198,6 +198,7 @@ class TransferOracle(Oracle):
 
     def __init__(self) -> None:
         self.acked: dict[Any, str] = {}  # op id -> when its acknowledgement was sent
+        self.passed: tuple | None = None  # what the last scheduler-level check that held read
 
     def _gone(self, what: str, op_id: Any, where: str) -> str:
         when = self.acked.get(op_id)
@@ -242,6 +243,25 @@ class TransferOracle(Oracle):
         if not isinstance(cache, CacheSnapshot):
             return
         writes, loads, l3 = held["writeback"], held["loadback"], held["l3"]
+        landing = tuple(landing)
+        # Everything the check reads: the cache's parts and the Mamba pools by identity (an
+        # unchanged part of a snapshot is the last one's object), the scheduler's short lists
+        # of copies and the runtime's record by value. The same as at the last check that
+        # held, it holds again.
+        parts = (cache.transfers, cache.l3, cache.pools, getattr(snap, "mamba", None))
+        record = (getattr(snap, "ops", None), getattr(snap, "l3_ops", None),
+                  tuple(writes.items()), tuple(loads.items()), tuple(l3.items()), landing,
+                  between, len(self.acked))
+        last = self.passed
+        if (self.incremental and last is not None and record == last[1]
+                and all(a is b for a, b in zip(parts, last[0], strict=True))):
+            return
+        self._check_sched(snap, cache, writes, loads, l3, landing, where, between)
+        self.passed = (parts, record)
+
+    def _check_sched(self, snap: Any, cache: CacheSnapshot, writes: Mapping[Any, str],
+                     loads: Mapping[Any, str], l3: Mapping[Any, str], landing: Iterable[Any],
+                     where: str, between: bool) -> None:
         shown: list[tuple[str, str, set[Any], Mapping[Any, str]]] = []
         ops = getattr(snap, "ops", None)
         if ops is not None:

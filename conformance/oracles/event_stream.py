@@ -143,9 +143,9 @@ class StoredBlocks:
         """EVENT-6 against a snapshot of the cache (``CacheSnapshot``): the stored hashes are
         the blocks the tree holds on the device tier; what differs, else None."""
         held = TreeView(cache).device_hashes()
-        stored = set(self.stored)
-        if held == stored:
+        if self.stored.keys() == held:
             return None
+        stored = set(self.stored)
         missing = sorted(held - stored)[:3]
         stale = sorted(stored - held)[:3]
         return (f"stored hashes differ from the device tier: held but never announced "

@@ -286,7 +286,7 @@ class RequestStateOracle(Oracle):
             for pg in pages:
                 if 0 <= pg < len(owners) and owners[pg] == "caller" and pg not in claimed:
                     claimed[pg] = rid
-        caller = sum(1 for o in owners if o == "caller")
+        caller = owners.count("caller")
         if caller != len(claimed):
             raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
                             f"requests hold {len(claimed)}")
@@ -295,6 +295,8 @@ class RequestStateOracle(Oracle):
     def _own_namespace(self, v, tree: TreeView, owners, locked: dict[int, int]) -> None:
         """NS-3: the pages a request shares and the node it pins are in its own namespace's
         tree, whichever step (admission, publish, recovery) put them there."""
+        if not v.shared and v.lock is None:
+            return  # it holds nothing of the tree
         held = [(f"shared page {pg}", int(owners[pg].split(":", 1)[1]))
                 for pg in v.pages[: v.shared]]
         if v.lock is not None and v.lock in locked:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -67,6 +67,19 @@ ALPHABET = 4  # sampled tokens come from a tiny alphabet so generated suffixes c
 UNKNOWN = "unknown:"  # marks a probe whose event names nothing the scheduler holds (REQ-6)
 REST_RID = "kvconf-at-rest"  # the request the runtime submits once the workload is at rest
 REST_TOKEN = 7919  # its prompt's token: one no workload's prompt or sampled token shares
+
+
+# The runtime events a probe may try for a request, in the order they are tried.
+_PROBED = (Event.EXTEND_RESULT, Event.FINISH, Event.ABORT)
+
+
+@cache
+def _illegal(state: State, awaiting: bool) -> tuple[Event, ...]:
+    """The runtime events of ``_PROBED`` a request in ``state`` may not receive (REQ-2): those
+    not in the table, an ExtendResult while no token is due, a Finish while one is."""
+    return tuple(kind for kind in _PROBED if (state, kind) not in TRANSITIONS
+                 or (kind is Event.EXTEND_RESULT and not awaiting)
+                 or (kind is Event.FINISH and awaiting))
 
 
 def sample(seed: int, rid: str, position: int) -> int:
@@ -857,9 +870,9 @@ class SchedulerDriver:
                 self.live[op.rid].copying.discard(op.op_id)
         return out
 
-    def _probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
-        """Illegal events to try: black-box ones always; with a snapshot, for every request one
-        runtime event its state does not allow (so each illegal pair gets tried)."""
+    def _fixed_probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
+        """The illegal events tried whatever the states: black-box ones, and an ExtendResult
+        for a request with no token due."""
         out: list[tuple[str, list, tuple[str, str] | None]] = [
             (UNKNOWN + "an acknowledgement of an unknown writeback",
              [WritebackDone(10**9 + step, True)], None),
@@ -875,26 +888,33 @@ class SchedulerDriver:
             r = idle[step % len(idle)]
             out.append((f"an ExtendResult for {r.rid}, which has no token due",
                         [ExtendResult(r.rid, 0)], None))
-        if self.snap is not None:
-            for v in self.snap.requests:
-                for kind, ev in ((Event.EXTEND_RESULT, ExtendResult(v.rid, 0)),
-                                 (Event.FINISH, Finish(v.rid)), (Event.ABORT, Abort(v.rid))):
-                    ok = (v.state, kind) in TRANSITIONS
-                    if kind is Event.EXTEND_RESULT:
-                        ok = ok and v.awaiting
-                    if kind is Event.FINISH:
-                        ok = ok and not v.awaiting
-                    if not ok:
-                        out.append((f"{kind} for {v.rid} in {v.state}", [ev],
-                                    (v.state.value, kind.value)))
         return out
+
+    def _chosen_probe(self, step: int) -> tuple[str, list, tuple[str, str] | None]:
+        """The illegal event to try after this call, in turn over the fixed ones and, with a
+        snapshot, every (request, runtime event) its state does not allow (so each illegal
+        pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
+        fixed = self._fixed_probes(step)
+        views = () if self.snap is None else self.snap.requests
+        kinds = [_illegal(v.state, bool(v.awaiting)) for v in views]
+        k = step % (len(fixed) + sum(map(len, kinds)))
+        if k < len(fixed):
+            return fixed[k]
+        k -= len(fixed)
+        i = 0
+        while k >= len(kinds[i]):  # the k-th (request, event) pair
+            k -= len(kinds[i])
+            i += 1
+        v, kind = views[i], kinds[i][k]
+        ev = (ExtendResult(v.rid, 0) if kind is Event.EXTEND_RESULT else Finish(v.rid)
+              if kind is Event.FINISH else Abort(v.rid))
+        return f"{kind} for {v.rid} in {v.state}", [ev], (v.state.value, kind.value)
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
         if self.memory_only or self.probes == "none" or self.resting:
             return
-        probes = self._probes(step)
-        what, events, pair = probes[step % len(probes)]
+        what, events, pair = self._chosen_probe(step)
         unknown = what.startswith(UNKNOWN)
         what = what.removeprefix(UNKNOWN)
         may_ignore = unknown and Feature.IGNORES_UNKNOWN_EVENTS in self.engine.features
