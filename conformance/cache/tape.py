@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.oracles.base import Violation
+from kvconf.conformance.faults import call_legal
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.trace import Step
@@ -87,16 +87,6 @@ class _Names:
             return first
 
 
-def _legal(call: str, fn: Callable, args: tuple) -> Any:
-    """A legal call, as the driver makes it: a refusal or an error is FAULT-2."""
-    try:
-        return fn(*args)
-    except EngineRejected as e:
-        raise Violation("faults", ("FAULT-2",), f"{call} rejected a legal call: {e}") from e
-    except Exception as e:
-        raise Violation("faults", ("FAULT-2",), f"{call} raised {type(e).__name__}: {e}") from e
-
-
 def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
            rows: Callable[[list], list] | None = None) -> None:
     """Hand ``engine`` (fresh, of the first play's configuration) the tape's calls in order;
@@ -132,7 +122,7 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                 except EngineRejected:
                     got = REJECTED
             else:
-                got = _legal(call, fn, args)
+                got = call_legal(call, fn, *args)
         (a, first) = want
         try:
             (b, again) = answer(call, got)
