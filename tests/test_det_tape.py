@@ -10,6 +10,7 @@ alike twice are caught both ways.
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import pytest
@@ -27,6 +28,7 @@ from kvconf.reference.scheduler import Scheduler
 
 R = ReferenceSchedulerAdapter
 SCHED_MUTANTS = [m for m in all_mutants() if m.level == "scheduler"]
+LONG_WORKLOADS = {"ci": 12, "default": 100, "nightly": 300}  # per seed, by profile
 
 
 def _workloads(n: int, seed: int) -> list[SchedTrace]:
@@ -90,10 +92,13 @@ def test_every_scheduler_mutant_gets_the_same_verdict_both_ways(mutant) -> None:
 @pytest.mark.parametrize("mutant", [None, *SCHED_MUTANTS],
                          ids=["reference", *(m.name for m in SCHED_MUTANTS)])
 def test_same_verdicts_on_many_workloads(mutant) -> None:
-    """The long version (``-m fuzz``): 300 swarm workloads each, at three seeds."""
+    """The long version (``-m fuzz``): swarm workloads at ``KVCONF_FUZZ_SEEDS`` seeds (default
+    three), as many per seed as ``KVCONF_PROFILE`` says (as the suite reads it: ci 12, default
+    100, nightly 300), so the README's one-seed smoke at ``ci`` stays short."""
     factory = R if mutant is None else mutant.factory()
-    for seed in (1, 2, 3):
-        _compare(factory, _workloads(100, seed))
+    per_seed = LONG_WORKLOADS[os.environ.get("KVCONF_PROFILE", "ci")]
+    for seed in range(1, 1 + int(os.environ.get("KVCONF_FUZZ_SEEDS", "3"))):
+        _compare(factory, _workloads(per_seed, seed))
 
 
 class _Alternating(Scheduler):
