@@ -405,8 +405,12 @@ def run_mutants(
                                           fuzz_only=fuzz_only, jobs=jobs, started=now()))
 
     def save() -> None:
+        from kvconf.conformance.running.signals import hold_signals
+
         if report_path is not None:
-            write_atomic(report_path, matrix.summarize().model_dump_json(indent=2) + "\n")
+            with hold_signals():  # an interrupt inside pydantic's serializer comes out wrapped
+                text = matrix.summarize().model_dump_json(indent=2) + "\n"
+            write_atomic(report_path, text)
 
     def record(res: MutantResult) -> None:
         matrix.mutants = sorted([*matrix.mutants, res], key=lambda r: order[r.id])

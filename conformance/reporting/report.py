@@ -217,8 +217,12 @@ def report_lock(path: str | Path) -> Iterator[None]:
 
 
 def write_report(report: Report, path: str | Path) -> Path:
+    from kvconf.conformance.running.signals import hold_signals
+
     report.summarize()
-    return write_atomic(path, report.model_dump_json(indent=2) + "\n")
+    with hold_signals():  # an interrupt inside pydantic's serializer would come out wrapped
+        text = report.model_dump_json(indent=2) + "\n"
+    return write_atomic(path, text)
 
 
 def load_report(path: str | Path) -> Report:

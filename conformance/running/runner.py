@@ -12,8 +12,7 @@ same. An interrupted run still writes what it found."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,6 +65,7 @@ from kvconf.conformance.running.seeding import (
 )
 from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
 from kvconf.conformance.running.shrink import reset_interrupted, shrink
+from kvconf.conformance.running.signals import hold_signals
 from kvconf.conformance.running.units import (
     Shard,
     Unit,
@@ -704,34 +704,6 @@ class Campaign:
         return sorted({u.case for u in self.units} - set(self.settled), key=self.order.get)
 
 
-@contextmanager
-def hold_signals() -> Iterator[None]:
-    """Let SIGINT and SIGTERM wait while the kit saves what a run found and stops its workers,
-    so a second Ctrl-C cannot leave that half done (a report not marked interrupted, workers
-    left running). A signal held is delivered after the block, unless an exception already
-    leaves it. In a thread other than the main one (no signal handlers there) it holds
-    nothing."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-
-    def hold(signum, frame) -> None:
-        held.append(signum)
-
-    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    if held:
-        signal.raise_signal(held[0])
-
-
 def clear_traces(out_dir: Path, cases: Sequence[Case]) -> None:
     """Remove the saved traces an earlier run left for the cases this run plays, so a stale
     trace beside the report never passes for one of this run's findings."""
@@ -853,7 +825,9 @@ def run_suite(
                             raise KeyboardInterrupt
         else:
             pool.run(todo, campaign, out_dir)
-    except KeyboardInterrupt:
+    except BaseException as stop:
+        if not isinstance(stop, KeyboardInterrupt) and not interrupt_inside(stop):
+            raise
         with hold_signals():  # a second Ctrl-C must not cut the report or leave workers
             if campaign is None:  # stopped while the engine opened: nothing ran
                 report = start_report(engine, config, "", frozenset(), seed_value=seed_value,
@@ -869,7 +843,9 @@ def run_suite(
             report.run_info.not_run = pending
             report.run_info.finished = now()
             campaign.write()
-        raise
+        if isinstance(stop, KeyboardInterrupt):
+            raise
+        raise KeyboardInterrupt from None  # one a library wrapped: an interrupt all the same
     finally:
         if pool is not None:
             with hold_signals():

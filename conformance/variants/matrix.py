@@ -425,8 +425,12 @@ def run_variants(*, seed_value: int, profile: Profile, budget: Budget, report_pa
                            rules=rule_rows(all_variants()))
 
     def save() -> None:
+        from kvconf.conformance.running.signals import hold_signals
+
         if report_path is not None:
-            write_atomic(report_path, matrix.summarize().model_dump_json(indent=2) + "\n")
+            with hold_signals():  # an interrupt inside pydantic's serializer comes out wrapped
+                text = matrix.summarize().model_dump_json(indent=2) + "\n"
+            write_atomic(report_path, text)
 
     order = {v.name: i for i, v in enumerate(variants)}
 
