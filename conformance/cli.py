@@ -231,7 +231,7 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     except KitError as e:
         _die(str(e))
     except KeyboardInterrupt as e:
-        from kvconf.conformance.running.runner import hold_signals
+        from kvconf.conformance.running.signals import hold_signals
 
         by = "SIGTERM" if isinstance(e, _Stopped) else "SIGINT"
         with hold_signals():

@@ -234,7 +234,8 @@ class _Run:
         import signal
 
         from kvconf.conformance.reporting.expectations import compare
-        from kvconf.conformance.running.runner import hold_signals, now
+        from kvconf.conformance.running.runner import now
+        from kvconf.conformance.running.signals import hold_signals
 
         try:
             with hold_signals():  # another Ctrl-C must not cut the report or leave workers

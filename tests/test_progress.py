@@ -319,7 +319,7 @@ def test_an_interrupt_a_library_wrapped_is_still_an_interrupt():
     interrupted unit is never reported as the engine's ERROR."""
     from pydantic import BaseModel, field_serializer
 
-    from kvconf.conformance.running.runner import interrupt_inside
+    from kvconf.conformance.running.signals import interrupt_inside
 
     class Model(BaseModel):
         x: int = 1

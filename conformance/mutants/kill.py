@@ -317,7 +317,8 @@ def _run_in_workers(mutants: list[Mutant], catalog: set[str], *, seed_value: int
     is known (in any order)."""
     from kvconf.conformance.errors import KitError
     from kvconf.conformance.running.pool import Pool, WorkerSpec
-    from kvconf.conformance.running.runner import all_cases, hold_signals
+    from kvconf.conformance.running.runner import all_cases
+    from kvconf.conformance.running.signals import hold_signals
 
     specs = {m.name: WorkerSpec(engine=m.engine, config=EngineConfig(), seed=seed_value,
                                 profile=profile, budget=budget, first_only=True)

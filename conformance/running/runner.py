@@ -65,7 +65,7 @@ from kvconf.conformance.running.seeding import (
 )
 from kvconf.conformance.running.shrink import interrupted as shrink_interrupted
 from kvconf.conformance.running.shrink import reset_interrupted, shrink
-from kvconf.conformance.running.signals import hold_signals
+from kvconf.conformance.running.signals import hold_signals, interrupt_inside
 from kvconf.conformance.running.units import (
     Shard,
     Unit,
@@ -517,18 +517,6 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
                      sched_factory=sched_factory, features=features, memory=memory,
                      memory_only=memory_only, database=database, hybrid_factory=hybrid_factory)
     return Opened(ctx, version, unavailable)
-
-
-def interrupt_inside(e: BaseException) -> bool:
-    """An interrupt a library caught and wrapped is still an interrupt, never the engine's
-    ERROR: pydantic turns a KeyboardInterrupt raised by a signal handler in one of its callbacks
-    into a ``PydanticSerializationError`` that only names it."""
-    seen: BaseException | None = e
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return type(e).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(e)
 
 
 def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:

@@ -3,7 +3,8 @@
 A signal handler raises KeyboardInterrupt wherever Python code runs, and pydantic runs some while
 it serializes (an enum's ``value``): an interrupt raised there comes out as a
 ``PydanticSerializationError`` that only names it, which no ``except KeyboardInterrupt`` sees. So
-a report is serialized with the signals held, and a signal held is delivered just after.
+a report is serialized with the signals held, and a signal held is delivered just after; and
+where an interrupt may still come out wrapped, ``interrupt_inside`` tells it from an error.
 """
 
 from __future__ import annotations
@@ -38,3 +39,15 @@ def hold_signals() -> Iterator[None]:
             signal.signal(s, handler)
     if held:
         signal.raise_signal(held[0])
+
+
+def interrupt_inside(e: BaseException) -> bool:
+    """An interrupt a library caught and wrapped is still an interrupt, never the engine's
+    ERROR: pydantic turns a KeyboardInterrupt raised by a signal handler in one of its callbacks
+    into a ``PydanticSerializationError`` that only names it."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return type(e).__name__ == "PydanticSerializationError" and "KeyboardInterrupt" in str(e)

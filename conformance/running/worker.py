@@ -257,7 +257,7 @@ def main(argv: list[str]) -> int:
             answer(b"I")
             return 0
         except Exception as e:
-            from kvconf.conformance.running.runner import interrupt_inside
+            from kvconf.conformance.running.signals import interrupt_inside
 
             if not interrupt_inside(e):  # a fault of the kit: the parent reports the death
                 raise

@@ -343,7 +343,8 @@ def _judge_in_workers(variants: list[Variant], *, seed_value: int, profile: Prof
     """Every variant's units on ``jobs`` worker processes; ``record`` gets each variant's
     result once all its units are in (in any order). Same verdicts as ``judge_one``."""
     from kvconf.conformance.running.pool import Pool, WorkerSpec
-    from kvconf.conformance.running.runner import all_cases, hold_signals
+    from kvconf.conformance.running.runner import all_cases
+    from kvconf.conformance.running.signals import hold_signals
     from kvconf.conformance.running.units import plan
     from kvconf.conformance.variants.engines import engine_name
 
