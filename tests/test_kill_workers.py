@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 from kvconf.conformance.cli import app
 from kvconf.conformance.mutants import Mutant, all_mutants
 from kvconf.conformance.mutants import kill as kill_mod
-from kvconf.conformance.mutants.kill import MutantUnit, _KillCampaign, _Verdict, run_mutants
+from kvconf.conformance.mutants.kill import _KillCampaign, _Verdict, run_mutants
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
 from kvconf.conformance.running.cases import Case
 from kvconf.conformance.running.profiles import Budget, get_profile, parse_budget
+from kvconf.conformance.running.units import EngineUnit
 from kvconf.reference import PrefixCache
 
 CI = get_profile("ci")
@@ -64,9 +65,9 @@ def test_a_verdict_reads_units_in_order_whatever_order_they_finish():
     """Units finish in any order; the verdict is the first unit in suite order that kills, a
     unit past a known killer is not wanted, and one ended in ERROR ends its case alone."""
     m = next(iter(all_mutants()))
-    units = ([MutantUnit("scenario", 0, 1, Budget(examples=1), m.name)]
-             + [MutantUnit("fuzz-a", k, 3, Budget(examples=25), m.name) for k in range(3)]
-             + [MutantUnit("fuzz-b", k, 2, Budget(examples=25), m.name) for k in range(2)])
+    units = ([EngineUnit("scenario", 0, 1, Budget(examples=1), m.name)]
+             + [EngineUnit("fuzz-a", k, 3, Budget(examples=25), m.name) for k in range(3)]
+             + [EngineUnit("fuzz-b", k, 2, Budget(examples=25), m.name) for k in range(2)])
     cases = {"scenario": Case("scenario", (), frozenset(), lambda ctx: None),
              "fuzz-a": Case("fuzz-a", (), frozenset(), lambda ctx: None, fuzz=True, doc="a"),
              "fuzz-b": Case("fuzz-b", (), frozenset(), lambda ctx: None, fuzz=True, doc="b")}
@@ -92,7 +93,7 @@ def test_a_verdict_reads_units_in_order_whatever_order_they_finish():
 
 def test_a_mutant_every_unit_passes_is_alive_once_all_are_in():
     m = next(iter(all_mutants()))
-    units = [MutantUnit("fuzz-a", k, 2, Budget(examples=25), m.name) for k in range(2)]
+    units = [EngineUnit("fuzz-a", k, 2, Budget(examples=25), m.name) for k in range(2)]
     cases = {"fuzz-a": Case("fuzz-a", (), frozenset(), lambda ctx: None, fuzz=True, doc="a")}
     seen: list = []
     campaign = _KillCampaign({m.name: _Verdict(m, units)}, cases,

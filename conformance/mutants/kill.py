@@ -32,7 +32,7 @@ from kvconf.conformance.mutants import Mutant, all_mutants
 from kvconf.conformance.reporting.report import CaseResult, Status
 from kvconf.conformance.running.cases import Case
 from kvconf.conformance.running.profiles import Budget, Profile
-from kvconf.conformance.running.units import Unit, combine, plan
+from kvconf.conformance.running.units import EngineUnit, Unit, combine, for_engine, place, plan
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.conformance.trace import write_atomic
 
@@ -202,27 +202,19 @@ def _kill_memory(mutant: Mutant, catalog: set[str]) -> MutantResult:
 KILLS = (Status.FAIL, Status.CRASH, Status.TIMEOUT)  # a unit ending so kills its mutant
 
 
-@dataclass(frozen=True, slots=True)
-class MutantUnit(Unit):
-    """A unit of one mutant's case: the pool runs it on that mutant's engine."""
-
-    mutant: str = ""
-
-
 @dataclass
 class _Verdict:
     """One mutant's units in the order its verdict reads them, and what has come back."""
 
     mutant: Mutant
-    units: list[MutantUnit]
+    units: list[EngineUnit]  # ``engine``: the mutant's name
     results: dict[int, CaseResult] = field(default_factory=dict)  # by place in ``units``
     kill_at: int | None = None  # the lowest place known to kill (units past it are not run)
     errors: dict[str, int] = field(default_factory=dict)  # case -> lowest unit ended in ERROR
     started: float | None = None
 
     def place(self, unit: Unit) -> int:
-        return next(i for i, u in enumerate(self.units)
-                    if u.case == unit.case and u.index == unit.index)
+        return place(self.units, unit)
 
     def skipped(self, unit: Unit) -> bool:
         """Past a unit of its case that ended in ERROR: not part of the case (``run_case``)."""
@@ -255,26 +247,26 @@ class _KillCampaign:
         self.done: set[str] = set()
         self.on_start, self.on_progress = on_start, on_progress
 
-    def wanted(self, unit: MutantUnit) -> bool:
-        v = self.verdicts[unit.mutant]
-        return (unit.mutant not in self.done and not v.skipped(unit)
+    def wanted(self, unit: EngineUnit) -> bool:
+        v = self.verdicts[unit.engine]
+        return (unit.engine not in self.done and not v.skipped(unit)
                 and (v.kill_at is None or v.place(unit) <= v.kill_at))
 
-    def start(self, unit: MutantUnit) -> None:
-        v = self.verdicts[unit.mutant]
+    def start(self, unit: EngineUnit) -> None:
+        v = self.verdicts[unit.engine]
         if v.started is None:
             v.started = time.perf_counter()
             if self.on_start:
                 self.on_start(v.mutant)
 
-    def note(self, doc: dict, unit: MutantUnit | None = None) -> None:
+    def note(self, doc: dict, unit: EngineUnit | None = None) -> None:
         if self.on_progress and unit is not None:
-            self.on_progress(unit.mutant, doc)
+            self.on_progress(unit.engine, doc)
 
-    def add(self, unit: MutantUnit, result: CaseResult) -> None:
-        if unit.mutant in self.done:
+    def add(self, unit: EngineUnit, result: CaseResult) -> None:
+        if unit.engine in self.done:
             return
-        v = self.verdicts[unit.mutant]
+        v = self.verdicts[unit.engine]
         i = v.place(unit)
         v.results[i] = result
         if result.status in KILLS:
@@ -316,9 +308,8 @@ def _run_in_workers(mutants: list[Mutant], catalog: set[str], *, seed_value: int
     """Every mutant's units on ``jobs`` worker processes; ``record`` gets each verdict as it
     is known (in any order)."""
     from kvconf.conformance.errors import KitError
-    from kvconf.conformance.running.pool import Pool, WorkerSpec
+    from kvconf.conformance.running.pool import WorkerSpec, run_engines
     from kvconf.conformance.running.runner import all_cases
-    from kvconf.conformance.running.signals import hold_signals
 
     specs = {m.name: WorkerSpec(engine=m.engine, config=EngineConfig(), seed=seed_value,
                                 profile=profile, budget=budget, first_only=True)
@@ -327,8 +318,7 @@ def _run_in_workers(mutants: list[Mutant], catalog: set[str], *, seed_value: int
     for m in mutants:
         cases = _cases_of(_features(m), fuzz_only, None)
         units = plan(((c.name, c.fuzz) for c in cases), budget, jobs)
-        verdicts[m.name] = _Verdict(m, [MutantUnit(u.case, u.index, u.of, u.budget, m.name)
-                                        for u in units])
+        verdicts[m.name] = _Verdict(m, for_engine(m.name, units))
 
     def decided(v: _Verdict, at: int | None) -> None:
         m = v.mutant
@@ -348,17 +338,8 @@ def _run_in_workers(mutants: list[Mutant], catalog: set[str], *, seed_value: int
     for v in verdicts.values():
         if not v.units:  # no case it can run: alive, at once
             campaign.settle(v)
-    todo = [u for v in verdicts.values() for u in v.units]
-    if not todo:
-        return
-    pool = Pool(specs[mutants[0].name], jobs, call_timeout)
-    try:
-        pool.run(todo, campaign, out_dir, spec_of=lambda u: specs[u.mutant],
-                 out_dir_of=lambda u: out_dir / u.mutant if out_dir is not None else None,
-                 cancel_unwanted=True)
-    finally:
-        with hold_signals():
-            pool.close()
+    run_engines([u for v in verdicts.values() for u in v.units], specs, campaign, out_dir, jobs,
+                call_timeout)
     undecided = [n for n in verdicts if n not in campaign.done]
     if undecided:  # every unit a verdict needs was run: a fault of the kit
         raise KitError(f"kill matrix: no verdict for {', '.join(undecided)}")

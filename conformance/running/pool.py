@@ -36,7 +36,7 @@ from kvconf.conformance.running.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, End
 from kvconf.conformance.running.findings import crash_finding, trace_name
 from kvconf.conformance.running.flight import read_play
 from kvconf.conformance.running.profiles import Budget, Profile
-from kvconf.conformance.running.units import Unit, failed
+from kvconf.conformance.running.units import EngineUnit, Unit, failed
 from kvconf.conformance.running.wire import frame
 from kvconf.conformance.trace import write_atomic
 
@@ -613,3 +613,23 @@ class Pool:
                         w.job = None
                 if w.job is None or w.eof:
                     live.remove(w)
+
+
+def run_engines(units: list[EngineUnit], specs: dict[str, WorkerSpec], campaign,
+                out_dir: Path | None, jobs: int, call_timeout: float) -> None:
+    """Units of several engines (``EngineUnit.engine`` names each one's spec in ``specs``) on
+    one pool of ``jobs`` workers: each engine's traces go to its own folder under ``out_dir``,
+    and a unit the campaign no longer wants is cancelled (the kill and variant matrices, where
+    one finding decides a verdict). The workers are closed whatever happens, with signals held."""
+    from kvconf.conformance.running.signals import hold_signals
+
+    if not units:
+        return
+    pool = Pool(specs[units[0].engine], jobs, call_timeout)
+    try:
+        pool.run(units, campaign, out_dir, spec_of=lambda u: specs[u.engine],
+                 out_dir_of=lambda u: out_dir / u.engine if out_dir is not None else None,
+                 cancel_unwanted=True)
+    finally:
+        with hold_signals():
+            pool.close()

@@ -40,6 +40,26 @@ class Unit:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineUnit(Unit):
+    """A unit of one of several engines sharing a pool (the kill matrix: a mutant each; the
+    variant matrix: a variant each). ``engine`` is its engine's name in the campaign: the key of
+    its worker spec and the name of its report folder."""
+
+    engine: str = ""
+
+
+def for_engine(engine: str, units: Iterable[Unit]) -> list[EngineUnit]:
+    """``units`` as units of ``engine``: same cases, indices and budgets."""
+    return [EngineUnit(u.case, u.index, u.of, u.budget, engine) for u in units]
+
+
+def place(units: Sequence[Unit], unit: Unit) -> int:
+    """Where ``unit`` (the same case and index) stands in ``units``: the order a verdict reads
+    its units in, whichever worker finished first."""
+    return next(i for i, u in enumerate(units) if u.case == unit.case and u.index == unit.index)
+
+
+@dataclass(frozen=True, slots=True)
 class Shard:
     """The ``index``-th (1-based) of ``count`` slices of a run's work."""
 

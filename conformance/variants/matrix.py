@@ -25,7 +25,7 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.reporting.report import CaseResult, Status
 from kvconf.conformance.running.cases import Case
 from kvconf.conformance.running.profiles import Budget, Profile
-from kvconf.conformance.running.units import Unit
+from kvconf.conformance.running.units import EngineUnit, place
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.conformance.trace import write_atomic
 from kvconf.conformance.variants import NOT_BUILT, Variant, all_variants, open_rules
@@ -273,28 +273,20 @@ def rule_rows(variants: list[Variant]) -> list[RuleRow]:
     return rows
 
 
-@dataclass(frozen=True, slots=True)
-class VariantUnit(Unit):
-    """A unit of one variant's case: the pool runs it on that variant's engine."""
-
-    variant: str = ""
-
-
 @dataclass
 class _Judging:
     """One variant's units and what has come back, by place in ``units``."""
 
     variant: Variant
     res: VariantResult
-    units: list[VariantUnit]
+    units: list[EngineUnit]  # ``engine``: the variant's name
     results: dict[int, CaseResult] = field(default_factory=dict)
     failed_at: dict[str, int] = field(default_factory=dict)  # case -> first failing unit index
     started: float | None = None
     done: bool = False
 
-    def place(self, unit: VariantUnit) -> int:
-        return next(i for i, u in enumerate(self.units)
-                    if u.case == unit.case and u.index == unit.index)
+    def place(self, unit: EngineUnit) -> int:
+        return place(self.units, unit)
 
 
 class _VariantCampaign:
@@ -306,22 +298,22 @@ class _VariantCampaign:
                  finished: Callable[[_Judging], None]) -> None:
         self.judging, self.cases, self.finished = judging, cases, finished
 
-    def wanted(self, unit: VariantUnit) -> bool:
-        j = self.judging[unit.variant]
+    def wanted(self, unit: EngineUnit) -> bool:
+        j = self.judging[unit.engine]
         return unit.index <= j.failed_at.get(unit.case, unit.index)
 
-    def start(self, unit: VariantUnit) -> None:
-        j = self.judging[unit.variant]
+    def start(self, unit: EngineUnit) -> None:
+        j = self.judging[unit.engine]
         if j.started is None:
             j.started = time.perf_counter()
 
-    def note(self, doc: dict, unit: VariantUnit | None = None) -> None:
+    def note(self, doc: dict, unit: EngineUnit | None = None) -> None:
         pass  # progress notes are for a display; the matrix prints a line per variant
 
-    def add(self, unit: VariantUnit, result: CaseResult) -> None:
+    def add(self, unit: EngineUnit, result: CaseResult) -> None:
         from kvconf.conformance.running.units import failed
 
-        j = self.judging[unit.variant]
+        j = self.judging[unit.engine]
         j.results[j.place(unit)] = result
         if failed(result.status):
             j.failed_at[unit.case] = min(j.failed_at.get(unit.case, unit.index), unit.index)
@@ -342,10 +334,9 @@ def _judge_in_workers(variants: list[Variant], *, seed_value: int, profile: Prof
                       record: Callable[[VariantResult], None]) -> None:
     """Every variant's units on ``jobs`` worker processes; ``record`` gets each variant's
     result once all its units are in (in any order). Same verdicts as ``judge_one``."""
-    from kvconf.conformance.running.pool import Pool, WorkerSpec
+    from kvconf.conformance.running.pool import WorkerSpec, run_engines
     from kvconf.conformance.running.runner import all_cases
-    from kvconf.conformance.running.signals import hold_signals
-    from kvconf.conformance.running.units import plan
+    from kvconf.conformance.running.units import for_engine, plan
     from kvconf.conformance.variants.engines import engine_name
 
     cases = {c.name: c for c in all_cases()}
@@ -362,8 +353,7 @@ def _judge_in_workers(variants: list[Variant], *, seed_value: int, profile: Prof
                 res.not_run.append(case.name)
             elif verdict:
                 runs.append((case.name, case.fuzz))
-        judging[v.name] = _Judging(v, res, [VariantUnit(u.case, u.index, u.of, u.budget, v.name)
-                                            for u in plan(runs, budget, jobs)])
+        judging[v.name] = _Judging(v, res, for_engine(v.name, plan(runs, budget, jobs)))
 
     def finished(j: _Judging) -> None:
         if j.done:
@@ -382,17 +372,8 @@ def _judge_in_workers(variants: list[Variant], *, seed_value: int, profile: Prof
     for j in judging.values():
         if not j.units:
             finished(j)
-    todo = [u for j in judging.values() for u in j.units]
-    if not todo:
-        return
-    pool = Pool(specs[variants[0].name], jobs, call_timeout)
-    try:
-        pool.run(todo, campaign, out_dir, spec_of=lambda u: specs[u.variant],
-                 out_dir_of=lambda u: out_dir / u.variant if out_dir is not None else None,
-                 cancel_unwanted=True)
-    finally:
-        with hold_signals():
-            pool.close()
+    run_engines([u for j in judging.values() for u in j.units], specs, campaign, out_dir, jobs,
+                call_timeout)
     undecided = [n for n, j in judging.items() if not j.done]
     if undecided:  # every unit was run: a fault of the kit
         from kvconf.conformance.errors import KitError
