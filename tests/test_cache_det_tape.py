@@ -12,6 +12,7 @@ second time is caught by neither.
 from __future__ import annotations
 
 import pytest
+from other_end_pool import OtherEndPool
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.cache.driver import CacheDriver
@@ -21,7 +22,6 @@ from kvconf.conformance.engine.protocol import CopyOp, Match
 from kvconf.conformance.mutants import all_mutants
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.oracles.determinism import DeterminismOracle
-from kvconf.reference.pages import PagePool
 
 CONFIGS = (EngineConfig(page_size=2, device_pages=24, host_pages=24),
            EngineConfig(page_size=1, device_pages=8, host_pages=6))
@@ -69,17 +69,6 @@ def test_every_cache_mutant_gets_the_same_verdict_both_ways(mutant) -> None:
     _compare(mutant.factory(), range(6))
 
 
-class _OtherEndPool(PagePool):
-    __slots__ = ()
-
-    def alloc(self, n: int, owner: str) -> list[int] | None:
-        self._free.reverse()
-        try:
-            return super().alloc(n, owner)
-        finally:
-            self._free.reverse()
-
-
 class _SecondPicksOtherPages(ReferenceCacheAdapter):
     """Every second instance hands out free pages from the other end: its answers differ."""
 
@@ -89,7 +78,7 @@ class _SecondPicksOtherPages(ReferenceCacheAdapter):
         super().__init__(config)
         type(self).made += 1
         if type(self).made % 2 == 0:
-            self.cache.pools = {t: _OtherEndPool(t, p.size) for t, p in self.cache.pools.items()}
+            self.cache.pools = {t: OtherEndPool(t, p.size) for t, p in self.cache.pools.items()}
 
 
 class _SecondRenames(ReferenceCacheAdapter):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from other_end_pool import OtherEndPool
 from planted import PLANTED
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
@@ -29,7 +30,6 @@ from kvconf.conformance.running.runner import play, run_fuzz
 from kvconf.conformance.running.shrink import shrink, signature
 from kvconf.conformance.trace import Trace, dump_trace, load_trace
 from kvconf.reference import PrefixCache
-from kvconf.reference.pages import PagePool
 from kvconf.spec import load_registry
 
 TIGHT = EngineConfig(device_pages=8, host_pages=6)
@@ -93,25 +93,12 @@ def test_clean_reference_passes_a_short_fuzz_run(config):
     assert holder.seen_ops.get("match", 0) and holder.seen_ops.get("evict", 0)
 
 
-class _OtherEndPool(PagePool):
-    """Hands out free pages from the other end of the free list than the reference."""
-
-    __slots__ = ()
-
-    def alloc(self, n: int, owner: str) -> list[int] | None:
-        self._free.reverse()
-        try:
-            return super().alloc(n, owner)
-        finally:
-            self._free.reverse()
-
-
 class OtherFreePages(PrefixCache):
     """A correct engine that picks different free pages than the reference (POOL-3)."""
 
     def __init__(self, config=None) -> None:
         super().__init__(config)
-        self.pools = {t: _OtherEndPool(t, p.size) for t, p in self.pools.items()}
+        self.pools = {t: OtherEndPool(t, p.size) for t, p in self.pools.items()}
 
 
 @pytest.mark.behaviours("POOL-3")
