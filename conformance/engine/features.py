@@ -3,6 +3,9 @@
 A case that needs a feature the engine lacks is reported NOT_SUPPORTED, never PASS.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -96,3 +99,20 @@ ALLOWANCES: dict[Feature, str] = {
 
 def parse_features(names: list[str]) -> frozenset[Feature]:
     return frozenset(Feature(n) for n in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """Why a feature an engine offers nowhere cannot be judged here: a level that did not start
+    (``lacked`` false: said alone, it is about this machine), or a feature the engine says it
+    lacks by design (``lacked`` true, its ``lacks`` reason: added to the case's list)."""
+
+    why: str
+    lacked: bool = False
+
+    def wire(self) -> dict:
+        return {"why": self.why, "lacked": self.lacked}
+
+    @classmethod
+    def from_wire(cls, doc: dict) -> Missing:
+        return cls(str(doc["why"]), bool(doc["lacked"]))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.features import Feature, Missing
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
 from kvconf.conformance.reporting.source_paths import relative_paths
@@ -244,7 +244,7 @@ class Pool:
                 worker.pump()
         return worker.said.pop(0)
 
-    def open(self) -> tuple[frozenset[Feature], str, dict[Feature, str]]:
+    def open(self) -> tuple[frozenset[Feature], str, dict[Feature, Missing]]:
         """Start the workers and learn from the first what the engine offers (it opens it, not
         us); the others open it meanwhile and take work when they are ready."""
         worker = self._spawn(probe=True)
@@ -264,7 +264,7 @@ class Pool:
         self.workers.insert(0, worker)
         doc = json.loads(got[1])
         return (frozenset(Feature(f) for f in doc["features"]), doc["version"],
-                {Feature(k): v for k, v in doc["unavailable"].items()})
+                {Feature(k): Missing.from_wire(v) for k, v in doc["unavailable"].items()})
 
     def _how_it_ended(self, worker: Worker) -> str:
         if not worker.eof:

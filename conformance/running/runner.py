@@ -31,7 +31,7 @@ from kvconf.conformance.cache.generator import TraceHolder, fuzz_walks
 from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.cache.tape import replay as replay_tape
 from kvconf.conformance.engine.config import EngineConfig
-from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.features import Feature, Missing
 from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.errors import EngineUnavailable, KitError
 from kvconf.conformance.hybrid.cases import hybrid_cases
@@ -445,7 +445,7 @@ class Opened:
 
     ctx: RunContext
     version: str
-    unavailable: dict[Feature, str]  # level -> why it cannot run here
+    unavailable: dict[Feature, Missing]  # a level or feature -> why it cannot run here
 
 
 def _lacks(engine: str, probe) -> dict[Feature, str]:
@@ -479,7 +479,7 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
     hybrid_factory = hybrid_engine_factory(engine)
     features: frozenset[Feature] = frozenset()
     version = ""
-    unavailable: dict[Feature, str] = {}
+    unavailable: dict[Feature, Missing] = {}
     lacking: dict[Feature, str] = {}  # a feature the engine says why it lacks
     for level, make, cfg in ((Feature.CACHE, factory, config),
                              (Feature.SCHEDULER, sched_factory, SchedConfig()),
@@ -489,7 +489,7 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
         try:
             probe = make(cfg)
         except EngineUnavailable as e:
-            unavailable[level] = f"engine {engine} is not available: {e}"
+            unavailable[level] = Missing(f"engine {engine} is not available: {e}")
             continue
         except KitError:
             raise
@@ -506,7 +506,7 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
             lacking.setdefault(feature, why)  # another level of it may offer it still
     for feature, why in lacking.items():
         if feature not in features:
-            unavailable.setdefault(feature, f"{LACKS}{feature.value}: {why}")
+            unavailable.setdefault(feature, Missing(f"{feature.value}: {why}", lacked=True))
     if Feature.CACHE not in features:
         factory = None
     if Feature.SCHEDULER not in features:
@@ -564,11 +564,8 @@ def run_case(ctx: RunContext, case: Case) -> CaseResult:
     return results[0] if not case.fuzz else combine(results, case.doc)
 
 
-LACKS = "engine lacks "
-
-
 def not_supported(case: Case, features: frozenset[Feature],
-                  unavailable: dict[Feature, str]) -> CaseResult | None:
+                  unavailable: dict[Feature, Missing]) -> CaseResult | None:
     """The NOT_SUPPORTED result of a case the engine cannot run, or None when it can."""
     moot = sorted(f.value for f in case.excluded_by & features)
     if moot:
@@ -580,14 +577,14 @@ def not_supported(case: Case, features: frozenset[Feature],
     if not missing:
         return None
     # A level that could not start here says so alone; a feature the engine says why it lacks
-    # (``lacks``, stored as "engine lacks <feature>: <why>") adds its reason to the bare list.
+    # (``lacks``) adds its reason to the bare list.
     reasons = [unavailable[f] for f in missing if f in unavailable]
-    down = next((r for r in reasons if not r.startswith(LACKS)), None)
-    why = "; ".join(r.removeprefix(LACKS) for r in reasons)
+    down = next((r.why for r in reasons if not r.lacked), None)
+    why = "; ".join(r.why for r in reasons)
     return CaseResult(
         case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
-        message=down or (LACKS + ", ".join(f.value for f in missing) + (f"; {why}" if why
-                                                                        else "")),
+        message=down or ("engine lacks " + ", ".join(f.value for f in missing)
+                         + (f"; {why}" if why else "")),
         duration_s=0.0,
     )
 
@@ -603,7 +600,7 @@ def not_applicable(case: Case, config: EngineConfig) -> CaseResult | None:
                       behaviours=list(case.behaviours), message=reason, duration_s=0.0)
 
 
-def unjudged(case: Case, features: frozenset[Feature], unavailable: dict[Feature, str],
+def unjudged(case: Case, features: frozenset[Feature], unavailable: dict[Feature, Missing],
              config: EngineConfig) -> CaseResult | None:
     """Why ``case`` is not run here: NOT_SUPPORTED (the engine lacks what it needs; said first,
     being about the engine) or NOT_APPLICABLE (the config is below what it is written for);

@@ -76,7 +76,7 @@ def _open(state: State, probe: bool) -> None:
     state.cases = {c.name: c for c in all_cases()}
     answer(b"P", {"features": sorted(f.value for f in opened.ctx.features),
                   "version": opened.version,
-                  "unavailable": {f.value: why for f, why in opened.unavailable.items()}})
+                  "unavailable": {f.value: m.wire() for f, m in opened.unavailable.items()}})
 
 
 def _unit(state: State, case: str, unit) -> None:
