@@ -14,11 +14,11 @@ match, ``insert`` the whole prompt (the matched pages plus new ones), ``unlock``
 operations an ``evict`` of a few pages. The engines run in lockstep, one request of each in
 turn (the first engine rotating), and the clock is the process's CPU time, so a load on the
 machine falls on all of them alike and time spent waiting for a core is not counted. Only the
-engines' own calls are timed: inputs are built in each engine's own form beforehand (a list for
-the reference, a ``RadixKey`` for SGLang) and the glue between calls (allocating pages, building
-the value tensor) is outside the clock. vLLM has no separate lock, insert or evict: its request
-cycle (``get_computed_blocks``, ``allocate_slots``, ``free``) does the same work, evicting inside
-its allocation, and its figure is that cycle's time per four operations.
+engines' own calls are timed: inputs are built in each engine's own form beforehand (a token
+array for the reference, a ``RadixKey`` for SGLang) and the glue between calls (allocating pages,
+building the value tensor) is outside the clock. vLLM has no separate lock, insert or evict: its
+request cycle (``get_computed_blocks``, ``allocate_slots``, ``free``) does the same work, evicting
+inside its allocation, and its figure is that cycle's time per four operations.
 
 Shapes: ``short`` (prompts of 2 to 12 pages), ``2k`` (prompts of 1k to 2k tokens on shared
 system prompts of 512 to 1,536 tokens), ``tree16k`` (16,384 distinct prompts: the tree grows to
@@ -123,7 +123,12 @@ class Reference(Engine):
         self.tier = Tier.DEVICE
         self.cache = PrefixCache(CacheConfig(page_size=PAGE, device_pages=device_pages))
 
-    def request(self, key: list[int], tokens: list[int]) -> None:
+    def prepare(self, tokens: list[int]) -> Any:
+        from kvconf.reference.radix_tree import TOKEN
+
+        return array(TOKEN, tokens)  # the tree's own form, as SGLang's RadixKey is its own
+
+    def request(self, key: Any, tokens: list[int]) -> None:
         c, clock = self.cache, time.process_time
         c.tick()
         t0 = clock()

@@ -237,8 +237,10 @@ class PrefixCache:
                 f"{len(tokens)} tokens is not a whole number of pages of {self.page_size}",
             )
         try:  # the common case at C speed: every token an int in 0..2**64-1, each word's top
-            # byte below 0x80 (so below 2**63)
-            words = array(TOKEN, tokens)
+            # byte below 0x80 (so below 2**63); a caller keeping its prompts in the tree's own
+            # form (a ``TOKEN`` array) is not copied
+            words = tokens if type(tokens) is array and tokens.typecode == TOKEN else array(
+                TOKEN, tokens)
             if words.tobytes()[_TOP_BYTE::8].isascii():
                 return words
         except (TypeError, OverflowError):

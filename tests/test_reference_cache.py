@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from kvconf.conformance.running.runner import play
 from kvconf.conformance.trace import InsertStep, MatchStep, Trace
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier, block_hash
 from kvconf.reference.kv_events import EventKind, KVEvent
+from kvconf.reference.radix_tree import TOKEN
 from kvconf.reference.snapshot import CacheSnapshot, NodeView
 
 D, H = Tier.DEVICE, Tier.HOST
@@ -795,6 +797,10 @@ def _rejections() -> list[tuple[str, str, Callable[[PrefixCache, dict], Any]]]:
         ("free-outside", "bad_pages", lambda c, s: c.free([1000])),
         ("match-negative-token", "bad_tokens", lambda c, s: c.match(0, [1, -1])),
         ("match-non-int-token", "bad_tokens", lambda c, s: c.match(0, [1, "x"])),
+        ("match-array-token-too-wide", "bad_tokens",
+         lambda c, s: c.match(0, array(TOKEN, [1, 2**63]))),
+        ("insert-array-token-too-wide", "bad_tokens",
+         lambda c, s: c.insert(0, array(TOKEN, [5, 2**64 - 1]), s["held"][:1])),
         ("insert-partial-page", "bad_tokens", lambda c, s: c.insert(0, [1, 2, 3], s["held"])),
         ("insert-page-count", "bad_pages", lambda c, s: c.insert(0, [5, 5], s["held"])),
         ("insert-page-twice", "bad_pages",
@@ -979,3 +985,20 @@ def test_an_unload_that_strips_a_held_node_of_its_children_leaves_it_evictable()
     trace = parse_any_trace(json.dumps({"config": {"page_size": 2, "device_pages": 24,
                                                    "host_pages": 24}, "steps": steps}))
     play(ReferenceCacheAdapter, trace)  # raises the Violation if any oracle breaks
+
+
+@pytest.mark.behaviours("FAULT-1")
+def test_tokens_in_the_trees_own_array_form_are_taken_as_a_list_is():
+    """A caller keeping its prompts as ``TOKEN`` arrays (no copy on the way in) gets the same
+    answers as one passing lists, and a later change to its array does not reach the tree."""
+    by_list, by_array = make(page_size=2, device=8), make(page_size=2, device=8)
+    for c, form in ((by_list, list), (by_array, lambda t: array(TOKEN, t))):
+        prompt = form([1, 2, 3, 4])
+        pages = c.alloc(2)
+        c.insert(0, prompt, pages)
+        if isinstance(prompt, array):
+            prompt[0] = 9
+    for c in (by_list, by_array):
+        assert c.match(0, [1, 2, 3, 4]).device_len == 4
+        assert c.match(0, array(TOKEN, [1, 2, 3, 4])).device_len == 4
+    assert by_list.snapshot() == by_array.snapshot()
