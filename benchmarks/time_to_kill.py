@@ -38,7 +38,10 @@ def child(name: str, profile: str, fuzz_only: bool, seed: int) -> None:
 
     prof = get_profile(profile)
     catalog = set(load_registry().catalog)
-    mutant = next(m for m in all_mutants() if m.name == name)
+    mutant = next((m for m in all_mutants() if m.name == name), None)
+    if mutant is None:  # a mutant the other kit (an older checkout, say) does not have
+        print(json.dumps({"missing": True}))
+        return
     t0 = time.process_time()
     r = kill_one(mutant, catalog, seed_value=seed, profile=prof, budget=parse_budget(None, prof),
                  out_dir=None, fuzz_only=fuzz_only)
@@ -127,8 +130,12 @@ def main() -> None:
     def both(name: str) -> str:
         row = []
         for kit, python in kits:
-            r = got[kit][name] = run(python, name, a)
-            row.append(f"{r['cpu_s']:7.2f} s {r['case'] if r['killed'] else 'ALIVE'}"
+            r = run(python, name, a)
+            if r.get("missing"):
+                row.append(f"{'':7}   (no such mutant in this kit)")
+                continue
+            got[kit][name] = r
+            row.append(f"{r['cpu_s']:7.3f} s {r['case'] if r['killed'] else 'ALIVE'}"
                        + (f" #{r['examples']}" if r["killed"] and r["examples"] else ""))
         return f"{name:30} " + " ".join(f"{c:44}" for c in row)
 
@@ -138,13 +145,15 @@ def main() -> None:
     for kit, _ in kits:
         secs = [r["cpu_s"] for r in got[kit].values() if r["killed"]]
         alive = [n for n, r in got[kit].items() if not r["killed"]]
-        print(f"{kit}: killed {len(secs)} of {len(got[kit])}, median {statistics.median(secs):.2f}"
-              f" s, max {max(secs):.2f} s; alive: {alive or 'none'}")
-    if a.against:
-        b = [r["cpu_s"] for r in got["before"].values() if r["killed"]]
-        n = [r["cpu_s"] for r in got["now"].values() if r["killed"]]
-        print(f"sooner: median {statistics.median(b) / statistics.median(n):.2f}x, max "
-              f"{max(b) / max(n):.2f}x")
+        print(f"{kit}: killed {len(secs)} of {len(got[kit])}, median {statistics.median(secs):.3f}"
+              f" s, max {max(secs):.3f} s; alive: {alive or 'none'}")
+    if a.against:  # the mutants both kits have and kill
+        both_killed = [k for k in got["now"] if k in got["before"]
+                       and got["now"][k]["killed"] and got["before"][k]["killed"]]
+        b = [got["before"][k]["cpu_s"] for k in both_killed]
+        n = [got["now"][k]["cpu_s"] for k in both_killed]
+        print(f"sooner, over the {len(both_killed)} mutants both kits kill: median "
+              f"{statistics.median(b) / statistics.median(n):.2f}x, max {max(b) / max(n):.2f}x")
 
 
 if __name__ == "__main__":
