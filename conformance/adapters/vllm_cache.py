@@ -24,8 +24,16 @@ through vLLM's own calls, one request per operation:
 
 Namespaces are vLLM's extra hash keys: a LoRA request (``vllm``; name and path enter every
 block's hash) or a ``cache_salt`` (``vllm-salt``; it enters the first block's hash only). Block 0
-is vLLM's null block, so page ids run from 1 (``page_ids``). There is no host tier, no snapshot,
-and recency is the order blocks were released in; ``tick`` is ignored.
+is vLLM's null block, so page ids run from 1 (``page_ids``). There is no host tier, and recency
+is the order blocks were released in; ``tick`` is ignored.
+
+The white-box view is a hash-keyed cache's (POOL-8, ``BlockSnapshot``), read from the
+``BlockPool``: every block's ``ref_cnt`` and the hashes it carries (``block_hash`` and
+``cached_block_hashes_by_block``), the free queue in order (``get_all_free_blocks``), the
+``cached_block_hash_to_block`` map with its blocks in the order it serves them, and the
+full-attention manager's ``req_to_blocks`` (the block tables; a lock's request names its
+handle). vLLM keeps only a block's hash; what a hash stands for (parent hash, namespace, tokens)
+is recorded from each request's ``block_hashes``, which vLLM's block hasher computed.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Any
 from kvconf.conformance.adapters import stand_ins
 from kvconf.conformance.adapters.device_only import DeviceOnly
 from kvconf.conformance.adapters.peer_events import MASK64, to_kit_events
+from kvconf.conformance.engine.block_snapshot import BlockSnapshot, BlockView, ChainLink, TableView
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import Inserted, Match
@@ -84,7 +93,7 @@ class VLLMAdapter(DeviceOnly):
     namespace_part = "lora"  # "lora" | "cache_salt": what carries a namespace
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.LOCK_HANDLES, Feature.MATCH_LEAVES_LAST,
-        Feature.PAGE_EVICTION,
+        Feature.PAGE_EVICTION, Feature.BLOCK_SNAPSHOT,
     })
     lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
         Feature.HOST_TIER: "the KVCacheManager has one GPU block pool; CPU offloading is a KV "
@@ -122,6 +131,8 @@ class VLLMAdapter(DeviceOnly):
         self._locks: list[Any] = []  # lock handle -> vLLM request, or None for the empty prefix
         self._digests: dict[int, bytes] = {}  # published hash -> vLLM's block hash
         self._event_ns: dict[int, int] = {}  # published hash -> namespace, from stored events
+        self._links: dict[int, ChainLink] = {}  # published hash -> what vLLM hashed into it
+        self._handles: dict[str, int] = {}  # a lock's request id -> its lock handle
 
     # ----------------------------------------------------------------- mapping
     def _request(self, ns: int, tokens: Sequence[int]) -> Any:
@@ -137,8 +148,13 @@ class VLLMAdapter(DeviceOnly):
             f"kvconf-{self._requests}", list(tokens), v.sampling.SamplingParams(max_tokens=1),
             None, arrival_time=0.0, block_hasher=self.hasher, **kw,
         )
-        for h in req.block_hashes:
-            self._digests.setdefault(external_hash(h), h)
+        p, parent = self.page_size, None
+        for i, h in enumerate(req.block_hashes):
+            ext = external_hash(h)
+            self._digests.setdefault(ext, h)
+            if ext not in self._links:
+                self._links[ext] = ChainLink(parent, ns, tuple(tokens[i * p : (i + 1) * p]))
+            parent = ext
         return req
 
     def _ns_of(self, ev: Any) -> int:
@@ -223,6 +239,7 @@ class VLLMAdapter(DeviceOnly):
         if got is None:
             raise EngineRejected("no_space", "allocate_slots found no room to adopt the hit")
         self._locks.append(req)
+        self._handles[req.request_id] = len(self._locks) - 1
         return len(self._locks) - 1
 
     def unlock(self, handle: int) -> None:
@@ -270,8 +287,30 @@ class VLLMAdapter(DeviceOnly):
         self._digests.setdefault(external_hash(h), h)
         return external_hash(h)
 
-    def snapshot(self) -> None:
-        return None
+    def snapshot(self) -> BlockSnapshot:
+        """The block pool as vLLM holds it (POOL-8; the module docstring says what is read)."""
+        pool = self.pool
+        get = self.v.utils.get_block_hash
+        extra = pool.cached_block_hashes_by_block
+        blocks = tuple(
+            BlockView(b.block_id, b.ref_cnt, tuple(
+                external_hash(get(k)) for k in (
+                    ([b.block_hash] if b.block_hash is not None else [])
+                    + sorted(extra.get(b.block_id, ())))))
+            for b in pool.blocks)
+        cached: dict[int, tuple[int, ...]] = {}
+        for key, held in pool.cached_block_hash_to_block._cache.items():
+            ids = (held.block_id,) if hasattr(held, "block_id") else tuple(held)
+            cached[external_hash(get(key))] = ids
+        links = {h: self._links[h] for h in cached if h in self._links}
+        tables = tuple(
+            TableView(self._handles.get(rid), tuple(b.block_id for b in held))
+            for rid, held in self.table.req_to_blocks.items())
+        return BlockSnapshot(
+            page_size=self.page_size, blocks=blocks,
+            reserved=(pool.null_block.block_id,),
+            free=tuple(b.block_id for b in self._free_queue()),
+            cached=cached, links=links, tables=tables)
 
 
 class VLLMSaltAdapter(VLLMAdapter):
