@@ -27,7 +27,7 @@ block's hash) or a ``cache_salt`` (``vllm-salt``; it enters the first block's ha
 is vLLM's null block, so page ids run from 1 (``page_ids``). There is no host tier, and recency
 is the order blocks were released in; ``tick`` is ignored.
 
-The white-box view is a hash-keyed cache's (POOL-8, ``BlockSnapshot``), read from the
+The white-box view is a hash-keyed cache's (POOL-7, ``BlockSnapshot``), read from the
 ``BlockPool``: every block's ``ref_cnt`` and the hashes it carries (``block_hash`` and
 ``cached_block_hashes_by_block``), the free queue in order (``get_all_free_blocks``), the
 ``cached_block_hash_to_block`` map with its blocks in the order it serves them, and the
@@ -288,7 +288,7 @@ class VLLMAdapter(DeviceOnly):
         return external_hash(h)
 
     def snapshot(self) -> BlockSnapshot:
-        """The block pool as vLLM holds it (POOL-8; the module docstring says what is read)."""
+        """The block pool as vLLM holds it (POOL-7; the module docstring says what is read)."""
         pool = self.pool
         get = self.v.utils.get_block_hash
         extra = pool.cached_block_hashes_by_block

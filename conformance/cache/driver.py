@@ -87,7 +87,7 @@ class CacheDriver:
         self.expect = expect
         self.oracles = [o() for o in oracles if o.applies(engine)]
         # Snapshots are for the oracles: a replay with none (DET-1 compares the logs) takes none.
-        # A hash-keyed cache's is a block view (POOL-8), which only the block-pool oracle reads.
+        # A hash-keyed cache's is a block view (POOL-7), which only the block-pool oracle reads.
         self.white = bool(engine.features & {Feature.SNAPSHOT, Feature.BLOCK_SNAPSHOT}) and bool(
             self.oracles)
         self.events_on = Feature.KV_EVENTS in engine.features

@@ -1,4 +1,4 @@
-"""The white-box view of a hash-keyed prefix cache (POOL-8): blocks, not a tree of nodes.
+"""The white-box view of a hash-keyed prefix cache (POOL-7): blocks, not a tree of nodes.
 
 A cache such as vLLM's ``BlockPool`` keeps no tree. Each block of its pool has a reference count
 (the block tables holding it, and the caller while it fills the block) and may be cached under
@@ -48,7 +48,7 @@ class TableView:
 
 @dataclass(slots=True, eq=True)
 class BlockSnapshot:
-    """A hash-keyed cache as the engine holds it (POOL-8)."""
+    """A hash-keyed cache as the engine holds it (POOL-7)."""
 
     page_size: int
     blocks: tuple[BlockView, ...]  # every block of the pool, by id

@@ -1,4 +1,4 @@
-"""Block-pool oracle: the white-box rules read through a hash-keyed cache's view (POOL-8).
+"""Block-pool oracle: the white-box rules read through a hash-keyed cache's view (POOL-7).
 
 The tree oracles (ownership, eviction, the white-box parts of matching and pinning) read a tree
 of nodes; a hash-keyed cache has none, and the spec says how its own state stands for the
@@ -44,7 +44,7 @@ def _blocks(snap: object) -> BlockSnapshot | None:
 
 class BlockPoolOracle(Oracle):
     name = "block-pool"
-    behaviours = ("POOL-1", "POOL-4", "POOL-5", "POOL-8", "PIN-1", "PIN-2", "TREE-1", "TREE-4",
+    behaviours = ("POOL-1", "POOL-4", "POOL-5", "POOL-7", "PIN-1", "PIN-2", "TREE-1", "TREE-4",
                   "TREE-5", "EVICT-1", "EVICT-2", "EVICT-4", "EVICT-6", "EVENT-6")
     needs = frozenset({Feature.BLOCK_SNAPSHOT})
 
@@ -125,7 +125,7 @@ class BlockPoolOracle(Oracle):
         """Owners, conservation, counts, tables and the chain, raising at the first broken."""
         size = len(snap.blocks)
         if any(b.id != i for i, b in enumerate(snap.blocks)):
-            raise self.fail("POOL-8", "the view lists blocks out of order")
+            raise self.fail("POOL-7", "the view lists blocks out of order")
         free = set(snap.free)
         if len(free) != len(snap.free):
             twice = sorted(b for b, k in Counter(snap.free).items() if k > 1)
@@ -146,11 +146,11 @@ class BlockPoolOracle(Oracle):
                     raise self.fail("POOL-1", f"block {b.id} is in the free queue and held by "
                                     f"{who} (reference count {b.ref})")
                 continue
+            if b.ref == 0:
+                raise self.fail("POOL-4", f"block {b.id} is held by nobody but not in the free "
+                                "queue: lost")
             own = b.ref - held[b.id]
             if own != (1 if b.id in caller else 0):
-                if b.ref == 0:
-                    raise self.fail("POOL-4", f"block {b.id} is held by nobody but not in the "
-                                    "free queue: lost")
                 raise self.fail("PIN-1", f"block {b.id} has reference count {b.ref} with "
                                 f"{held[b.id]} block tables holding it"
                                 + (" and the caller" if b.id in caller else ""))
@@ -163,7 +163,7 @@ class BlockPoolOracle(Oracle):
                                 "away")
         for h, ids in snap.cached.items():
             if not ids:
-                raise self.fail("POOL-8", f"hash {h:#x} is in the map with no block")
+                raise self.fail("POOL-7", f"hash {h:#x} is in the map with no block")
             for i in ids:
                 if not 0 <= i < size or h not in snap.blocks[i].hashes:
                     raise self.fail("POOL-4", f"the map lists block {i} under {h:#x}, which "
@@ -176,7 +176,7 @@ class BlockPoolOracle(Oracle):
         for h in snap.cached:
             link = snap.links.get(h)
             if link is None:
-                raise self.fail("POOL-8", f"cached hash {h:#x} stands for no known prefix")
+                raise self.fail("POOL-7", f"cached hash {h:#x} stands for no known prefix")
             if link.parent is not None and link.parent not in snap.cached:
                 raise self.fail(("EVICT-1", "EVICT-6"), f"hash {h:#x} is cached, its parent "
                                 f"{link.parent:#x} is not: a prefix with a hole")

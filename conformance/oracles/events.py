@@ -65,7 +65,7 @@ class EventOracle(Oracle):
                         "events published so far",
                     )
         snap = ctx.after
-        if not isinstance(snap, CacheSnapshot):  # a block view is block-pool's (POOL-8)
+        if not isinstance(snap, CacheSnapshot):  # a block view is block-pool's (POOL-7)
             return
         last = self.passed
         if (self.incremental and not ctx.events and last is not None and snap.roots == last[1]
