@@ -133,6 +133,8 @@ class VLLMAdapter(DeviceOnly):
         self._event_ns: dict[int, int] = {}  # published hash -> namespace, from stored events
         self._links: dict[int, ChainLink] = {}  # published hash -> what vLLM hashed into it
         self._handles: dict[str, int] = {}  # a lock's request id -> its lock handle
+        self._keys: dict[bytes, int] = {}  # vLLM's map key -> the published hash
+        self._views: dict[int, tuple] = {}  # block id -> (count, keys, its last view)
 
     # ----------------------------------------------------------------- mapping
     def _request(self, ns: int, tokens: Sequence[int]) -> Any:
@@ -288,29 +290,40 @@ class VLLMAdapter(DeviceOnly):
         return external_hash(h)
 
     def snapshot(self) -> BlockSnapshot:
-        """The block pool as vLLM holds it (POOL-7; the module docstring says what is read)."""
+        """The block pool as vLLM holds it (POOL-7; the module docstring says what is read).
+        A block whose count and hashes did not change keeps its view object."""
         pool = self.pool
-        get = self.v.utils.get_block_hash
         extra = pool.cached_block_hashes_by_block
-        blocks = tuple(
-            BlockView(b.block_id, b.ref_cnt, tuple(
-                external_hash(get(k)) for k in (
-                    ([b.block_hash] if b.block_hash is not None else [])
-                    + sorted(extra.get(b.block_id, ())))))
-            for b in pool.blocks)
+        views = self._views
+        blocks = []
+        for b in pool.blocks:
+            keys = (b.block_hash, *sorted(extra.get(b.block_id, ())))
+            seen = views.get(b.block_id)
+            if seen is None or seen[0] != b.ref_cnt or seen[1] != keys:
+                hashes = tuple(self._ext(k) for k in keys if k is not None)
+                seen = views[b.block_id] = (b.ref_cnt, keys, BlockView(b.block_id, b.ref_cnt,
+                                                                         hashes))
+            blocks.append(seen[2])
         cached: dict[int, tuple[int, ...]] = {}
         for key, held in pool.cached_block_hash_to_block._cache.items():
             ids = (held.block_id,) if hasattr(held, "block_id") else tuple(held)
-            cached[external_hash(get(key))] = ids
+            cached[self._ext(key)] = ids
         links = {h: self._links[h] for h in cached if h in self._links}
         tables = tuple(
             TableView(self._handles.get(rid), tuple(b.block_id for b in held))
             for rid, held in self.table.req_to_blocks.items())
         return BlockSnapshot(
-            page_size=self.page_size, blocks=blocks,
+            page_size=self.page_size, blocks=tuple(blocks),
             reserved=(pool.null_block.block_id,),
             free=tuple(b.block_id for b in self._free_queue()),
             cached=cached, links=links, tables=tables)
+
+    def _ext(self, key: bytes) -> int:
+        """The published hash of a map key (a block hash with its group id), remembered."""
+        h = self._keys.get(key)
+        if h is None:
+            h = self._keys[key] = external_hash(self.v.utils.get_block_hash(key))
+        return h
 
 
 class VLLMSaltAdapter(VLLMAdapter):
