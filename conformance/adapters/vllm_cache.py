@@ -150,14 +150,19 @@ class VLLMAdapter(DeviceOnly):
             f"kvconf-{self._requests}", list(tokens), v.sampling.SamplingParams(max_tokens=1),
             None, arrival_time=0.0, block_hasher=self.hasher, **kw,
         )
+        for h in req.block_hashes:
+            self._digests.setdefault(external_hash(h), h)
+        return req
+
+    def _link(self, req: Any, ns: int, tokens: Sequence[int]) -> None:
+        """What each block hash of ``req`` stands for, as vLLM's hasher chained it (the view's
+        ``links``): every hash the map can hold is one an insert's request was hashed to."""
         p, parent = self.page_size, None
         for i, h in enumerate(req.block_hashes):
             ext = external_hash(h)
-            self._digests.setdefault(ext, h)
             if ext not in self._links:
                 self._links[ext] = ChainLink(parent, ns, tuple(tokens[i * p : (i + 1) * p]))
             parent = ext
-        return req
 
     def _ns_of(self, ev: Any) -> int:
         if ev.lora_name:
@@ -208,6 +213,7 @@ class VLLMAdapter(DeviceOnly):
         if len(tokens) % p or len(pages) * p != len(tokens):
             raise EngineRejected("bad_insert", f"{len(tokens)} tokens with {len(pages)} pages")
         req = self._request(namespace, tokens)
+        self._link(req, namespace, tokens)
         blocks = [self.pool.blocks[g] for g in pages]
         cached = 0
         for h in req.block_hashes:
