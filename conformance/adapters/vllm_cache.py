@@ -24,8 +24,16 @@ through vLLM's own calls, one request per operation:
 
 Namespaces are vLLM's extra hash keys: a LoRA request (``vllm``; name and path enter every
 block's hash) or a ``cache_salt`` (``vllm-salt``; it enters the first block's hash only). Block 0
-is vLLM's null block, so page ids run from 1 (``page_ids``). There is no host tier, no snapshot,
-and recency is the order blocks were released in; ``tick`` is ignored.
+is vLLM's null block, so page ids run from 1 (``page_ids``). There is no host tier, and recency
+is the order blocks were released in; ``tick`` is ignored.
+
+The white-box view is a hash-keyed cache's (POOL-7, ``BlockSnapshot``), read from the
+``BlockPool``: every block's ``ref_cnt`` and the hashes it carries (``block_hash`` and
+``cached_block_hashes_by_block``), the free queue in order (``get_all_free_blocks``), the
+``cached_block_hash_to_block`` map with its blocks in the order it serves them, and the
+full-attention manager's ``req_to_blocks`` (the block tables; a lock's request names its
+handle). vLLM keeps only a block's hash; what a hash stands for (parent hash, namespace, tokens)
+is recorded from each request's ``block_hashes``, which vLLM's block hasher computed.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Any
 from kvconf.conformance.adapters import stand_ins
 from kvconf.conformance.adapters.device_only import DeviceOnly
 from kvconf.conformance.adapters.peer_events import MASK64, to_kit_events
+from kvconf.conformance.engine.block_snapshot import BlockSnapshot, BlockView, ChainLink, TableView
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import Inserted, Match
@@ -84,7 +93,7 @@ class VLLMAdapter(DeviceOnly):
     namespace_part = "lora"  # "lora" | "cache_salt": what carries a namespace
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.LOCK_HANDLES, Feature.MATCH_LEAVES_LAST,
-        Feature.PAGE_EVICTION,
+        Feature.PAGE_EVICTION, Feature.BLOCK_SNAPSHOT,
     })
     lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
         Feature.HOST_TIER: "the KVCacheManager has one GPU block pool; CPU offloading is a KV "
@@ -122,6 +131,10 @@ class VLLMAdapter(DeviceOnly):
         self._locks: list[Any] = []  # lock handle -> vLLM request, or None for the empty prefix
         self._digests: dict[int, bytes] = {}  # published hash -> vLLM's block hash
         self._event_ns: dict[int, int] = {}  # published hash -> namespace, from stored events
+        self._links: dict[int, ChainLink] = {}  # published hash -> what vLLM hashed into it
+        self._handles: dict[str, int] = {}  # a lock's request id -> its lock handle
+        self._keys: dict[bytes, int] = {}  # vLLM's map key -> the published hash
+        self._views: dict[int, tuple] = {}  # block id -> (count, keys, its last view)
 
     # ----------------------------------------------------------------- mapping
     def _request(self, ns: int, tokens: Sequence[int]) -> Any:
@@ -140,6 +153,16 @@ class VLLMAdapter(DeviceOnly):
         for h in req.block_hashes:
             self._digests.setdefault(external_hash(h), h)
         return req
+
+    def _link(self, req: Any, ns: int, tokens: Sequence[int]) -> None:
+        """What each block hash of ``req`` stands for, as vLLM's hasher chained it (the view's
+        ``links``): every hash the map can hold is one an insert's request was hashed to."""
+        p, parent = self.page_size, None
+        for i, h in enumerate(req.block_hashes):
+            ext = external_hash(h)
+            if ext not in self._links:
+                self._links[ext] = ChainLink(parent, ns, tuple(tokens[i * p : (i + 1) * p]))
+            parent = ext
 
     def _ns_of(self, ev: Any) -> int:
         if ev.lora_name:
@@ -190,6 +213,7 @@ class VLLMAdapter(DeviceOnly):
         if len(tokens) % p or len(pages) * p != len(tokens):
             raise EngineRejected("bad_insert", f"{len(tokens)} tokens with {len(pages)} pages")
         req = self._request(namespace, tokens)
+        self._link(req, namespace, tokens)
         blocks = [self.pool.blocks[g] for g in pages]
         cached = 0
         for h in req.block_hashes:
@@ -223,6 +247,7 @@ class VLLMAdapter(DeviceOnly):
         if got is None:
             raise EngineRejected("no_space", "allocate_slots found no room to adopt the hit")
         self._locks.append(req)
+        self._handles[req.request_id] = len(self._locks) - 1
         return len(self._locks) - 1
 
     def unlock(self, handle: int) -> None:
@@ -270,8 +295,41 @@ class VLLMAdapter(DeviceOnly):
         self._digests.setdefault(external_hash(h), h)
         return external_hash(h)
 
-    def snapshot(self) -> None:
-        return None
+    def snapshot(self) -> BlockSnapshot:
+        """The block pool as vLLM holds it (POOL-7; the module docstring says what is read).
+        A block whose count and hashes did not change keeps its view object."""
+        pool = self.pool
+        extra = pool.cached_block_hashes_by_block
+        views = self._views
+        blocks = []
+        for b in pool.blocks:
+            keys = (b.block_hash, *sorted(extra.get(b.block_id, ())))
+            seen = views.get(b.block_id)
+            if seen is None or seen[0] != b.ref_cnt or seen[1] != keys:
+                hashes = tuple(self._ext(k) for k in keys if k is not None)
+                seen = views[b.block_id] = (b.ref_cnt, keys, BlockView(b.block_id, b.ref_cnt,
+                                                                         hashes))
+            blocks.append(seen[2])
+        cached: dict[int, tuple[int, ...]] = {}
+        for key, held in pool.cached_block_hash_to_block._cache.items():
+            ids = (held.block_id,) if hasattr(held, "block_id") else tuple(held)
+            cached[self._ext(key)] = ids
+        links = {h: self._links[h] for h in cached if h in self._links}
+        tables = tuple(
+            TableView(self._handles.get(rid), tuple(b.block_id for b in held))
+            for rid, held in self.table.req_to_blocks.items())
+        return BlockSnapshot(
+            page_size=self.page_size, blocks=tuple(blocks),
+            reserved=(pool.null_block.block_id,),
+            free=tuple(b.block_id for b in self._free_queue()),
+            cached=cached, links=links, tables=tables)
+
+    def _ext(self, key: bytes) -> int:
+        """The published hash of a map key (a block hash with its group id), remembered."""
+        h = self._keys.get(key)
+        if h is None:
+            h = self._keys[key] = external_hash(self.v.utils.get_block_hash(key))
+        return h
 
 
 class VLLMSaltAdapter(VLLMAdapter):

@@ -37,6 +37,7 @@ from kvconf.conformance.trace import (
     WritebackStep,
 )
 from kvconf.reference.kv_events import KVEvent
+from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
 
 _FAULTS = "faults"
@@ -86,7 +87,9 @@ class CacheDriver:
         self.expect = expect
         self.oracles = [o() for o in oracles if o.applies(engine)]
         # Snapshots are for the oracles: a replay with none (DET-1 compares the logs) takes none.
-        self.white = Feature.SNAPSHOT in engine.features and bool(self.oracles)
+        # A hash-keyed cache's is a block view (POOL-7), which only the block-pool oracle reads.
+        self.white = bool(engine.features & {Feature.SNAPSHOT, Feature.BLOCK_SNAPSHOT}) and bool(
+            self.oracles)
         self.events_on = Feature.KV_EVENTS in engine.features
         # Each hook's handlers: only the oracles that override it are called.
         self.hooks: dict[str, list] = {
@@ -415,7 +418,7 @@ class CacheDriver:
                 self._unlock(rec)
             self._settle()
             where = "at rest after the trace"
-            if self.rest is not None and self._snap is not None:
+            if self.rest is not None and isinstance(self._snap, CacheSnapshot):
                 self.rest.cache(self._snap, where)
             if self.rest is not None and self.ctx.counters is not None:
                 self.rest.counts(self.ctx.counters, sizes, where)
@@ -427,7 +430,7 @@ class CacheDriver:
             self._evict(Tier.HOST, size) if Feature.HOST_TIER in self.engine.features else None
             self._settle()
             where = "at rest with everything evicted"
-            if self.rest is not None and self._snap is not None:
+            if self.rest is not None and isinstance(self._snap, CacheSnapshot):
                 self.rest.emptied(self._snap, where)
             if self.rest is not None and self.ctx.counters is not None:
                 self.rest.counts(self.ctx.counters, sizes, where, empty=True)

@@ -14,6 +14,9 @@ class Feature(str, Enum):
     ``ALLOWANCES``)."""
 
     SNAPSHOT = "snapshot"  # white-box introspection (owners, counts, tree)
+    # White-box introspection of a hash-keyed cache: blocks, free queue, hash map, block tables
+    # (POOL-7, conformance/engine/block_snapshot.py)
+    BLOCK_SNAPSHOT = "block_snapshot"
     HOST_TIER = "host_tier"  # a host tier with writeback / loadback transfers
     L3_STORE = "l3_store"
     MAMBA = "mamba"

@@ -2,6 +2,7 @@
 
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, TransferOracle
 from kvconf.conformance.oracles.base import Ctx, Oracle, Violation
+from kvconf.conformance.oracles.block_pool import BlockPoolOracle
 from kvconf.conformance.oracles.content import ContentOracle
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.oracles.events import EventOracle
@@ -38,6 +39,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     EvictionOracle,
     PageEvictionOracle,
     EventOracle,
+    BlockPoolOracle,
     FaultOracle,
     UnloadOracle,
     PinnedContentOracle,

@@ -132,7 +132,7 @@ class CounterOracle(Oracle):
         if ctx.counters is None:
             return
         led = ctx.ledger
-        shown = self._shown(ctx.after) if ctx.after is not None else None
+        shown = self._shown(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
         counters = ctx.counters
         reported = ((tuple(counters.items()), tuple(map(type, counters.values())))
                     if type(counters) is dict else None)  # by type too: True is not a count

@@ -8,6 +8,7 @@ calls and acceptance of unbalanced unlocks are raised by the driver citing this 
 from __future__ import annotations
 
 from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
 
 
@@ -23,7 +24,7 @@ class FaultOracle(Oracle):
         raise self.fail(rule, f"{call} was {what} ({detail}) but changed the engine's state")
 
     def after_step(self, ctx: Ctx) -> None:
-        if ctx.after is None:
+        if not isinstance(ctx.after, CacheSnapshot):
             return
         for op, ok in ctx.acks:
             if ok:

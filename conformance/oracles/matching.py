@@ -8,6 +8,7 @@ from operator import attrgetter
 from kvconf.conformance.engine.protocol import Inserted, Match, match_scope
 from kvconf.conformance.oracles.base import Ctx, Oracle
 from kvconf.conformance.oracles.tree_view import TreeView, same_fields
+from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
 
 # What ``TreeView.blocks`` reads of a node (with the roots): the same in two snapshots, the
@@ -43,7 +44,7 @@ class MatchOracle(Oracle):
             raise self.fail("TREE-7", f"a match of {max(m.device_len, m.host_len)} tokens covers "
                             f"the last token of the {len(tokens)}-token query, and the engine "
                             "declares match_leaves_last")
-        if ctx.before is not None and ctx.op in ("match", "extend"):
+        if isinstance(ctx.before, CacheSnapshot) and ctx.op in ("match", "extend"):
             view = TreeView(ctx.before)
             for tier, n in ((Tier.DEVICE, m.device_len), (Tier.HOST, m.host_len)):
                 want = view.longest(ns, scope, tier)
@@ -66,7 +67,7 @@ class MatchOracle(Oracle):
     def after_step(self, ctx: Ctx) -> None:
         pending, self._pending_match = self._pending_match, None
         inserted, self._inserted = self._inserted, []
-        if ctx.after is None or ctx.before is None:
+        if not (isinstance(ctx.after, CacheSnapshot) and isinstance(ctx.before, CacheSnapshot)):
             return
         after = TreeView(ctx.after)
         if pending is not None:

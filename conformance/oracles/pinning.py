@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from kvconf.conformance.engine.protocol import Inserted, Match, match_scope
 from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
 
 
@@ -77,7 +78,7 @@ class PinOracle(Oracle):
                 )
 
     def after_step(self, ctx: Ctx) -> None:
-        if ctx.after is None:
+        if not isinstance(ctx.after, CacheSnapshot):  # a block view is block-pool's
             return
         for rec in ctx.ledger.live_locks():
             owners = ctx.after.pools[rec.tier].owners
