@@ -237,7 +237,7 @@ class HybridCache:
         need_pages = -(-upto // p)
         grow = {i: max(0, need_pages - len(r.tables[i])) for i in attn}
         mamba = any(g.kind == "mamba" for g in self.groups)
-        checkpoint = mamba and upto % p == 0
+        checkpoint = mamba and self._checkpoint_at(upto)
         need_states = int(mamba and not r.owns_state) + int(checkpoint)
         released = self._release_window(r)
         if not self.kv.can(sum(grow.values())) or not self.states.can(need_states):
@@ -279,6 +279,11 @@ class HybridCache:
         if got is None:
             r.tokens = r.tokens[:-1]
         return got
+
+    def _checkpoint_at(self, depth: int) -> bool:
+        """Whether a row ending at ``depth`` saves its state in a checkpoint: on every page
+        boundary."""
+        return depth % self.p == 0
 
     def _publish(self, r: Req, checkpoints: tuple[tuple[int, int], ...]) -> None:
         """Whole pages of both attention groups go into the map (a key already there keeps its

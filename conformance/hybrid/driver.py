@@ -237,6 +237,8 @@ class HybridDriver:
                         r.tables[i][r.tables[i].index(page)] = None
         if not ext.room:
             return {"op": op, "room": False, "released": [list(x) for x in ext.released]}
+        if op == "decode" and self._decodes() and self.judge:
+            o.check_decode(rid, ext, r.tables, s)
         # New pages: none a live request holds (POOL-2); a page in every table for every
         # position the row computes (WIN-3).
         need = -(-e // self.p)
