@@ -29,8 +29,19 @@ tokens, driven through the scheduler's own steps, one request per batch:
 - ``computed``: the step's result processing, ``checkpoint_kv_cache`` (``checkpoint_into_tree``:
   window slots behind the window freed, the computed pages inserted, duplicates of cached pages
   freed and the row moved onto the cached ones, the tracked Mamba slot donated to the tree).
-- ``finish``: ``release_kv_cache`` with ``checkpoint=True`` once every token is computed (the
-  request finished), ``checkpoint=False`` before (an abort).
+- ``decode``: a decode row (WIN-7) of the request's one-request running batch, as
+  ``merge_batch`` leaves it: the sampled token joins ``output_ids``, then ``check_decode_mem``
+  and ``prepare_for_decode`` (``maybe_evict_swa`` frees window slots behind the window before the
+  row, ``alloc_for_decode``, the Mamba track mask at ``mamba_track_interval``); its
+  ``computed`` is the decode result's Mamba bookkeeping (``_handle_finish_state_updated_req``),
+  nothing published.
+- ``finish``: ``release_kv_cache`` with ``checkpoint=True`` once the prompt is computed (the
+  request finished; after decode rows the tree keeps the sequence up to the last tracked state),
+  ``checkpoint=False`` before (an abort).
+
+Decode settings scaled down as the chunk size is, so that short sequences cross them:
+``mamba_track_interval`` two pages (SGLang: 256 tokens over a 64-token grid), the window
+eviction interval one page (SGLang: 128 tokens).
 
 Tables are read from SGLang's own state: the request's ``req_to_token`` row (full pages), the
 allocator's ``full_to_swa_index_mapping`` (window pages; 0 a hole), ``req.kv.mamba_pool_idx``
