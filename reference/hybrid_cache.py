@@ -17,6 +17,8 @@ releases what it holds tail first, so older pages leave the cache first.
   published in both groups; the chunk's end state, where it ends on a page boundary, is saved in
   a checkpoint slot of its own and published (MAMBA-1, MAMBA-7): the working slot is never
   shared with the cache.
+- ``decode``: the request's next token, sampled by the runtime, joins its sequence and is
+  computed as a one-token ``extend`` (a decode row; the prompt must be computed first).
 - ``finish``: everything back, tail first.
 
 Deterministic: the free queues are ordered by release, ties by id.
@@ -235,7 +237,7 @@ class HybridCache:
         need_pages = -(-upto // p)
         grow = {i: max(0, need_pages - len(r.tables[i])) for i in attn}
         mamba = any(g.kind == "mamba" for g in self.groups)
-        checkpoint = mamba and upto % p == 0
+        checkpoint = mamba and self._checkpoint_at(upto)
         need_states = int(mamba and not r.owns_state) + int(checkpoint)
         released = self._release_window(r)
         if not self.kv.can(sum(grow.values())) or not self.states.can(need_states):
@@ -264,6 +266,24 @@ class HybridCache:
         gave = tuple(page for _, page in released)
         rel = tuple(gave if g.kind == "window" else () for g in self.groups)
         return Extended(tuple(pages), rel, source, r.state if mamba else None, checkpoints)
+
+    def decode(self, rid: str, token: int) -> Extended | None:
+        """The decode row of ``rid``: ``token`` (the one the runtime sampled last) joins its
+        sequence, and the row computes it; no room leaves the sequence as it was."""
+        r = self._req(rid)
+        if r.computed != len(r.tokens):
+            raise CacheError("bad_decode", f"{rid}: a decode row after {r.computed} of "
+                                           f"{len(r.tokens)} tokens computed")
+        r.tokens = (*r.tokens, token)
+        got = self.extend(rid, r.computed + 1)
+        if got is None:
+            r.tokens = r.tokens[:-1]
+        return got
+
+    def _checkpoint_at(self, depth: int) -> bool:
+        """Whether a row ending at ``depth`` saves its state in a checkpoint: on every page
+        boundary."""
+        return depth % self.p == 0
 
     def _publish(self, r: Req, checkpoints: tuple[tuple[int, int], ...]) -> None:
         """Whole pages of both attention groups go into the map (a key already there keeps its

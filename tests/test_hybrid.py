@@ -15,13 +15,14 @@ from kvconf.conformance.hybrid.generator import WalkStats, search, shrink, walk
 from kvconf.conformance.hybrid.scenarios import HYBRID_SCENARIOS
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
+    DecodeStep,
     ExtendStep,
     FinishStep,
     HitStep,
     HybridTrace,
 )
 from kvconf.conformance.mutants.hybrid import PLANTED_HYBRID
-from kvconf.conformance.variants.hybrid import KeepsWindowPages
+from kvconf.conformance.variants.hybrid import DecodeStatesAtInterval, KeepsWindowPages
 from kvconf.conformance.violation import Violation
 
 
@@ -145,8 +146,12 @@ def test_walks_are_deterministic_and_shrink():
     stats = WalkStats()
     with pytest.raises(Violation) as e:
         search(factory, fuzz_config(1, 14), lambda k: k, 30, 40, None, stats)
-    small, v = shrink(factory, stats.last, e.value, 300)
-    assert len(small.steps) < len(stats.last.steps) and "WIN-4" in v.behaviours
+    # Steps that break nothing, put in front of the failing walk, are shrunk away.
+    padded = stats.last.model_copy(update={"steps": [HitStep(tokens=[k, 9]) for k in range(4)]
+                                           + list(stats.last.steps)})
+    small, v = shrink(factory, padded, e.value, 300)
+    assert len(small.steps) <= len(stats.last.steps) < len(padded.steps)
+    assert "WIN-4" in v.behaviours
 
 
 class _Aligned(ReferenceHybridAdapter):
@@ -311,3 +316,106 @@ def test_a_full_page_given_back_is_caught():
     with pytest.raises(Violation) as caught:
         play_hybrid(_settling(lambda cache, rid: (0, 0, None)), _shared())
     assert caught.value.behaviours == ("WIN-4",) and "full group" in str(caught.value)
+
+
+# ----------------------------------------------------------------- decode rows (WIN-7)
+def _decode_trace(p: int = 1) -> HybridTrace:
+    return next(sc for sc in HYBRID_SCENARIOS if sc.name == "hybrid-decode").trace(p)
+
+
+class _NoDecode(ReferenceHybridAdapter):
+    """The reference without ``decode``: told the whole sequence at admission."""
+
+    decode = None  # type: ignore[assignment]
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.calls: list[tuple] = []
+
+    def admit(self, rid, namespace, tokens):
+        self.calls.append(("admit", rid, len(tokens)))
+        return super().admit(rid, namespace, tokens)
+
+    def extend(self, rid, upto):
+        self.calls.append(("extend", rid, upto))
+        return super().extend(rid, upto)
+
+
+@pytest.mark.behaviours("WIN-7")
+def test_decode_rows_are_told_their_token_or_played_as_one_token_chunks():
+    """An engine with ``decode`` is admitted on the prompt and told each output token; one
+    without it is admitted on the whole sequence and computes each as a one-token chunk."""
+    trace = _trace(AdmitStep(rid="r1", tokens=A, output=[9, 9, 7]), ExtendStep(rid="r1", upto=8),
+                   DecodeStep(rid="r1"), DecodeStep(rid="r1"), FinishStep(rid="r1"))
+    told = []
+
+    class Told(ReferenceHybridAdapter):
+        def admit(self, rid, namespace, tokens):
+            told.append(("admit", len(tokens)))
+            return super().admit(rid, namespace, tokens)
+
+        def decode(self, rid, token):
+            told.append(("decode", token))
+            return super().decode(rid, token)
+
+    log = play_hybrid(Told, trace)
+    assert told == [("admit", 8), ("decode", 9), ("decode", 9)] * 2  # and the DET-1 replay
+    assert [o["op"] for o in log] == ["admit", "extend", "decode", "decode", "finish"]
+    engines: list[_NoDecode] = []
+
+    def factory(config):
+        engines.append(_NoDecode(config))
+        return engines[-1]
+
+    play_hybrid(factory, trace)
+    assert engines[0].calls == [("admit", "r1", 11), ("extend", "r1", 8), ("extend", "r1", 9),
+                                ("extend", "r1", 10)]
+
+
+@pytest.mark.behaviours("WIN-7")
+def test_extend_stops_at_the_prompt_and_decode_waits_for_it():
+    with pytest.raises(KitError, match="decode steps"):
+        play_hybrid(_factory(), _trace(AdmitStep(rid="r1", tokens=A, output=[9]),
+                                       ExtendStep(rid="r1", upto=9)))
+    with pytest.raises(KitError, match="once the prompt is done"):
+        play_hybrid(_factory(), _trace(AdmitStep(rid="r1", tokens=A, output=[9]),
+                                       ExtendStep(rid="r1", upto=4), DecodeStep(rid="r1")))
+
+
+class _DecodeGrabsAPage(ReferenceHybridAdapter):
+    """Each decode row hands out one more full-attention page than its position needs."""
+
+    def decode(self, rid, token):
+        got = super().decode(rid, token)
+        if got is None:
+            return got
+        (extra,) = self.cache._alloc(self.cache.kv, 1)
+        self.cache.requests[rid].tables[0].append(extra)
+        return type(got)((got.pages[0] + (extra,), *got.pages[1:]), got.released,
+                         got.state_source, got.state_slot, got.checkpoints)
+
+
+@pytest.mark.behaviours("WIN-7")
+def test_a_decode_row_that_hands_out_a_page_it_does_not_need_is_caught():
+    with pytest.raises(Violation) as caught:
+        play_hybrid(_DecodeGrabsAPage, _decode_trace(2))
+    assert caught.value.behaviours == ("WIN-7",)
+    assert "needs 0" in str(caught.value) or "needs 1" in str(caught.value)
+
+
+@pytest.mark.behaviours("WIN-7", "WIN-4", "MAMBA-1", "MAMBA-3")
+def test_decode_states_at_an_interval_are_legal_and_differ():
+    """The legal variant keeping decode states every two pages, published at finish, passes
+    every hybrid case and walk, and serves the decoded sequence differently: the state it kept
+    at the end of the prompt is not evicted for the decode rows' own, and a query into what was
+    decoded resumes from the state at the interval, not at the page before it."""
+    variant = _factory(DecodeStatesAtInterval)
+    assert _caught(variant) is None
+    for p in (1, 2):
+        got = play_hybrid(variant, _decode_trace(p))
+        ref = play_hybrid(_factory(), _decode_trace(p))
+        hits = [i for i, o in enumerate(got) if o["op"] in ("hit", "admit")]
+        assert [got[i] for i in hits[-2:]] == [
+            {"op": "hit", "length": 8 * p, "full": 8 * p, "window": 8 * p, "mamba": 8 * p},
+            {"op": "admit", "length": 8 * p, "full": 13 * p, "window": 8 * p, "mamba": 8 * p}]
+        assert ref[hits[-1]]["length"] == 13 * p

@@ -2,7 +2,9 @@
 its expectations, it publishes after the forward (window pages given back before they are
 published, pages moved onto the tree's copies), the legal variant that takes the same choice
 gives the same hits, and the allowance it declares (MAMBA-11) is what keeps a chunk shape its
-scheduler never builds away from it."""
+scheduler never builds away from it; rows past a prompt run SGLang's decode path (window slots
+freed behind the window before the row, Mamba states tracked at mamba_track_interval and kept
+only at finish), as the legal variant that takes the same choice does."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from kvconf.conformance.hybrid.trace import AdmitStep, ExtendStep, HybridTrace
 from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.running.profiles import PROFILES, Budget
 from kvconf.conformance.running.runner import run_suite, select_cases
-from kvconf.conformance.variants.hybrid import ReleasesBeforePublish
+from kvconf.conformance.variants.hybrid import DecodeStatesAtInterval, ReleasesBeforePublish
 from kvconf.conformance.violation import Violation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +34,7 @@ HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 needs_sglang = pytest.mark.skipif(not HAS_SGLANG,
                                   reason="sglang is not installed (.ci/install-peers.sh)")
 HYBRID_CASES = ["hybrid-group-hits", "hybrid-resume-from-state", "hybrid-window-release",
-                "hybrid-shared-prefix", "fuzz-hybrid", "fuzz-hybrid-tight"]
+                "hybrid-shared-prefix", "hybrid-decode", "fuzz-hybrid", "fuzz-hybrid-tight"]
 
 
 def _adapter():
@@ -134,3 +136,32 @@ def test_one_component_beside_full_attention(window, mamba):
         stats = WalkStats()
         search(_adapter(), config, lambda k: k, 30, 10, None, stats)
         assert stats.examples == 10 and stats.ops.get("extend", 0) > 0
+
+
+@needs_sglang
+@pytest.mark.behaviours("WIN-7", "WIN-4", "MAMBA-1", "MAMBA-3")
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_decode_rows_run_sglangs_decode_path(page_size):
+    """In hybrid-decode two requests decode side by side: SGLang's maybe_evict_swa gives back
+    window pages before some decode rows, the forward tracks states only where a row ends on
+    mamba_track_interval (TRACK_PAGES pages), and what was decoded is cached at finish up to
+    the last of them. DecodeStatesAtInterval, the reference taking that choice, serves the
+    decoded sequence as SGLang does; the reference, keeping a state at every page, deeper."""
+    from kvconf.conformance.adapters.sglang_hybrid import TRACK_PAGES
+
+    p = page_size
+    trace = next(sc for sc in HYBRID_SCENARIOS if sc.name == "hybrid-decode").trace(p)
+    got = play_hybrid(_adapter(), trace)
+    rows = [o for o in got if o["op"] == "decode"]
+    assert len(rows) == 13 * p and all(o["room"] for o in rows)
+    assert any(o["released"][1] for o in rows)  # window pages given back while decoding
+    depths = [d for o in rows for d, _ in o["state"][2]]
+    assert depths and all(d % (TRACK_PAGES * p) == 0 for d in depths)
+    variant = play_hybrid(lambda c: ReferenceHybridAdapter(c, cache_cls=DecodeStatesAtInterval),
+                          trace)
+    reference = play_hybrid(ReferenceHybridAdapter, trace)
+    last = [i for i, o in enumerate(got) if o["op"] in ("hit", "admit")][-3:]
+    assert [got[i] for i in last] == [variant[i] for i in last]
+    assert got[last[0]] == {"op": "hit", "length": 16 * p, "full": 16 * p, "window": 16 * p,
+                            "mamba": 16 * p}
+    assert got[last[2]]["mamba"] == 8 * p < reference[last[2]]["mamba"] == 13 * p

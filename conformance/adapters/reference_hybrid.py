@@ -46,6 +46,9 @@ class ReferenceHybridAdapter:
     def extend(self, rid: str, upto: int) -> Extended | None:
         return self._call(self.cache.extend, rid, upto)
 
+    def decode(self, rid: str, token: int) -> Extended | None:
+        return self._call(self.cache.decode, rid, token)
+
     def finish(self, rid: str) -> None:
         self._call(self.cache.finish, rid)
 

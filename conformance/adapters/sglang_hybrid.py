@@ -29,8 +29,19 @@ tokens, driven through the scheduler's own steps, one request per batch:
 - ``computed``: the step's result processing, ``checkpoint_kv_cache`` (``checkpoint_into_tree``:
   window slots behind the window freed, the computed pages inserted, duplicates of cached pages
   freed and the row moved onto the cached ones, the tracked Mamba slot donated to the tree).
-- ``finish``: ``release_kv_cache`` with ``checkpoint=True`` once every token is computed (the
-  request finished), ``checkpoint=False`` before (an abort).
+- ``decode``: a decode row (WIN-7) of the request's one-request running batch, as
+  ``merge_batch`` leaves it: the sampled token joins ``output_ids``, then ``check_decode_mem``
+  and ``prepare_for_decode`` (``maybe_evict_swa`` frees window slots behind the window before the
+  row, ``alloc_for_decode``, the Mamba track mask at ``mamba_track_interval``); its
+  ``computed`` is the decode result's Mamba bookkeeping (``_handle_finish_state_updated_req``),
+  nothing published.
+- ``finish``: ``release_kv_cache`` with ``checkpoint=True`` once the prompt is computed (the
+  request finished; after decode rows the tree keeps the sequence up to the last tracked state),
+  ``checkpoint=False`` before (an abort).
+
+Decode settings scaled down as the chunk size is, so that short sequences cross them:
+``mamba_track_interval`` two pages (SGLang: 256 tokens over a 64-token grid), the window
+eviction interval one page (SGLang: 128 tokens).
 
 Tables are read from SGLang's own state: the request's ``req_to_token`` row (full pages), the
 allocator's ``full_to_swa_index_mapping`` (window pages; 0 a hole), ``req.kv.mamba_pool_idx``
@@ -40,7 +51,8 @@ allocator's ``full_to_swa_index_mapping`` (window pages; 0 a hole), ``req.kv.mam
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
@@ -59,6 +71,10 @@ from kvconf.conformance.engine.hybrid import (
 from kvconf.conformance.errors import EngineRejected, EngineUnavailable
 
 MAX_REQS = 16  # request rows: more than the kit ever runs at once
+TRACK_PAGES = 2  # decode tracks a Mamba state every TRACK_PAGES pages (mamba_track_interval)
+EVICT_PAGES = 1  # decode frees window slots once a page more has slid out of the window
+# (SGLANG_SWA_EVICTION_INTERVAL, in tokens); both scaled down from SGLang's defaults (256 and
+# 128 tokens) so that the kit's short sequences cross them (docs/peers.md#sglang-hybrid).
 
 
 def hybrid_modules() -> SimpleNamespace:
@@ -78,6 +94,8 @@ def hybrid_modules() -> SimpleNamespace:
             ("server_args", "sglang.srt.server_args"),
             ("mamba_utils", "sglang.srt.configs.mamba_utils"),
             ("environ", "sglang.srt.environ"),
+            ("spec_info", "sglang.srt.speculative.spec_info"),
+            ("results", "sglang.srt.managers.scheduler_components.batch_result_processor"),
         ):
             setattr(sg, attr, import_module(mod))
     except Exception as e:
@@ -120,7 +138,8 @@ class SGLangHybridAdapter:
         self.pool_sizes = {"kv": config.pages}
         args = sg.server_args.ServerArgs(
             model_path="dummy", page_size=p,
-            mamba_radix_cache_strategy="extra_buffer" if config.mamba else "auto")
+            mamba_radix_cache_strategy="extra_buffer" if config.mamba else "auto",
+            mamba_track_interval=TRACK_PAGES * p)
         args._mamba_cache_chunk_size = p  # the checkpoint grid is then the page
         sg.server_args.set_global_server_args_for_scheduler(args)
         context = size + 4 * p
@@ -171,9 +190,14 @@ class SGLangHybridAdapter:
             raise EngineUnavailable(
                 f"sglang's hybrid UnifiedRadixCache cannot be built ({type(e).__name__}: {e})"
             ) from None
+        self.model_config = SimpleNamespace(  # what a batch reads of the model
+            hf_text_config=SimpleNamespace(mamba_chunk_size=p), vocab_size=64,
+            is_encoder_decoder=False)
         self.batch = SimpleNamespace(  # what SGLang's per-request helpers read of a batch
-            req_to_token_pool=self.pool, tree_cache=self.cache,
-            model_config=SimpleNamespace(hf_text_config=SimpleNamespace(mamba_chunk_size=p)))
+            req_to_token_pool=self.pool, tree_cache=self.cache, model_config=self.model_config)
+        self.results = _DecodeResults(sg, self.cache)
+        self._decoding: dict[str, Any] = {}  # rid -> its running (decode) ScheduleBatch
+        self._row_kind: dict[str, str] = {}  # rid -> "extend" or "decode": its last row
         self._reqs: dict[str, Any] = {}
         self._seen: dict[str, list[list[int | None]]] = {}  # the tables the kit was told
         self._n = 0
@@ -351,6 +375,7 @@ class SGLangHybridAdapter:
         if not self._room(req, s, upto):
             return None
         before = self._seen[rid]
+        self._row_kind[rid] = "extend"
         req.extend_end = upto
         req.fill_ids = req.full_untruncated_fill_ids[:upto]
         prefix = sg.allocation._prefix_kv_indices(self.batch, req)
@@ -392,6 +417,95 @@ class SGLangHybridAdapter:
         return Extended(tuple(tuple(int(x) for x in pg if x is not None) for pg in pages),
                         released, source, slot, checkpoints)
 
+    # ----------------------------------------------------------------- decode rows
+    def _decode_batch(self, req: Any) -> Any:
+        """The running batch the scheduler decodes ``req`` in once its prompt is computed, as
+        ``merge_batch`` leaves it for one request: ``ScheduleBatch.init_new`` over the
+        request, its row index and its committed length as ``seq_lens``; no speculative
+        decoding, no overlap, no sampling penalties."""
+        import torch
+
+        sg = self.sg
+        b = sg.batch.ScheduleBatch.init_new(
+            [req], self.pool, self.allocator, self.cache, self.model_config, False,
+            sg.spec_info.SpeculativeAlgorithm.NONE)
+        idx = int(req.kv.req_pool_idx)
+        n = int(req.kv.kv_committed_len)
+        b.req_pool_indices = torch.tensor([idx], dtype=torch.int64)
+        b.req_pool_indices_cpu = torch.tensor([idx], dtype=torch.int64)
+        b.seq_lens = torch.tensor([n], dtype=torch.int64)
+        b.seq_lens_cpu = torch.tensor([n], dtype=torch.int64)
+        b.orig_seq_lens = torch.tensor([n], dtype=torch.int32)
+        b.sampling_info = SimpleNamespace(
+            penalizer_orchestrator=SimpleNamespace(is_required=False))
+        return b
+
+    @contextmanager
+    def _decode_env(self) -> Iterator[None]:
+        """``prepare_for_decode`` under the adapter's window eviction interval; without CUDA its
+        one ``pin_memory()`` (the Mamba track mask's host copy) is the tensor itself, as
+        ``is_pin_memory_available`` makes every other host copy there."""
+        import torch
+
+        envs = self.sg.environ.envs
+        with envs.SGLANG_SWA_EVICTION_INTERVAL.override(EVICT_PAGES * self.page_size):
+            if torch.cuda.is_available():
+                yield
+                return
+            pin = torch.Tensor.pin_memory
+            torch.Tensor.pin_memory = lambda t, *a, **k: t
+            try:
+                yield
+            finally:
+                torch.Tensor.pin_memory = pin
+
+    def decode(self, rid: str, token: int) -> Extended | None:
+        """The request's next decode row, as the scheduler runs it: ``token`` (sampled by the
+        row before) joins ``output_ids`` as result processing appends it, then
+        ``update_running_batch``'s steps on the request's one-request running batch:
+        ``check_decode_mem`` (evicting cached entries for room; None when there is none, the
+        token taken back) and ``prepare_for_decode``: ``maybe_evict_swa`` frees the request's
+        window slots behind its window (given back before the row, judged from its start),
+        ``alloc_for_decode`` a slot for the position, and the Mamba track mask names the
+        ping-pong slot the forward leaves the state in where the row ends on the track
+        interval (a checkpoint). The working state slot is read and written in place."""
+        req = self._reqs[rid]
+        s = int(req.kv.kv_committed_len)
+        if s != len(req.origin_input_ids) + len(req.output_ids):
+            raise EngineRejected("bad_decode", f"{rid}: a decode row before its prompt is "
+                                               "computed")
+        req.output_ids.append(token)
+        batch = self._decoding.get(rid) or self._decode_batch(req)
+        if not batch.check_decode_mem():
+            req.output_ids.pop()
+            return None
+        self._decoding[rid] = batch
+        with self._decode_env():
+            batch.prepare_for_decode()
+        self._row_kind[rid] = "decode"
+        e = s + 1
+        seen = self._seen[rid]
+        now = self._row_tables(req, e)
+        pages: list[tuple[int, ...]] = []
+        released: list[tuple[int, ...]] = []
+        for g, old, new in zip(self.groups, seen, now, strict=True):
+            gone = tuple(page for j, page in enumerate(old)
+                         if page is not None and g.kind == "window" and new[j] is None)
+            for j, page in enumerate(old):
+                if page is not None and page in gone:
+                    old[j] = None
+            fresh = tuple(x for x in new[len(old):] if x is not None)
+            old.extend(new[len(old):])
+            pages.append(() if g.kind == "mamba" else fresh)
+            released.append(gone)
+        source = slot = None
+        checkpoints: tuple[tuple[int, int], ...] = ()
+        if "state" in self.pool_sizes:
+            source = slot = int(req.kv.mamba_pool_idx)
+            if batch.mamba_track_mask_cpu[0]:
+                checkpoints = ((e, int(batch.mamba_track_indices[0])),)
+        return Extended(tuple(pages), tuple(released), source, slot, checkpoints)
+
     def _held_from(self, req: Any) -> int:
         """The first position of the request's window pages SGLang still holds for it: its own
         row past ``cache_protected_len``, and the tree's pages its lock covers, which are whole
@@ -421,8 +535,13 @@ class SGLangHybridAdapter:
         moved onto the tree's copies, window slots freed, and window pages of the tree that the
         request's lock no longer covers (the tree may evict them at once)."""
         req = self._reqs[rid]
-        upto = int(req.extend_end)
-        self.sg.common.checkpoint_kv_cache(req, self.cache)
+        if self._row_kind.get(rid) == "decode":
+            # A decode row's results: the Mamba track bookkeeping; nothing is published.
+            self.results.decode_row(self._decoding[rid], req)
+            upto = int(req.kv.kv_committed_len)
+        else:
+            upto = int(req.extend_end)
+            self.sg.common.checkpoint_kv_cache(req, self.cache)
         now = self._row_tables(req, upto)
         held_from = self._held_from(req) if "swa" in self.pool_sizes else 0
         seen = self._seen[rid]
@@ -448,6 +567,8 @@ class SGLangHybridAdapter:
         sg = self.sg
         req = self._reqs.pop(rid)
         self._seen.pop(rid, None)
+        self._decoding.pop(rid, None)
+        self._row_kind.pop(rid, None)
         if not req.kv.holds_kv:
             # Admitted, never given a row (SGLang admits and allocates in one step, the kit in
             # two): the admission's lock goes back, and the Mamba slot its copy-on-write took,
@@ -475,3 +596,27 @@ class SGLangHybridAdapter:
             out["state"] = (self.pool.mamba_allocator.available_size()
                             + self.cache.mamba_evictable_size())
         return out
+
+
+class _DecodeResults:
+    """What of the scheduler's result processing (``SchedulerBatchResultProcessor``) a decode
+    row of a request that goes on decoding reaches: ``_handle_finish_state_updated_req``, whose
+    Mamba part names the tracked ping-pong slot and its depth where the row ended on the track
+    interval and swaps the index the next track goes to (``_mamba_prefix_cache_update``). SGLang's
+    own methods, bound to this object; of the rest of the mixin only
+    ``_maybe_collect_customized_info`` (what a response returns) is reached, and left out."""
+
+    METHODS = ("_handle_finish_state_updated_req", "_mamba_prefix_cache_update",
+               "_mamba_assert_committed_len_lookahead", "_mamba_check_track_boundary",
+               "mamba_lazy_post_decode_at_boundary", "_mamba_lazy_spec_update")
+
+    def __init__(self, sg: SimpleNamespace, cache: Any) -> None:
+        mixin = sg.results.SchedulerBatchResultProcessor
+        attrs: dict[str, Any] = {name: mixin.__dict__[name] for name in self.METHODS}
+        attrs["_maybe_collect_customized_info"] = lambda self, *args: None
+        self.processor = type("DecodeResultProcessor", (), attrs)()
+        self.processor.tree_cache = cache
+
+    def decode_row(self, batch: Any, req: Any) -> None:
+        result = SimpleNamespace(num_correct_drafts_per_req_cpu=None)
+        self.processor._handle_finish_state_updated_req(req, batch, result, 0, None)

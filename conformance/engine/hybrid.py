@@ -8,7 +8,8 @@ positions before it, WIN-3; a Mamba group only where a state of exactly that dep
 MAMBA-3). So the level is the caller's view of a request's life: ``hit`` asks how far each group
 could serve a query, ``admit`` starts a request on the combined hit, ``extend`` has it compute a
 chunk (the engine hands out pages, gives back window pages the request no longer reads, and says
-where the runtime leaves Mamba states), ``finish`` ends it. The kit plays the runtime: it writes
+where the runtime leaves Mamba states), ``decode`` (optional) computes the next token it sampled,
+``finish`` ends it. The kit plays the runtime: it writes
 a content tag into every page and state slot the engine names, and checks every one a row reads.
 
 Page and slot ids are the engine's own; a group's ``pool`` names the id space its pages come
@@ -89,3 +90,10 @@ class HybridEngine(Protocol):
     # last ``extend`` of ``rid`` made room for; an engine that publishes only then (as a
     # scheduler processes a step's results) does so here and says which of the request's
     # table entries it changed. An engine without it publishes in ``extend``.
+    #
+    # Optional: ``decode(rid, token) -> Extended | None``. A decode row (WIN-7): ``token``, the
+    # one the runtime sampled last, joins ``rid``'s sequence once its prompt is computed, and
+    # the row computes it (one position); the answer is ``extend``'s for that row, and
+    # ``computed`` follows it as it follows a chunk. An engine with it is admitted on the
+    # prompt alone; one without it is admitted on the whole sequence and computes each decoded
+    # token with a one-token ``extend``.

@@ -91,6 +91,7 @@ def fuzz_case(name: str, pages: int, doc: str) -> Case:
 def hybrid_cases() -> list[Case]:
     return [*(scenario_case(sc) for sc in HYBRID_SCENARIOS),
             fuzz_case("fuzz-hybrid", 40, "request walks over shared prefixes with a window "
-                      "and Mamba states, on a 40-page pool"),
+                      "and Mamba states (prompts in chunks, output in decode rows), on a 40-page "
+                      "pool"),
             fuzz_case("fuzz-hybrid-tight", 14, "request walks on a 14-page pool: pages "
                       "evicted and window pages reused while others run")]

@@ -5,6 +5,11 @@ For each chunk it reads what the row reads (the full table for every earlier pos
 window table for the W - 1 before the chunk, the state it resumes from) and checks the tags,
 then writes the chunk's KV into both tables and its states where the engine says. At the end it
 finishes every request still running and checks that every page and slot came home (POOL-5).
+
+A request's tokens past its prompt are computed by decode rows, one position each (spec chapter
+windows, "Decode rows"). An engine with the optional ``decode(rid, token)`` is admitted on the
+prompt alone and told each sampled token with the row that computes it; one without it is
+admitted on the whole sequence and computes each of those tokens as a one-token chunk.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from kvconf.conformance.faults import call_legal, fits, wrong_return
 from kvconf.conformance.hybrid.memory import HybridMemory, StoreFactory, dict_store
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
+    DecodeStep,
     ExtendStep,
     FinishStep,
     HitStep,
@@ -37,20 +43,22 @@ from kvconf.conformance.violation import Violation
 
 RETURNS: dict[str, tuple[type | None, ...]] = {
     "hit": (HybridHit,), "admit": (Admitted,), "extend": (Extended, None), "finish": (None,),
-    "computed": (Settled, None),
+    "computed": (Settled, None), "decode": (Extended, None),
 }
 
 
 @dataclass(slots=True)
 class Running:
-    """What the kit knows of a running request: its query, how far it has computed, each
-    attention group's table (None a hole) and the slot its Mamba state is in."""
+    """What the kit knows of a running request: its whole sequence (prompt, then the output its
+    decode rows compute), how far it has computed, each attention group's table (None a hole),
+    the slot its Mamba state is in, and its prompt's length."""
 
     ns: int
     tokens: tuple[int, ...]
     computed: int
     tables: list[list[int | None]]
     state: int | None
+    prompt: int
 
 
 class HybridDriver:
@@ -144,6 +152,8 @@ class HybridDriver:
             return self._admit(step)
         if isinstance(step, ExtendStep):
             return self._extend(step)
+        if isinstance(step, DecodeStep):
+            return self._decode(step)
         if isinstance(step, FinishStep):
             if step.rid not in self.live:
                 raise KitError(f"steps[{self.index}].rid: {step.rid!r} is not running")
@@ -155,47 +165,80 @@ class HybridDriver:
     def _admit(self, step: AdmitStep) -> dict[str, Any]:
         if step.rid in self.live:
             raise KitError(f"steps[{self.index}].rid: {step.rid!r} is already running")
-        hit = self._call("hit", self.engine.hit, step.ns, list(step.tokens))
+        seq = [*step.tokens, *step.output]
+        # An engine that takes decode rows learns the output token by token; one that does not
+        # is told the whole sequence now.
+        query = list(step.tokens) if self._decodes() else seq
+        hit = self._call("hit", self.engine.hit, step.ns, query)
         if self.judge:
-            self.oracle.check_hit(hit, step.ns, step.tokens)
-        adm = self._call("admit", self.engine.admit, step.rid, step.ns, list(step.tokens))
+            self.oracle.check_hit(hit, step.ns, query)
+        adm = self._call("admit", self.engine.admit, step.rid, step.ns, query)
         if self.judge:
-            self.oracle.check_admit(adm, hit, step.ns, step.tokens)
+            self.oracle.check_admit(adm, hit, step.ns, query)
         tables = [list(t) for t in adm.tables]
-        self.live[step.rid] = Running(step.ns, tuple(step.tokens), adm.length, tables, adm.state)
+        self.live[step.rid] = Running(step.ns, tuple(seq), adm.length, tables, adm.state,
+                                      len(step.tokens))
         return {"op": "admit", **self._hit_row(hit), "length": adm.length}
+
+    def _decodes(self) -> bool:
+        return callable(getattr(self.engine, "decode", None))
 
     def _extend(self, step: ExtendStep) -> dict[str, Any]:
         r = self.live.get(step.rid)
         if r is None:
             raise KitError(f"steps[{self.index}].rid: {step.rid!r} is not running")
-        if not r.computed < step.upto <= len(r.tokens):
+        if not r.computed < step.upto <= r.prompt:
             raise KitError(f"steps[{self.index}].upto: {step.upto} is not past {r.computed} "
-                           f"within the {len(r.tokens)} tokens of {step.rid}")
+                           f"within the {r.prompt}-token prompt of {step.rid} (its output is "
+                           "computed by decode steps)")
         s, e = r.computed, step.upto
         limit = self.oracle.chunk_end_limit(s)
         if limit is not None and e > limit:
             raise KitError(f"steps[{self.index}].upto: the engine declares mamba_aligned_chunks; "
                            f"a chunk from {s} (inside a page) may end at {limit} at most")
         ext = self._call("extend", self.engine.extend, step.rid, step.upto)
+        return self._row("extend", step.rid, r, s, e, ext)
+
+    def _decode(self, step: DecodeStep) -> dict[str, Any]:
+        """A decode row: the next output token, one position, after the whole prompt."""
+        r = self.live.get(step.rid)
+        if r is None:
+            raise KitError(f"steps[{self.index}].rid: {step.rid!r} is not running")
+        s = r.computed
+        if s < r.prompt or s >= len(r.tokens):
+            raise KitError(f"steps[{self.index}].op: {step.rid} has computed {s} of its "
+                           f"{r.prompt}-token prompt and {len(r.tokens) - r.prompt} output "
+                           "tokens; a decode step computes the next output token once the "
+                           "prompt is done")
+        if self._decodes():
+            ext = self._call("decode", self.engine.decode, step.rid, r.tokens[s])
+        else:
+            ext = self._call("extend", self.engine.extend, step.rid, s + 1)
+        return self._row("decode", step.rid, r, s, s + 1, ext)
+
+    def _row(self, op: str, rid: str, r: Running, s: int, e: int,
+             ext: Extended | None) -> dict[str, Any]:
+        """Judge and play the row computing ``s..e`` that the engine made room for."""
         if ext is None:
-            return {"op": "extend", "room": False}
+            return {"op": op, "room": False}
         groups = self.engine.groups
         o = self.oracle
         if self.judge:
-            o.check_extend(step.rid, ext, e)
+            o.check_extend(rid, ext, e)
         # Window pages given back: holes from now on (WIN-4).
         for i, g in enumerate(groups):
             if ext.released[i]:
                 if g.kind != "window":
-                    raise fail("WIN-4", f"{step.rid}: gave back pages of its {g.kind} group")
+                    raise fail("WIN-4", f"{rid}: gave back pages of its {g.kind} group")
                 if self.judge:
-                    o.check_released(step.rid, r.tables[i], ext.released[i], s, g.window)
+                    o.check_released(rid, r.tables[i], ext.released[i], s, g.window)
                 for page in ext.released[i]:
                     if page in r.tables[i]:
                         r.tables[i][r.tables[i].index(page)] = None
         if not ext.room:
-            return {"op": "extend", "room": False, "released": [list(x) for x in ext.released]}
+            return {"op": op, "room": False, "released": [list(x) for x in ext.released]}
+        if op == "decode" and self._decodes() and self.judge:
+            o.check_decode(rid, ext, r.tables, s)
         # New pages: none a live request holds (POOL-2); a page in every table for every
         # position the row computes (WIN-3).
         need = -(-e // self.p)
@@ -204,54 +247,54 @@ class HybridDriver:
             if g.kind == "mamba":
                 continue
             if self.judge:
-                o.check_new(step.rid, "page", ext.pages[i],
+                o.check_new(rid, "page", ext.pages[i],
                             held.setdefault(g.pool, self._held(g.pool)), "POOL-2")
             r.tables[i].extend(ext.pages[i])
             if len(r.tables[i]) < need and self.judge:
-                raise fail("WIN-3", f"{step.rid}: its {g.kind} table has {len(r.tables[i])} "
+                raise fail("WIN-3", f"{rid}: its {g.kind} table has {len(r.tables[i])} "
                                     f"pages, a row computing up to {e} needs {need}")
         # The row reads, then writes.
         for i, g in enumerate(groups):
             if g.kind == "mamba" or not self.judge:
                 continue
             first = 0 if g.kind == "full" else max(0, s - g.window + 1)
-            o.pages_hold(f"{step.rid} reads its {g.kind} table", g.pool, r.tables[i], r.ns,
+            o.pages_hold(f"{rid} reads its {g.kind} table", g.pool, r.tables[i], r.ns,
                          r.tokens, range(first, s), "WIN-4" if g.kind == "window" else "TREE-2")
         m = self._mamba()
         if m is not None:
             mg = m[1]
             if self.judge:
                 if s and ext.state_source is None:
-                    raise fail("MAMBA-1", f"{step.rid}: a chunk from {s} names no state to "
+                    raise fail("MAMBA-1", f"{rid}: a chunk from {s} names no state to "
                                           "resume from")
                 if s:
-                    o.state_holds(f"{step.rid} resumes", mg.pool, ext.state_source, r.ns,
+                    o.state_holds(f"{rid} resumes", mg.pool, ext.state_source, r.ns,
                                   r.tokens, s, "MAMBA-1")
                 if ext.state_slot is None:
-                    raise fail("MAMBA-1", f"{step.rid}: no slot for the state of depth {e}")
-                others = held.setdefault(mg.pool, self._held(mg.pool, skip=step.rid))
-                if ext.state_slot in self._held(mg.pool, skip=step.rid):
-                    raise fail("MAMBA-8", f"{step.rid}: its working slot {ext.state_slot} is "
+                    raise fail("MAMBA-1", f"{rid}: no slot for the state of depth {e}")
+                others = held.setdefault(mg.pool, self._held(mg.pool, skip=rid))
+                if ext.state_slot in self._held(mg.pool, skip=rid):
+                    raise fail("MAMBA-8", f"{rid}: its working slot {ext.state_slot} is "
                                           "held by another live request")
                 for d, slot in ext.checkpoints:
                     if not s < d <= e:
-                        raise fail("MAMBA-1", f"{step.rid}: a checkpoint of depth {d} in a chunk "
+                        raise fail("MAMBA-1", f"{rid}: a checkpoint of depth {d} in a chunk "
                                               f"computing {s}..{e}")
-                    if slot in others or slot in self._held(mg.pool, skip=step.rid):
-                        raise fail("MAMBA-8", f"{step.rid}: checkpoint slot {slot} is held by "
+                    if slot in others or slot in self._held(mg.pool, skip=rid):
+                        raise fail("MAMBA-8", f"{rid}: checkpoint slot {slot} is held by "
                                               "another live request")
             r.state = ext.state_slot
         if self.judge:
             self._write(r, ext, s, e)
         r.computed = e
-        out = {"op": "extend", "room": True,
+        out = {"op": op, "room": True,
                "pages": [list(x) for x in ext.pages], "released": [list(x) for x in ext.released],
                "state": [ext.state_source, ext.state_slot, [list(c) for c in ext.checkpoints]]}
         computed = getattr(self.engine, "computed", None)  # optional: publish after the forward
         if computed is not None:
-            got = self._call("computed", computed, step.rid)
+            got = self._call("computed", computed, rid)
             if got is not None:
-                self._settle(step.rid, r, got)
+                self._settle(rid, r, got)
                 out["settled"] = [[list(c) for c in g] for g in got.changes]
         return out
 

@@ -1,8 +1,11 @@
 """The hybrid-level fuzz search: seeded walks of requests over shared prefixes, and a shrinker.
 
-A walk admits requests whose prompts share prefixes in two namespaces, has them compute in
-chunks of random size (some ending mid-page, some on a page boundary), finishes them, and asks
-for hits in between, on a pool small enough that pages are evicted and window pages reused.
+A walk admits requests whose prompts share prefixes in two namespaces, has them compute their
+prompts in chunks of random size (some ending mid-page, some on a page boundary), then most of
+them decode a few output tokens one row at a time, finishes them, and asks for hits in between,
+on a pool small enough that pages are evicted and window pages reused. Some prompts continue
+the whole sequence (prompt and output) of an earlier request, so what a request cached while
+it decoded is reused.
 Each step is played as it is drawn, so every call is judged as it happens; a failing walk's
 trace is shrunk by deleting steps while the same rule still breaks.
 """
@@ -20,6 +23,7 @@ from kvconf.conformance.hybrid.driver import HybridDriver, check_determinism, pl
 from kvconf.conformance.hybrid.memory import StoreFactory, dict_store
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
+    DecodeStep,
     ExtendStep,
     FinishStep,
     HitStep,
@@ -50,6 +54,14 @@ def _prompts(rng: random.Random, p: int) -> list[tuple[int, list[int]]]:
     return out
 
 
+def _output(rng: random.Random, p: int) -> list[int]:
+    """The tokens the runtime samples for a request: none a quarter of the time, else up to
+    six pages' worth, enough for the window to slide past the prompt as it decodes."""
+    if rng.random() < 0.25:
+        return []
+    return [rng.randrange(1, 6) for _ in range(rng.randint(1, 6 * p))]
+
+
 def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
          store: StoreFactory = dict_store) -> None:
     """Draw and play one walk of ``steps`` steps, its memory in ``store``; the first broken
@@ -62,7 +74,8 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
     flight.begin(trace)
     driver = HybridDriver(factory(config), store=store)
     prompts = _prompts(rng, p)
-    live: dict[str, list[int]] = {}  # rid -> [computed, length]
+    sequences: list[tuple[int, list[int]]] = []  # (ns, prompt + output) of admitted requests
+    live: dict[str, list[int]] = {}  # rid -> [computed, prompt length, length]
     n = 0
 
     def play(step: HybridStep) -> dict:
@@ -74,33 +87,48 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
     for _ in range(steps):
         roll = rng.random()
         if (roll < 0.25 and len(live) < 3) or not live:
-            ns, tokens = rng.choice(prompts)
+            if sequences and rng.random() < 0.3:  # continue an earlier whole sequence
+                ns, seq = rng.choice(sequences)
+                tokens = seq + [rng.randrange(1, 6) for _ in range(rng.randint(1, p))]
+            else:
+                ns, tokens = rng.choice(prompts)
+            output = _output(rng, p)
             n += 1
             rid = f"r{n}"
-            out = play(AdmitStep(rid=rid, ns=ns, tokens=tokens))
-            live[rid] = [out["length"], len(tokens)]
+            out = play(AdmitStep(rid=rid, ns=ns, tokens=tokens, output=output))
+            sequences.append((ns, tokens + output))
+            live[rid] = [out["length"], len(tokens), len(tokens) + len(output)]
         elif roll < 0.7:
             rid = rng.choice(sorted(live))
-            done, total = live[rid]
+            done, prompt, total = live[rid]
             if done >= total:
                 play(FinishStep(rid=rid))
                 del live[rid]
                 continue
-            upto = min(total, done + rng.randint(1, 3 * p))
-            if rng.random() < 0.5 and upto // p * p > done:
-                upto = upto // p * p  # end on a page boundary: a state is saved there
-            limit = driver.oracle.chunk_end_limit(done)  # MAMBA-11
-            if limit is not None:
-                upto = min(upto, limit)
-            out = play(ExtendStep(rid=rid, upto=upto))
-            if out["room"]:
-                live[rid][0] = upto
-            elif len(live) > 1:  # no room: another request gives way
+            if done >= prompt:  # decode rows, a few in a row as a running batch decodes
+                for _ in range(rng.randint(1, 2 * p)):
+                    if live[rid][0] >= total:
+                        break
+                    room = play(DecodeStep(rid=rid))["room"]
+                    if not room:
+                        break
+                    live[rid][0] += 1
+            else:
+                upto = min(prompt, done + rng.randint(1, 3 * p))
+                if rng.random() < 0.5 and upto // p * p > done:
+                    upto = upto // p * p  # end on a page boundary: a state is saved there
+                limit = driver.oracle.chunk_end_limit(done)  # MAMBA-11
+                if limit is not None:
+                    upto = min(upto, limit)
+                room = play(ExtendStep(rid=rid, upto=upto))["room"]
+                if room:
+                    live[rid][0] = upto
+            if not room and len(live) > 1:  # no room: another request gives way
                 other = rng.choice(sorted(r for r in live if r != rid))
                 play(FinishStep(rid=other))
                 del live[other]
         elif roll < 0.85:
-            ns, tokens = rng.choice(prompts)
+            ns, tokens = rng.choice(prompts + sequences[-3:])
             play(HitStep(ns=ns, tokens=tokens[: rng.randint(1, len(tokens))]))
         else:
             rid = rng.choice(sorted(live))

@@ -1,7 +1,8 @@
 """Hand-written hybrid-level cases: each a short trace aimed at named rules.
 
-Written at page size 1 and widened to the run's page size (every token a page, the window
-2 pages + 1 token: a hit then needs the two window pages before it at any page size). Every
+Written at page size 1 and widened to the run's page size (every token a page, a decode step
+the decode rows of a page, the window 2 pages + 1 token: a hit then needs the two window pages
+before it at any page size). Every
 expected hit ends where a chunk ended on a page boundary, where every engine keeps a Mamba
 state; an engine that keeps more states (a legal choice) meets the same expectations. Queries
 end with a token nobody computed (42), so an engine that leaves a query's last token to compute
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from kvconf.conformance.engine.hybrid import HybridConfig
 from kvconf.conformance.hybrid.trace import (
     AdmitStep,
+    DecodeStep,
     ExtendStep,
     FinishStep,
     HitStep,
@@ -38,13 +40,16 @@ class HybridScenario:
         p = page_size
         config = HybridConfig(page_size=p, window=2 * p + 1, mamba=True, **POOLS)
         return HybridTrace(name=self.name, behaviours=list(self.behaviours), config=config,
-                           steps=[_scale(s, p) for s in self.steps])
+                           steps=[t for s in self.steps for t in _scale(s, p)])
 
 
-def _scale(step: HybridStep, p: int) -> HybridStep:
+def _scale(step: HybridStep, p: int) -> list[HybridStep]:
+    if isinstance(step, DecodeStep):  # a page of decode rows, one position each
+        return [step] * p
     data = step.model_dump()
-    if data.get("tokens"):
-        data["tokens"] = [t for t in data["tokens"] for _ in range(p)]
+    for field in ("tokens", "output"):
+        if data.get(field):
+            data[field] = [t for t in data[field] for _ in range(p)]
     if data.get("upto"):
         data["upto"] *= p
     exp = data.get("expect")
@@ -52,7 +57,7 @@ def _scale(step: HybridStep, p: int) -> HybridStep:
         for k in ("full", "window", "mamba", "length"):
             if exp.get(k) is not None:
                 exp[k] *= p
-    return type(step).model_validate(data)
+    return [type(step).model_validate(data)]
 
 
 def E(**kw) -> HybridExpect:
@@ -61,6 +66,7 @@ def E(**kw) -> HybridExpect:
 
 A = [1, 2, 3, 4, 5, 6, 7, 8]
 L = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]
+OUT = [9, 7, 9, 3, 2, 3, 8, 4]  # what the runtime samples for a request decoding after A
 
 HYBRID_SCENARIOS: tuple[HybridScenario, ...] = (
     HybridScenario(
@@ -135,5 +141,32 @@ HYBRID_SCENARIOS: tuple[HybridScenario, ...] = (
         ),
         "two requests share a prefix while both run: neither is handed a page or a state slot "
         "the other holds, and their states stay apart",
+    ),
+    HybridScenario(
+        "hybrid-decode",
+        ("WIN-7", "WIN-4", "MAMBA-1", "TREE-2", "MAMBA-8", "POOL-5"),
+        (
+            AdmitStep(rid="r1", tokens=A, output=OUT),
+            ExtendStep(rid="r1", upto=4),
+            ExtendStep(rid="r1", upto=8),
+            AdmitStep(rid="r2", tokens=A[:6] + [42, 42], output=[5, 5, 5, 5], expect=E(length=4)),
+            ExtendStep(rid="r2", upto=8),
+            *(step for _ in range(4) for step in (DecodeStep(rid="r1"), DecodeStep(rid="r2"))),
+            *(DecodeStep(rid="r1") for _ in range(4)),
+            FinishStep(rid="r1"),
+            FinishStep(rid="r2"),
+            # What a request decoded is published as the cache chooses (WIN-7), and states may
+            # have been evicted for the decode rows' own: the hits are judged, full attention's
+            # reach over the prompt stated.
+            HitStep(tokens=A + OUT + [42]),
+            HitStep(tokens=A + [42], expect=E(full=8)),
+            AdmitStep(rid="r3", tokens=A + OUT[:5] + [42], output=[6, 6]),
+            ExtendStep(rid="r3", upto=14),
+            DecodeStep(rid="r3"),
+            FinishStep(rid="r3"),
+        ),
+        "two requests decode side by side after their prompts, one position a row: each row "
+        "has a page for its position, window pages go back only behind its window, its state "
+        "resumes from its own depth; what they decoded, where cached, holds their tokens",
     ),
 )

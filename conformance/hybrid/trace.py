@@ -1,5 +1,9 @@
-"""Hybrid-level traces: a ``HybridConfig`` and steps (hit, admit, extend, finish), each with
-optional expectations; a pydantic schema like the other levels' traces."""
+"""Hybrid-level traces: a ``HybridConfig`` and steps (hit, admit, extend, decode, finish), each
+with optional expectations; a pydantic schema like the other levels' traces.
+
+A request's ``tokens`` are its prompt; its ``output`` (none by default) are the tokens the
+runtime samples for it once the prompt is computed, each computed by a ``decode`` step of its
+own (one position, the token sampled last), never by an ``extend``."""
 
 from __future__ import annotations
 
@@ -42,7 +46,8 @@ class AdmitStep(_Step):
     op: Literal["admit"] = "admit"
     rid: str
     ns: int = 0
-    tokens: list[Token] = Field(min_length=1)
+    tokens: list[Token] = Field(min_length=1)  # the prompt
+    output: list[Token] = Field(default_factory=list)  # sampled after it, one per decode step
 
 
 class ExtendStep(_Step):
@@ -51,12 +56,21 @@ class ExtendStep(_Step):
     upto: int = Field(ge=1)
 
 
+class DecodeStep(_Step):
+    """The request's next decode row: it computes the next token of its ``output`` (the one the
+    runtime sampled last), one position, once its whole prompt is computed."""
+
+    op: Literal["decode"] = "decode"
+    rid: str
+
+
 class FinishStep(_Step):
     op: Literal["finish"] = "finish"
     rid: str
 
 
-HybridStep = Annotated[HitStep | AdmitStep | ExtendStep | FinishStep, Field(discriminator="op")]
+HybridStep = Annotated[HitStep | AdmitStep | ExtendStep | DecodeStep | FinishStep,
+                       Field(discriminator="op")]
 
 
 class HybridTrace(BaseModel):

@@ -7,7 +7,8 @@ prefix implies (TREE-2, WIN-3, MAMBA-3); the combined hit must be the deepest ev
 serves and the one an admission adopts (WIN-6); a chunk must have a page in every attention
 table for every position it computes (WIN-3), give back only window pages it no longer reads
 (WIN-4), never hand out a page or state slot a live request holds (POOL-2, MAMBA-8), and resume
-from a state of exactly its start depth (MAMBA-1).
+from a state of exactly its start depth (MAMBA-1). A decode row is held to the same, and hands
+out a page per attention table only where its one position begins a page (WIN-7).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from kvconf.conformance.oracles.base import Oracle
 from kvconf.conformance.violation import Violation
 
 NAME = "hybrid"
-BEHAVIOURS = ("TREE-1", "TREE-2", "WIN-3", "WIN-4", "WIN-6", "MAMBA-1", "MAMBA-3", "MAMBA-8",
-              "MAMBA-11", "POOL-2", "POOL-5")
+BEHAVIOURS = ("TREE-1", "TREE-2", "WIN-3", "WIN-4", "WIN-6", "WIN-7", "MAMBA-1", "MAMBA-3",
+              "MAMBA-8", "MAMBA-11", "POOL-2", "POOL-5")
 
 
 def fail(behaviours: str | Sequence[str], message: str) -> Violation:
@@ -179,6 +180,19 @@ class HybridOracle(Oracle):
                 raise fail(rule, f"{rid}: the engine handed out {kind} {page}, which a live "
                                  "request still holds")
             held.add(page)
+
+    def check_decode(self, rid: str, ext: Extended, tables: Sequence[Sequence[int | None]],
+                     start: int) -> None:
+        """A decode row computes one position, ``start``: a page per attention table exactly
+        where that position begins a page the table lacks, none otherwise (WIN-7)."""
+        for i, g in enumerate(self.engine.groups):
+            if g.kind == "mamba":
+                continue
+            need = max(0, start // self.p + 1 - len(tables[i]))
+            if len(ext.pages[i]) > need:
+                raise fail("WIN-7", f"{rid}: a decode row computing position {start} handed out "
+                                    f"{len(ext.pages[i])} pages of its {g.kind} group, which "
+                                    f"needs {need}")
 
     def check_extend(self, rid: str, ext: Extended, upto: int) -> None:
         if len(ext.pages) != len(self.engine.groups) or len(ext.released) != len(

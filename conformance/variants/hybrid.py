@@ -109,4 +109,68 @@ class ReleasesBeforePublish(HybridCache):
         return Settled(tuple(tuple(gave) if g.kind == "window" else () for g in self.groups))
 
 
-HYBRID_VARIANTS: tuple[type, ...] = (KeepsWindowPages, StatesPerPage, ReleasesBeforePublish)
+class DecodeStatesAtInterval(HybridCache):
+    """WIN-7: decode rows are not prefill chunks, as in SGLang's decode path: a decode row keeps
+    its state only where it ends on a multiple of ``TRACK`` pages (SGLang's
+    ``mamba_track_interval``), held by the request, the one before it going back; what the
+    request decoded is published only when it finishes, up to the last state kept, with that
+    state; and the window pages that state's depth reads are kept until then. The prompt is
+    published as it is computed, as the reference does."""
+
+    TRACK = 2  # pages
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._decoding: str | None = None
+        self._kept: dict[str, tuple[int, int]] = {}  # rid -> (depth, slot) of its last state
+
+    def decode(self, rid, token):
+        self._decoding = rid
+        try:
+            got = super().decode(rid, token)
+        finally:
+            self._decoding = None
+        return got
+
+    def _release_window(self, r):
+        rid = next((k for k, v in self.requests.items() if v is r), None)
+        kept = self._kept.get(rid) if rid is not None else None
+        if kept is None or kept[0] >= r.computed:
+            return super()._release_window(r)
+        computed, r.computed = r.computed, kept[0]  # keep what the kept state's depth reads
+        try:
+            return super()._release_window(r)
+        finally:
+            r.computed = computed
+
+    def _checkpoint_at(self, depth: int) -> bool:
+        if self._decoding is None:
+            return super()._checkpoint_at(depth)
+        return depth % (self.TRACK * self.p) == 0
+
+    def _publish(self, r, checkpoints) -> None:
+        rid = self._decoding
+        if rid is None:
+            super()._publish(r, checkpoints)
+            return
+        for depth, slot in checkpoints:  # nothing published while decoding
+            old = self._kept.get(rid)
+            if old is not None:
+                self.states.drop(old[1])
+            self._kept[rid] = (depth, slot)  # held by the request until it finishes
+
+    def finish(self, rid) -> None:
+        r = self._req(rid)
+        kept = self._kept.pop(rid, None)
+        if kept is not None:
+            depth, slot = kept
+            computed, r.computed = r.computed, depth
+            try:
+                super()._publish(r, ((depth, slot),))  # the decoded pages up to it, and it
+            finally:
+                r.computed = computed
+        super().finish(rid)
+
+
+HYBRID_VARIANTS: tuple[type, ...] = (KeepsWindowPages, StatesPerPage, ReleasesBeforePublish,
+                                     DecodeStatesAtInterval)
