@@ -193,7 +193,7 @@ class CacheDriver:
 
     def _unlock(self, rec: LockRecord) -> None:
         self._call("unlock", self.engine.unlock, rec.handle)
-        rec.live = False
+        self.ledger.release(rec)
 
     def _insert(self, ns: int, tokens: Sequence[int], pages: list[int]) -> dict[str, Any]:
         r = self._call("insert", self.engine.insert, ns, list(tokens), list(pages))
@@ -281,7 +281,7 @@ class CacheDriver:
                    "device_pages": list(m.device_pages), "host_pages": list(m.host_pages)}
             if step.lock is not None:
                 self.ctx.mid = self._snapshot()
-                self.ledger.locks[i] = self._lock(i, step.ns, step.tokens, m, step.lock)
+                self.ledger.hold(i, self._lock(i, step.ns, step.tokens, m, step.lock))
             return out
         if isinstance(step, InsertStep):
             pages = self._alloc(len(step.tokens) // p)
@@ -292,7 +292,7 @@ class CacheDriver:
         if isinstance(step, ExtendStep):
             m = self._match(step.ns, step.tokens)
             rec = self._lock(i, step.ns, step.tokens, m, Tier.DEVICE)
-            self.ledger.locks[-1 - i] = rec  # pinned while the step runs; not a trace lock
+            self.ledger.hold(-1 - i, rec)  # pinned while the step runs; not a trace lock
             try:
                 reused = len(m.device_pages)
                 pages = self._alloc(len(step.tokens) // p - reused)

@@ -179,7 +179,7 @@ def _inputs(snap, ctx: Ctx) -> tuple[tuple, tuple]:
     reference counts, the caller's live locks). The nodes are compared field by field
     (``_OWNED``, ``_PINS``)."""
     return ((snap.pools, snap.transfers, snap.nodes, snap.page_size, frozenset(ctx.ledger.held)),
-            (snap.locks, snap.nodes, sum(1 for r in ctx.ledger.locks.values() if r.live)))
+            (snap.locks, snap.nodes, len(ctx.ledger.live)))
 
 
 # What ``judge`` reads of a node for its owners, and for its pins (not its access times, which

@@ -123,6 +123,9 @@ class ShadowMemory:
     # Every change any read could see, counted: an oracle that read the memory when the count
     # was n need not read it again while it is n (a memory without the count is read each time).
     writes: int = 0
+    # The page of each of those changes, in order (``written_since``): an oracle that read
+    # some pages when the count was n reads again only those written since.
+    log: list[tuple[Tier, int]] = field(default_factory=list)
 
     def _check(self, tier: Tier, pages: Sequence[int]) -> None:
         if self.sizes is not None:
@@ -131,8 +134,14 @@ class ShadowMemory:
                 raise bad
 
     def _touch(self, tier: Tier, page: int) -> None:
-        self.version[(tier, page)] = self.version.get((tier, page), 0) + 1
+        key = (tier, page)
+        self.version[key] = self.version.get(key, 0) + 1
         self.writes += 1
+        self.log.append(key)
+
+    def written_since(self, mark: int) -> list[tuple[Tier, int]]:
+        """The (tier, page) of every change since ``writes`` was ``mark``, repeats included."""
+        return self.log[mark:]
 
     def _cell(self, tier: Tier, page: int) -> list[int | None]:
         cell = self.cells.get((tier, page))
