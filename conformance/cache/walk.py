@@ -14,9 +14,6 @@ mutants more slowly than every rule enabled (``benchmarks/fuzz_swarm.py``); the 
 already aimed (``offload``, ``race``, ``loadback_race`` compose several operations on one
 prefix), so leaving some out only narrows each trace.
 
-Steps are built without pydantic's validation (``model_construct``): the walk draws only valid
-steps, and a trace read from a file is validated as before.
-
 Tokens come from a tiny alphabet so prompts share prefixes and diverge mid-node often; pools are
 small so eviction, declined transfers and allocation failures are common.
 """
@@ -204,12 +201,11 @@ class CacheWalk:
             if ref in lst:
                 lst.remove(ref)
         self.released.append(ref)
-        self._do(UnlockStep.model_construct(step=ref))
+        self._do(UnlockStep(step=ref))
 
     def _transfer(self, cls, tier: Tier, k: int, later: bool, success: bool) -> None:
         ref = self.live[tier][k % len(self.live[tier])]
-        out = self._do(cls.model_construct(step=ref, ack="later" if later else "now",
-                                          success=success))
+        out = self._do(cls(step=ref, ack="later" if later else "now", success=success))
         if later and out["started"]:
             self.later.append(len(self.trace.steps) - 1)
 
@@ -218,7 +214,7 @@ class CacheWalk:
               lock: Tier | None = None) -> None:
         if ns is None:
             ns, tokens, lock = self._ns(), self._query(), _LOCKS[self.rng.randrange(3)]
-        self._do(MatchStep.model_construct(ns=ns, tokens=tokens, lock=lock))
+        self._do(MatchStep(ns=ns, tokens=tokens, lock=lock))
         if lock is not None:
             self.live[lock].append(len(self.trace.steps) - 1)
 
@@ -233,13 +229,13 @@ class CacheWalk:
     def insert(self) -> None:
         ns, tokens = self._ns(), self._whole()
         self.prompts.append((ns, tokens))
-        self._do(InsertStep.model_construct(ns=ns, tokens=tokens))
+        self._do(InsertStep(ns=ns, tokens=tokens))
 
     def extend(self, ns: int | None = None, tokens: list[int] | None = None) -> None:
         if ns is None:
             ns, tokens = self._ns(), self._whole()
         self.prompts.append((ns, tokens))
-        self._do(ExtendStep.model_construct(ns=ns, tokens=tokens))
+        self._do(ExtendStep(ns=ns, tokens=tokens))
 
     def extend_known(self) -> None:
         """A new request sharing a prefix with an earlier one: reuse plus fresh pages."""
@@ -253,8 +249,7 @@ class CacheWalk:
 
     def unlock_again(self) -> None:
         refs = self._rejectable()
-        self._do(UnlockStep.model_construct(step=refs[self._pick(refs)],
-                                            expect=Expect(rejected=True)))
+        self._do(UnlockStep(step=refs[self._pick(refs)], expect=Expect(rejected=True)))
 
     def offload(self, k: int | None = None, later: bool | None = None) -> None:
         """Lock a known prompt on device, write it back to host, let go of the lock."""
@@ -313,17 +308,17 @@ class CacheWalk:
     def unload(self) -> None:
         """Unload the adapter of a namespace in use; the kit's locks in it stay held."""
         n, _tokens = self.prompts[self._pick(self.prompts)]
-        self._do(UnloadStep.model_construct(ns=n))
+        self._do(UnloadStep(ns=n))
         self.prompts = [(m, t) for m, t in self.prompts if m != n]
 
     def tick(self) -> None:
         """A new scheduling step: steps between two ticks share one access time."""
-        self._do(TickStep.model_construct())
+        self._do(TickStep())
 
     def evict(self, tier: Tier | None = None, pages: int | None = None) -> None:
         if tier is None:
             tier, pages = _TIERS[self.rng.randrange(2)], self.rng.randint(0, 4)
-        self._do(EvictStep.model_construct(tier=tier, pages=pages))
+        self._do(EvictStep(tier=tier, pages=pages))
 
     def writeback(self) -> None:
         k, later, success = self.rng.randrange(1 << 16), self._coin(), self._success()
@@ -356,7 +351,7 @@ class CacheWalk:
             self.evict(src, pages)
         if ack and ref in self.later:
             self.later.remove(ref)
-            self._do(AckStep.model_construct(step=ref, success=True))
+            self._do(AckStep(step=ref, success=True))
 
     def loadback_race(self) -> None:
         """A loadback held back, then a race on its prefix (``race``) before its ack."""
@@ -372,4 +367,4 @@ class CacheWalk:
         k = self._pick(self.later) if k is None else k % len(self.later)
         success = self._success() if success is None else success
         ref = self.later.pop(k)
-        self._do(AckStep.model_construct(step=ref, success=success))
+        self._do(AckStep(step=ref, success=success))
