@@ -36,13 +36,13 @@ class PinnedContentOracle(Oracle):
         self.after_step(ctx)  # a forward into a pinned page shows before the engine hears of it
 
     def after_step(self, ctx: Ctx) -> None:
-        live = ctx.ledger.live_locks()
         memory = ctx.ledger.memory
         writes = getattr(memory, "writes", None)
-        seen = (tuple((r.step, r.tier) for r in live), writes)
+        seen = (tuple(ctx.ledger.live), writes)  # a held lock never changes
         last = self.passed
         if self.incremental and writes is not None and seen == last:
             return  # the same locks over a memory nobody wrote since they held
+        live = ctx.ledger.live_locks()
         early = filling(ctx)  # still being filled under stream order (HOST-11): judged landed
         # A lock that held at the last step holds while none of its pages was written since:
         # only new locks and locks over a page written since are read again.
