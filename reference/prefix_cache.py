@@ -6,7 +6,6 @@ rejected call raises :class:`CacheError` and leaves the cache exactly as it was 
 
 from __future__ import annotations
 
-import operator
 import sys
 from array import array
 from collections.abc import Sequence
@@ -107,12 +106,11 @@ class PrefixCache:
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
         # Each node's fields and view at the last snapshot, reused while the fields stay.
-        self._views: dict[int, tuple[tuple, tuple, NodeView]] = {}
+        self._views: dict[int, tuple[tuple, NodeView]] = {}
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
         self._shape: list[tuple[Node, Node | None, int]] = []  # the tree's shape at _ordered
         self._order: list[tuple[Node, int]] = []
         self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
-        self._moving: tuple[tuple, tuple[TransferView, ...]] | None = None  # the copies then
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -735,67 +733,41 @@ class PrefixCache:
         changed, plus one short comparison per node and per part, and an oracle that judged
         the last one can tell by identity what it need not judge again."""
         last = self._last
-        if last is None:
-            snap = CacheSnapshot(self.page_size, {t: p.view() for t, p in self.pools.items()},
-                                 self._node_views(None), self._roots_now(),
-                                 self._lock_views_now(), self._transfer_views(), self._l3_views())
-            self._last = snap
-            return snap
-        nodes = self._node_views(last.nodes)
-        was = last.pools
-        pools = {t: p.view(was.get(t)) for t, p in self.pools.items()}
-        if all(v is was.get(t) for t, v in pools.items()) and len(pools) == len(was):
-            pools = was
-        roots = _same(self._roots_now(), last.roots)
-        locks = _same(self._lock_views_now(), last.locks)
-        transfers = _same(self._transfer_views(), last.transfers)
-        l3 = _same(self._l3_views(), last.l3)
-        if (nodes is last.nodes and pools is was and roots is last.roots
-                and locks is last.locks and transfers is last.transfers and l3 is last.l3):
-            return last
+        nodes = self._node_views()
+        pools = {t: p.view(last.pools.get(t) if last is not None else None)
+                 for t, p in self.pools.items()}
+        locks = self._lock_views_now()
+        transfers = tuple(
+            TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
+            for t in self._transfers.values()
+        ) if self._transfers else ()
+        roots = {ns: r.id for ns, r in self._roots.items()}
+        l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
+                   for t in self._l3.values()) if self._l3 else ()
+        if last is not None:
+            nodes, pools, roots = (_same(nodes, last.nodes), _same(pools, last.pools),
+                                   _same(roots, last.roots))
+            locks, transfers, l3 = (_same(locks, last.locks), _same(transfers, last.transfers),
+                                    _same(l3, last.l3))
+            if (nodes is last.nodes and pools is last.pools and roots is last.roots
+                    and locks is last.locks and transfers is last.transfers and l3 is last.l3):
+                return last
         snap = CacheSnapshot(self.page_size, pools, nodes, roots, locks, transfers, l3)
         self._last = snap
         return snap
 
-    def _roots_now(self) -> dict[int, int]:
-        return {ns: r.id for ns, r in self._roots.items()}
-
-    def _transfer_views(self) -> tuple[TransferView, ...]:
-        """The copies in flight, as the last snapshot showed them while they show the same."""
-        if not self._transfers:
-            return ()
-        now = tuple((t.op_id, t.kind, t.node.id, tuple(t.pairs))
-                    for t in self._transfers.values())
-        last = self._moving
-        if last is not None and last[0] == now:
-            return last[1]
-        views = tuple(TransferView(*fields) for fields in now)
-        self._moving = (now, views)
-        return views
-
-    def _l3_views(self) -> tuple[L3View, ...]:
-        if not self._l3:
-            return ()
-        return tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
-                     for t in self._l3.values())
-
-    def _node_views(self, last: tuple[NodeView, ...] | None) -> tuple[NodeView, ...]:
+    def _node_views(self) -> tuple[NodeView, ...]:
         """Every node's view, parents before children; a node whose fields are as they were at
-        the last snapshot keeps the view it had then, and the list is ``last`` itself when every
-        view is one of it, in its order."""
+        the last snapshot keeps the view it had then."""
         nodes: list[NodeView] = []
-        views: dict[int, tuple[tuple, tuple, NodeView]] = {}
+        views: dict[int, tuple[tuple, NodeView]] = {}
         last_views = self._views
-        kept = 0  # views reused so far
         for n, start in self._ordered():
-            fields = _FIELDS(n)
-            keys = tuple(n.keys) if n.keys else ()
+            seen = (start, _FIELDS(n), tuple(n.keys) if n.keys else ())
             old = last_views.get(n.id)
-            if (old is not None and old[0] == fields and old[1] == keys
-                    and old[2].start == start):
+            if old is not None and old[0] == seen:
                 views[n.id] = old
-                nodes.append(old[2])
-                kept += 1
+                nodes.append(old[1])
                 continue
             parent = n.parent
             view = NodeView(
@@ -813,16 +785,12 @@ class PrefixCache:
                 host_access=n.host_access,
                 seq=n.seq,
                 pending=n.pending,
-                keys=tuple(k.hex() for k in keys),
+                keys=tuple(k.hex() for k in n.keys) if n.keys else (),
             )
-            views[n.id] = (fields, keys, view)
+            views[n.id] = (seen, view)
             nodes.append(view)
         self._views = views
-        if last is None:
-            return tuple(nodes)
-        if kept == len(nodes) == len(last) and all(map(operator.is_, nodes, last)):
-            return last
-        return _same(tuple(nodes), last)
+        return tuple(nodes)
 
     def _ordered(self) -> list[tuple[Node, int]]:
         """Every node with the token offset of its key, parents before children (by depth,
