@@ -66,7 +66,7 @@ class MatchOracle(Oracle):
     def after_step(self, ctx: Ctx) -> None:
         pending, self._pending_match = self._pending_match, None
         inserted, self._inserted = self._inserted, []
-        if ctx.after is None or ctx.before is None:
+        if ctx.after is None or ctx.before is None or (pending is None and not inserted):
             return
         after = TreeView(ctx.after)
         if pending is not None:
