@@ -57,9 +57,7 @@ def _check_return(call: str, value: Any, step: int) -> Any:
     """An engine that returns the wrong type is one FAULT-2 violation naming the call and the
     type the protocol expects, not a cascade of AttributeErrors in the oracles."""
     types = RETURNS.get(call)
-    if types is None:
-        return value
-    if fits(value, types):
+    if types is None or type(value) in types or fits(value, types):
         return value
     raise wrong_return(f"{call} at step {step}", f"{type(value).__name__} ({value!r:.60})",
                        "conformance/engine/protocol.py", types)
@@ -196,7 +194,7 @@ class CacheDriver:
 
     def _unlock(self, rec: LockRecord) -> None:
         self._call("unlock", self.engine.unlock, rec.handle)
-        rec.live = False
+        self.ledger.release(rec)
 
     def _insert(self, ns: int, tokens: Sequence[int], pages: list[int]) -> dict[str, Any]:
         r = self._call("insert", self.engine.insert, ns, list(tokens), list(pages))
@@ -284,7 +282,7 @@ class CacheDriver:
                    "device_pages": list(m.device_pages), "host_pages": list(m.host_pages)}
             if step.lock is not None:
                 self.ctx.mid = self._snapshot()
-                self.ledger.locks[i] = self._lock(i, step.ns, step.tokens, m, step.lock)
+                self.ledger.hold(i, self._lock(i, step.ns, step.tokens, m, step.lock))
             return out
         if isinstance(step, InsertStep):
             pages = self._alloc(len(step.tokens) // p)
@@ -295,7 +293,7 @@ class CacheDriver:
         if isinstance(step, ExtendStep):
             m = self._match(step.ns, step.tokens)
             rec = self._lock(i, step.ns, step.tokens, m, Tier.DEVICE)
-            self.ledger.locks[-1 - i] = rec  # pinned while the step runs; not a trace lock
+            self.ledger.hold(-1 - i, rec)  # pinned while the step runs; not a trace lock
             try:
                 reused = len(m.device_pages)
                 pages = self._alloc(len(step.tokens) // p - reused)

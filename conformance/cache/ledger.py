@@ -41,6 +41,7 @@ class Ledger:
     origin: dict[int, TagOrigin] = field(default_factory=dict)  # every tag the kit wrote
     held: set[int] = field(default_factory=set)  # device pages the caller holds
     locks: dict[int, LockRecord] = field(default_factory=dict)  # by step index
+    live: dict[int, LockRecord] = field(default_factory=dict)  # those held, in the same order
     transfers: dict[int, CopyOp] = field(default_factory=dict)  # started, not yet acknowledged
     copies: dict[int, Any] = field(default_factory=dict)  # by step index: the memory's copy
     # Failed copies of an engine whose failures are fatal (HOST-9): never acknowledged to it,
@@ -55,8 +56,21 @@ class Ledger:
                 self.origin[tag] = TagOrigin(namespace, i + 1, tags[i - 1] if i else None,
                                              tuple(tokens[i * p : (i + 1) * p]))
 
+    def hold(self, key: int, rec: LockRecord) -> None:
+        """The caller took the lock ``rec``, kept under ``key``."""
+        self.locks[key] = rec
+        self.live[key] = rec
+
+    def release(self, rec: LockRecord) -> None:
+        """The caller let go of the lock ``rec``."""
+        rec.live = False
+        for key, held in self.live.items():
+            if held is rec:
+                del self.live[key]
+                return
+
     def live_locks(self) -> list[LockRecord]:
-        return [r for r in self.locks.values() if r.live]
+        return list(self.live.values())
 
     def pinned_pages(self, tier: Tier) -> set[int]:
-        return {p for r in self.locks.values() if r.live and r.tier is tier for p in r.pages}
+        return {p for r in self.live.values() if r.tier is tier for p in r.pages}

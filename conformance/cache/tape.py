@@ -41,7 +41,7 @@ HANDED_BACK = {"lock": "node", "unlock": "handle", "start_writeback": "node",
 
 def record(call: str, args: tuple, out: Any) -> tuple[tuple, tuple]:
     """A call's arguments (lists copied) and its answer, as the tape keeps them."""
-    return tuple(list(a) if type(a) is list else a for a in args), answer(call, out)
+    return tuple([list(a) if type(a) is list else a for a in args]), answer(call, out)
 
 
 def answer(call: str, out: Any) -> tuple[Any, tuple[tuple[str, Any], ...]]:
@@ -104,16 +104,18 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
             flight.step(lines[announced] if announced < len(lines)
                         else steps[announced].model_dump_json(exclude_none=True))
 
+    recording = flight.on()
+    get_name = names.get
     for index, call, args, want in tape:
-        if flight.on():  # a crash here is the crash of this step
+        if recording:  # a crash here is the crash of this step
             announce(index)
         if call == "drain_events":
             got: Any = rows(engine.drain_events()) if rows is not None else []
         else:
             kind = HANDED_BACK.get(call)
-            args = tuple(list(a) if type(a) is list else a for a in args)
+            args = [list(a) if type(a) is list else a for a in args]
             if kind is not None:
-                args = (names.get(kind, args[0]), *args[1:])
+                args[0] = get_name(kind, args[0])
             fn = getattr(engine, call)
             if want[0] == REJECTED:
                 try:

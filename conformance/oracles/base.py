@@ -19,7 +19,7 @@ from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
 
 
-@dataclass
+@dataclass(slots=True)
 class Ctx:
     """Where the driver is: the step, the engine, the kit's ledger and the step's snapshots."""
 

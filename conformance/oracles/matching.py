@@ -67,7 +67,8 @@ class MatchOracle(Oracle):
     def after_step(self, ctx: Ctx) -> None:
         pending, self._pending_match = self._pending_match, None
         inserted, self._inserted = self._inserted, []
-        if not (isinstance(ctx.after, CacheSnapshot) and isinstance(ctx.before, CacheSnapshot)):
+        if not (isinstance(ctx.after, CacheSnapshot) and isinstance(ctx.before, CacheSnapshot)) or (
+                pending is None and not inserted):
             return
         after = TreeView(ctx.after)
         if pending is not None:

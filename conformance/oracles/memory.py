@@ -30,23 +30,41 @@ class PinnedContentOracle(Oracle):
     def __init__(self) -> None:
         self.want: dict[tuple[int, Tier], list[int]] = {}  # (lock step, tier) -> page tags
         self.passed: tuple | None = None  # the locks and memory writes last seen to hold
+        self.exempt = False  # whether pages still being filled were let off at that step
 
     def on_forward(self, ctx: Ctx, pages) -> None:
         self.after_step(ctx)  # a forward into a pinned page shows before the engine hears of it
 
     def after_step(self, ctx: Ctx) -> None:
-        live = ctx.ledger.live_locks()
-        writes = getattr(ctx.ledger.memory, "writes", None)
-        seen = (tuple((r.step, r.tier) for r in live), writes)
-        if self.incremental and writes is not None and seen == self.passed:
+        memory = ctx.ledger.memory
+        writes = getattr(memory, "writes", None)
+        seen = (tuple(ctx.ledger.live), writes)  # a held lock never changes
+        last = self.passed
+        if self.incremental and writes is not None and seen == last:
             return  # the same locks over a memory nobody wrote since they held
-        keep: dict[tuple[int, Tier], list[int]] = {}
+        live = ctx.ledger.live_locks()
         early = filling(ctx)  # still being filled under stream order (HOST-11): judged landed
+        # A lock that held at the last step holds while none of its pages was written since:
+        # only new locks and locks over a page written since are read again.
+        written = (set(memory.written_since(last[1]))
+                   if self.incremental and writes is not None and last is not None
+                   and last[1] is not None and not early and not self.exempt else None)
+        keep: dict[tuple[int, Tier], list[int]] = {}
         for tier in (Tier.DEVICE, Tier.HOST):
             recs = [r for r in live if r.tier is tier and r.pages]
+            if written is not None:
+                again = []
+                for r in recs:
+                    key = (r.step, tier)
+                    want = self.want.get(key)
+                    if want is None or any((tier, pg) in written for pg in r.pages):
+                        again.append(r)
+                    else:
+                        keep[key] = want
+                recs = again
             if not recs:
                 continue
-            got = iter(ctx.ledger.memory.read_pages(tier, [p for r in recs for p in r.pages]))
+            got = iter(memory.read_pages(tier, [p for r in recs for p in r.pages]))
             for r in recs:
                 key = (r.step, tier)
                 want = self.want.get(key)
@@ -62,6 +80,7 @@ class PinnedContentOracle(Oracle):
                         )
         self.want = keep
         self.passed = seen
+        self.exempt = bool(early)
 
 
 # What ``PageHashOracle`` reads of a node (not its access times or pins).
@@ -79,7 +98,9 @@ class PageHashOracle(Oracle):
 
     def __init__(self) -> None:
         self.hash_of: dict[int, int] = {}  # tag -> the block hash of the page it stands for
-        self.passed: tuple | None = None  # the node list and memory writes last seen to hold
+        # The node list, page size, memory writes and pages still filling last seen to hold.
+        self.passed: tuple | None = None
+        self.tails: dict[int, int] = {}  # node id -> the tag of its last device page, then
 
     def _hash(self, ctx: Ctx, tag: int) -> int:
         chain: list[int] = []
@@ -98,17 +119,25 @@ class PageHashOracle(Oracle):
         snap = ctx.after
         if snap is None:
             return
-        writes = getattr(ctx.ledger.memory, "writes", None)
+        memory = ctx.ledger.memory
+        writes = getattr(memory, "writes", None)
         early = filling(ctx)  # pages a stream-ordered loadback still fills (HOST-11)
         seen = (snap.page_size, writes, tuple(early))
         last = self.passed
         if (self.incremental and writes is not None and last is not None and seen == last[1:]
                 and same_fields(snap.nodes, last[0], _HASHED)):
             return  # the same nodes over a memory nobody wrote since they held
-        self._judge(ctx, snap, early)
+        redo = None
+        if (self.incremental and writes is not None and last is not None and not early
+                and not last[3] and last[1] == snap.page_size and last[2] is not None):
+            redo = _changed(snap.nodes, last[0], set(memory.written_since(last[2])), self.tails)
+        self._judge(ctx, snap, early, redo)
         self.passed = (snap.nodes, *seen)
 
-    def _judge(self, ctx: Ctx, snap, early: dict[int, object]) -> None:
+    def _judge(self, ctx: Ctx, snap, early: dict[int, object],
+               redo: set[int] | None = None) -> None:
+        """Every node's device pages in order, or (``redo``) only those nodes: the others held
+        at the last step on the same fields, pages and parent (``_changed``)."""
         # A node a stream-ordered loadback is still filling, and what hangs below it, is
         # judged once the copy lands (HOST-11).
         skipped: set[int] = set()
@@ -116,14 +145,15 @@ class PageHashOracle(Oracle):
             if n.device and (n.parent in skipped or any(pg in early for pg in n.device)):
                 skipped.add(n.id)
         nodes = [n for n in snap.nodes if n.device and n.id not in skipped]
-        pages = [p for n in nodes for p in n.device]
-        if not pages:
-            return
-        tags = iter(ctx.ledger.memory.read_pages(Tier.DEVICE, pages))
+        pages = [p for n in nodes if redo is None or n.id in redo for p in n.device]
+        tails: dict[int, int] = {}  # node id -> the tag of its last device page
+        tags = iter(ctx.ledger.memory.read_pages(Tier.DEVICE, pages) if pages else ())
         p = snap.page_size
-        last: dict[int, int] = {}  # node id -> the tag of its last device page
         for n in nodes:
-            prev = last.get(n.parent) if n.parent is not None else None
+            if redo is not None and n.id not in redo:
+                tails[n.id] = self.tails[n.id]
+                continue
+            prev = tails.get(n.parent) if n.parent is not None else None
             for k, page in enumerate(n.device):
                 tag = next(tags)
                 o = None if tag is None or tag in RESERVED else ctx.ledger.origin.get(tag)
@@ -142,4 +172,21 @@ class PageHashOracle(Oracle):
                         f"hash is {want:#x}"
                     )
                 prev = tag
-            last[n.id] = prev
+            tails[n.id] = prev
+        self.tails = tails
+
+
+def _changed(nodes, then, written: set[tuple[Tier, int]], tails: dict[int, int]) -> set[int]:
+    """The nodes ``PageHashOracle._judge`` must read again after a step that held on ``then``:
+    those whose fields it reads changed, whose device pages were written since, that it did
+    not judge then, and every node below one of those (a child's first page is checked
+    against its parent's last)."""
+    old = {v.id: v for v in then}
+    dirty: set[int] = set()
+    for n in nodes:
+        o = old.get(n.id)
+        if (o is None or (o is not n and _HASHED(o) != _HASHED(n)) or n.parent in dirty
+                or (n.device and (n.id not in tails
+                                  or any((Tier.DEVICE, pg) in written for pg in n.device)))):
+            dirty.add(n.id)
+    return dirty

@@ -30,18 +30,21 @@ class OwnershipOracle(Oracle):
         snap = ctx.after
         if snap is None:
             return
-        seen = _inputs(snap, ctx)
         last = self.passed
+        if (self.incremental and last is not None and last[2] is snap
+                and last[0][4] == ctx.ledger.held and last[1][2] == len(ctx.ledger.live)):
+            return  # the very snapshot that held, and the caller holds what it held then
+        seen = _inputs(snap, ctx)
         # The pages' owners as they were at the last step that held: only the pins can be
         # wrong (a lock taken or released changes nothing else that ``judge`` reads).
         if (self.incremental and last is not None and _same_owners(seen[0], last[0])
                 and (_same_pins(seen[1], last[1]) or _pins_hold(snap, ctx))):
-            self.passed = seen
+            self.passed = (*seen, snap)
             return
         if not _holds(snap, ctx, self.pools if self.incremental else None):
             self.pools.clear()
             self.judge(ctx, snap)  # names the first rule broken, as it always did
-        self.passed = seen
+        self.passed = (*seen, snap)
 
     def _landing_in_tree(self, snap, key, op, owner: str) -> bool:
         """HOST-11: a device destination of an in-flight loadback that already hangs in the
@@ -179,7 +182,7 @@ def _inputs(snap, ctx: Ctx) -> tuple[tuple, tuple]:
     reference counts, the caller's live locks). The nodes are compared field by field
     (``_OWNED``, ``_PINS``)."""
     return ((snap.pools, snap.transfers, snap.nodes, snap.page_size, frozenset(ctx.ledger.held)),
-            (snap.locks, snap.nodes, sum(1 for r in ctx.ledger.locks.values() if r.live)))
+            (snap.locks, snap.nodes, len(ctx.ledger.live)))
 
 
 # What ``judge`` reads of a node for its owners, and for its pins (not its access times, which

@@ -25,6 +25,7 @@ class PinOracle(Oracle):
 
     def __init__(self) -> None:
         self.cached: dict[int, int] = {}  # device page -> step that showed it in the tree
+        self.passed: tuple | None = None  # the pools and locks of the last step that held
 
     def on_insert(self, ctx: Ctx, ns: int, tokens: Sequence[int], pages: Sequence[int],
                   r: Inserted) -> None:
@@ -80,6 +81,18 @@ class PinOracle(Oracle):
     def after_step(self, ctx: Ctx) -> None:
         if not isinstance(ctx.after, CacheSnapshot):  # a block view is block-pool's
             return
+        # All it reads: the pools (a snapshot keeps an unchanged pool's view, so by identity)
+        # and the locks held, which never change while held.
+        seen = (ctx.after.pools, tuple(ctx.ledger.live))
+        last = self.passed
+        if (self.incremental and last is not None and last[1] == seen[1]
+                and (last[0] is seen[0] or (len(last[0]) == len(seen[0]) and all(
+                    last[0].get(t) is v for t, v in seen[0].items())))):
+            return
+        self._judge(ctx)
+        self.passed = seen
+
+    def _judge(self, ctx: Ctx) -> None:
         for rec in ctx.ledger.live_locks():
             owners = ctx.after.pools[rec.tier].owners
             lost = [p for p in rec.pages if not owners[p].startswith("node:")]

@@ -30,7 +30,10 @@ def same_fields(now: tuple[NodeView, ...], then: tuple[NodeView, ...] | None,
         return True
     if then is None or len(now) != len(then):
         return False
-    return all(a is b or fields(a) == fields(b) for a, b in zip(now, then, strict=True))
+    for a, b in zip(now, then, strict=True):  # noqa: SIM110 (a loop: no generator per call)
+        if a is not b and fields(a) != fields(b):
+            return False
+    return True
 
 
 class TreeView:
@@ -42,7 +45,10 @@ class TreeView:
     # before, between and after), newest last
 
     def __new__(cls, snap: CacheSnapshot) -> TreeView:
-        for view in TreeView._recent:
+        recent = TreeView._recent
+        if recent and recent[-1].snap is snap:
+            return recent[-1]
+        for view in recent:
             if view.snap is snap:
                 return view
         self = super().__new__(cls)

@@ -53,6 +53,8 @@ class UnloadOracle(Oracle):
 
     def _judge(self, snap) -> None:
         reachable = TreeView(snap).reachable()
+        if all(n.id in reachable for n in snap.nodes):
+            return  # no node of an unloaded adapter: nothing to hold
         held: set[int] = set()
         kids: dict[int, list[int]] = {}
         for n in snap.nodes:

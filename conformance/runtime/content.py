@@ -8,17 +8,26 @@ match, a wrong split, a copy to the wrong page or a namespace leak all show as a
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Sequence
+
+_TAG = hashlib.blake2b(digest_size=8, person=b"kvconf-tag")  # copied for each page: its hash
 
 
 def page_tags(namespace: int, tokens: Sequence[int], page_size: int) -> list[int]:
     """Tag of each whole page of ``tokens``: tag i stands for (namespace, tokens[: (i+1)*P])."""
     out: list[int] = []
     prev = namespace.to_bytes(8, "little", signed=True)
-    for start in range(0, len(tokens) - page_size + 1, page_size):
-        h = hashlib.blake2b(prev, digest_size=8, person=b"kvconf-tag")
-        page = tokens[start : start + page_size]
-        h.update(b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in page))
+    whole = len(tokens) // page_size * page_size
+    try:  # each token as 4 little-endian bytes, packed at once
+        packed = struct.pack(f"<{whole}I", *tokens[:whole])
+    except struct.error:  # a token outside 32 bits: its low 32 bits, one by one
+        packed = b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in tokens[:whole])
+    step = 4 * page_size
+    for start in range(0, len(packed), step):
+        h = _TAG.copy()
+        h.update(prev)
+        h.update(packed[start : start + step])
         prev = h.digest()
         out.append(int.from_bytes(prev, "little"))
     return out

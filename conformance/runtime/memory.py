@@ -123,16 +123,30 @@ class ShadowMemory:
     # Every change any read could see, counted: an oracle that read the memory when the count
     # was n need not read it again while it is n (a memory without the count is read each time).
     writes: int = 0
+    # The page of each of those changes, in order (``written_since``): an oracle that read
+    # some pages when the count was n reads again only those written since.
+    log: list[tuple[Tier, int]] = field(default_factory=list)
 
     def _check(self, tier: Tier, pages: Sequence[int]) -> None:
-        if self.sizes is not None:
+        if self.sizes is not None and pages:
+            try:  # the usual case in two passes in C; the rest names the first page outside
+                if min(pages) >= 0 and max(pages) < self.sizes[tier]:
+                    return
+            except TypeError:
+                pass
             bad = out_of_pool(tier, pages, self.sizes[tier])
             if bad is not None:
                 raise bad
 
     def _touch(self, tier: Tier, page: int) -> None:
-        self.version[(tier, page)] = self.version.get((tier, page), 0) + 1
+        key = (tier, page)
+        self.version[key] = self.version.get(key, 0) + 1
         self.writes += 1
+        self.log.append(key)
+
+    def written_since(self, mark: int) -> list[tuple[Tier, int]]:
+        """The (tier, page) of every change since ``writes`` was ``mark``, repeats included."""
+        return self.log[mark:]
 
     def _cell(self, tier: Tier, page: int) -> list[int | None]:
         cell = self.cells.get((tier, page))
@@ -173,7 +187,7 @@ class ShadowMemory:
                 out.append(None)
             else:
                 first = cell[0]
-                out.append(first if all(t == first for t in cell) else TORN)
+                out.append(first if cell.count(first) == len(cell) else TORN)
         return out
 
     def start_copy(self, src: Tier, dst: Tier, pairs: Sequence[tuple[int, int]]) -> _Copy:
