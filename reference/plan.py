@@ -107,6 +107,9 @@ class Plan:
     # content a row of this plan reads or a loadback of this plan fills.
     zero: tuple[int, ...] = ()
     zero_states: tuple[int, ...] = ()  # the same, for Mamba state slots
+    # Writebacks (of this plan or earlier ones, not yet acknowledged) the runtime completes
+    # before this plan's forward: their source pages are handed out again by it (HOST-14).
+    flush: tuple[int, ...] = ()
 
     @property
     def empty(self) -> bool:

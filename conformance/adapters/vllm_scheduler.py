@@ -198,7 +198,7 @@ class VLLMSchedulerAdapter:
         lora = c.LoRAConfig(max_loras=config.max_adapters) if config.max_adapters else None
         vc = c.VllmConfig(
             scheduler_config=sched_cfg, model_config=v.model_config, cache_config=cache_cfg,
-            lora_config=lora,
+            lora_config=lora, kv_transfer_config=self.kv_transfer(config),
             device_config=c.DeviceConfig(device="cpu"),
             kv_events_config=c.KVEventsConfig(enable_kv_cache_events=True, publisher="null"))
         spec = v.spec.FullAttentionSpec(block_size=p, num_kv_heads=1, head_size=8,
@@ -250,6 +250,10 @@ class VLLMSchedulerAdapter:
         self._hashes.hasher, self._hashes._requests = self.hasher, 0
         self._hashes._digests, self._hashes._event_ns = {}, {}
         self._hashes.namespace_part = "lora"
+
+    def kv_transfer(self, config: SchedConfig) -> Any:
+        """The KV connector the scheduler is built with: none (``vllm-offload`` adds one)."""
+        return None
 
     # ----------------------------------------------------------------- requests
     def submit(self, specs: Sequence[RequestSpec]) -> None:
@@ -304,7 +308,7 @@ class VLLMSchedulerAdapter:
     def next_plan(self) -> Plan:
         self._flush()
         self._step += 1
-        out = self.sched.schedule()
+        out = self._schedule()
         for rid in sorted(out.preempted_req_ids):  # off: recomputed when admitted again
             self.slot.pop(rid, None)
             self.decoding.discard(rid)
@@ -339,6 +343,10 @@ class VLLMSchedulerAdapter:
         self.pending = out if out.num_scheduled_tokens else None
         zero = tuple(out.new_block_ids_to_zero or ())
         return Plan(self._step, tuple(rows), (), (), zero=zero)
+
+    def _schedule(self) -> Any:
+        """``schedule()``: the step's ``SchedulerOutput``."""
+        return self.sched.schedule()
 
     def _state_blocks(self, table: tuple[int, ...], start: int, end: int) -> tuple[int, int]:
         """The Mamba group's blocks a row of [start, end) uses (chapter mamba, states in a
