@@ -380,6 +380,28 @@ class DefersLoadedRows(AcknowledgesLoadbacks):
             self._waits.pop(rid, None)
 
 
+class FlushesWritebacks(Scheduler):
+    """HOST-14: every writeback still in flight when the next plan is built is named in that
+    plan's flush, so the runtime completes it before the forward and acknowledges it in the
+    plan's advance (the source stays pinned until then, as the reference keeps it)."""
+
+    features = frozenset({Feature.FLUSHED_WRITEBACK})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._inflight: set[int] = set()  # writebacks handed out, not acknowledged
+
+    def next_plan(self):
+        plan = super().next_plan()
+        flush = tuple(sorted(self._inflight))
+        self._inflight |= {op.op_id for op in plan.writebacks}
+        return replace(plan, flush=flush)
+
+    def advance(self, events):
+        super().advance(events)
+        self._inflight -= {ev.op_id for ev in events if isinstance(ev, WritebackDone)}
+
+
 class FailedCopyIsFatal(Scheduler):
     """HOST-9: a writeback's acknowledgement means the copy landed (its success flag is not
     read): a failed copy ends the runtime and is never acknowledged."""
@@ -514,7 +536,8 @@ SCHED_VARIANTS: tuple[type, ...] = (
     FreesBehindWindow, KeepsWindowPrefix, WindowTable, ReadsByConfigClass,
     AnnouncesReusableBoundaries,
     IgnoresUnknownEvents,
-    AcknowledgesLoadbacks, DefersLoadedRows, FailedCopyIsFatal, DeclinesWritebackWithoutRoom,
+    AcknowledgesLoadbacks, DefersLoadedRows, FlushesWritebacks, FailedCopyIsFatal,
+    DeclinesWritebackWithoutRoom,
     SchedulerLowestFreePageFirst, ReservesCheckpointSlot, PublishesWhenPlanned,
     PreemptsPrefilling, MixesEveryBatch,
 )
