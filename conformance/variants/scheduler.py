@@ -295,7 +295,7 @@ class AcknowledgesLoadbacks(Scheduler):
 
 
 class DefersLoadedRows(AcknowledgesLoadbacks):
-    """HOST-13: a request admitted with a loadback gets no row in that plan: the loadback is
+    """HOST-13, HOST-8: a request admitted with a loadback gets no row in that plan: the loadback is
     listed alone, the request waits for its acknowledgement, and its first row (the one the
     reference would have planned with the loadback, its pages pinned meanwhile) comes in the
     first plan after it. Until then no other request is admitted: the reference publishes the
