@@ -40,7 +40,8 @@ prefill and decode rows (``mixed_only``, PLAN-3). A model's window is read throu
 architecture's transformers config class, the text config alone where there is one
 (``config_class_window``, WIN-5). KV events are the manager's own
 (``take_events``), read at every drain rather than once per step. There is no host tier or L3 store
-without a KV connector, and no snapshot. With a sliding window the model is hybrid: a
+without a KV connector (``vllm-offload`` adds the CPU offloading connector), and no snapshot.
+With a sliding window the model is hybrid: a
 full-attention group and a ``SlidingWindowSpec`` group, each with a block table of its own from one
 shared pool (vLLM's hybrid allocator; the pool holds a block per group per page), so a row
 carries the window group's table as its ``window_table`` (WIN-3), with vLLM's null block where the
@@ -165,8 +166,8 @@ class VLLMSchedulerAdapter:
         Feature.CONFIG_CLASS_WINDOW, Feature.MAMBA,
     })
     lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
-        Feature.HOST_TIER: "vLLM has no host tier without a KV connector; CPU offloading is the "
-                           "OffloadingConnector, whose shape is not the spec's host tier",
+        Feature.HOST_TIER: "vLLM has no host tier without a KV connector; with its CPU "
+                           "OffloadingConnector it is judged as the engine vllm-offload",
         Feature.L3_STORE: "no store below a host tier without a KV connector (LMCache and the "
                           "like are connectors)",
         Feature.UNLOAD: "unloading a LoRA adapter does not touch the prefix cache: its blocks "
