@@ -9,7 +9,7 @@ a row once made (``dataclasses.replace`` makes a new one); it hashes by value li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 
@@ -107,6 +107,11 @@ class Plan:
     # content a row of this plan reads or a loadback of this plan fills.
     zero: tuple[int, ...] = ()
     zero_states: tuple[int, ...] = ()  # the same, for Mamba state slots
+    # Writebacks (of this plan or earlier ones, not yet acknowledged) the runtime completes
+    # before this plan's forward: their source pages are handed out again by it (HOST-14).
+    # Out of the repr, so that a plan's repr (which recorded fingerprints of the reference's
+    # plans digest) is what it was before the field; it is compared and recorded (DET-1).
+    flush: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def empty(self) -> bool:

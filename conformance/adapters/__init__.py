@@ -40,6 +40,7 @@ BUILTIN: dict[str, str] = {
     "sglang-hybrid": "kvconf.conformance.adapters.sglang_hybrid:SGLangHybridAdapter",
     "vllm-salt": "kvconf.conformance.adapters.vllm_cache:VLLMSaltAdapter",
     "vllm-scheduler": "kvconf.conformance.adapters.vllm_scheduler:VLLMEngine",
+    "vllm-offload": "kvconf.conformance.adapters.vllm_offload:VLLMOffloadAdapter",
 }
 
 LEVELS = ("cache", "scheduler", "hybrid")

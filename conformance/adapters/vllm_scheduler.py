@@ -40,7 +40,8 @@ prefill and decode rows (``mixed_only``, PLAN-3). A model's window is read throu
 architecture's transformers config class, the text config alone where there is one
 (``config_class_window``, WIN-5). KV events are the manager's own
 (``take_events``), read at every drain rather than once per step. There is no host tier or L3 store
-without a KV connector, and no snapshot. With a sliding window the model is hybrid: a
+without a KV connector (``vllm-offload`` adds the CPU offloading connector), and no snapshot.
+With a sliding window the model is hybrid: a
 full-attention group and a ``SlidingWindowSpec`` group, each with a block table of its own from one
 shared pool (vLLM's hybrid allocator; the pool holds a block per group per page), so a row
 carries the window group's table as its ``window_table`` (WIN-3), with vLLM's null block where the
@@ -165,8 +166,8 @@ class VLLMSchedulerAdapter:
         Feature.CONFIG_CLASS_WINDOW, Feature.MAMBA,
     })
     lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
-        Feature.HOST_TIER: "vLLM has no host tier without a KV connector; CPU offloading is the "
-                           "OffloadingConnector, whose shape is not the spec's host tier",
+        Feature.HOST_TIER: "vLLM has no host tier without a KV connector; with its CPU "
+                           "OffloadingConnector it is judged as the engine vllm-offload",
         Feature.L3_STORE: "no store below a host tier without a KV connector (LMCache and the "
                           "like are connectors)",
         Feature.UNLOAD: "unloading a LoRA adapter does not touch the prefix cache: its blocks "
@@ -198,7 +199,7 @@ class VLLMSchedulerAdapter:
         lora = c.LoRAConfig(max_loras=config.max_adapters) if config.max_adapters else None
         vc = c.VllmConfig(
             scheduler_config=sched_cfg, model_config=v.model_config, cache_config=cache_cfg,
-            lora_config=lora,
+            lora_config=lora, kv_transfer_config=self.kv_transfer(config),
             device_config=c.DeviceConfig(device="cpu"),
             kv_events_config=c.KVEventsConfig(enable_kv_cache_events=True, publisher="null"))
         spec = v.spec.FullAttentionSpec(block_size=p, num_kv_heads=1, head_size=8,
@@ -250,6 +251,10 @@ class VLLMSchedulerAdapter:
         self._hashes.hasher, self._hashes._requests = self.hasher, 0
         self._hashes._digests, self._hashes._event_ns = {}, {}
         self._hashes.namespace_part = "lora"
+
+    def kv_transfer(self, config: SchedConfig) -> Any:
+        """The KV connector the scheduler is built with: none (``vllm-offload`` adds one)."""
+        return None
 
     # ----------------------------------------------------------------- requests
     def submit(self, specs: Sequence[RequestSpec]) -> None:
@@ -304,7 +309,7 @@ class VLLMSchedulerAdapter:
     def next_plan(self) -> Plan:
         self._flush()
         self._step += 1
-        out = self.sched.schedule()
+        out = self._schedule()
         for rid in sorted(out.preempted_req_ids):  # off: recomputed when admitted again
             self.slot.pop(rid, None)
             self.decoding.discard(rid)
@@ -339,6 +344,10 @@ class VLLMSchedulerAdapter:
         self.pending = out if out.num_scheduled_tokens else None
         zero = tuple(out.new_block_ids_to_zero or ())
         return Plan(self._step, tuple(rows), (), (), zero=zero)
+
+    def _schedule(self) -> Any:
+        """``schedule()``: the step's ``SchedulerOutput``."""
+        return self.sched.schedule()
 
     def _state_blocks(self, table: tuple[int, ...], start: int, end: int) -> tuple[int, int]:
         """The Mamba group's blocks a row of [start, end) uses (chapter mamba, states in a

@@ -72,6 +72,12 @@ class Feature(str, Enum):
     STREAM_ORDERED_LOADBACK = "stream_ordered_loadback"
     # Host eviction takes only host copies of nodes no longer on device (HOST-12).
     INCLUSIVE_HOST_TIER = "inclusive_host_tier"
+    # A loadback may land plans before its request's first row: the request waits for the
+    # acknowledgement with its pages held, and is planned only after it (HOST-13).
+    DEFERRED_LOADBACK = "deferred_loadback"
+    # A write-through writeback's source pages may be handed out again before its
+    # acknowledgement, by a plan that names the copy in its flush (HOST-14).
+    FLUSHED_WRITEBACK = "flushed_writeback"
 
     def __str__(self) -> str:
         return self.value
@@ -97,6 +103,8 @@ ALLOWANCES: dict[Feature, str] = {
     Feature.MAMBA_ALIGNED_CHUNKS: "MAMBA-11",
     Feature.STREAM_ORDERED_LOADBACK: "HOST-11",
     Feature.INCLUSIVE_HOST_TIER: "HOST-12",
+    Feature.DEFERRED_LOADBACK: "HOST-13",
+    Feature.FLUSHED_WRITEBACK: "HOST-14",
 }
 
 

@@ -71,7 +71,7 @@ def reachable(a: State, b: State, events: frozenset[Event], depth: int = 3,
 class PlanOracle(Oracle):
     name = "plan"
     behaviours = ("PLAN-1", "PLAN-2", "PLAN-3", "PLAN-4", "PLAN-5", "PLAN-9", "PLAN-10",
-                  "PLAN-12", "PLAN-13", "NS-3", "REQ-3")
+                  "PLAN-12", "PLAN-13", "NS-3", "REQ-3", "HOST-2", "HOST-13", "HOST-14")
 
     def table_covers(self, step: int, r, page_size: int) -> None:
         """PLAN-10: a row's page table has a page for every position it reads or computes."""
@@ -84,11 +84,21 @@ class PlanOracle(Oracle):
                                 f"positions up to {end - 1}, but its {what} {list(table)} "
                                 f"holds {len(table) * page_size}")
 
-    def __init__(self, same_forward: bool = False) -> None:
+    def __init__(self, same_forward: bool = False, deferred: bool = False,
+                 flushed: bool = False) -> None:
         self.op_ids: set[Any] = set()  # every copy id handed out so far
         # PLAN-13: the engine's runtime writes every row's KV of a layer before any row of it
         # attends, so a row may read a page another row of its forward computes into.
         self.same_forward = same_forward
+        # HOST-13: a loadback may land plans before its request's first row. Its request ->
+        # (op id, destination pages) while unacknowledged, and the pages once landed, until
+        # the request's next row takes them.
+        self.deferred = deferred
+        self.loading: dict[str, tuple[Any, frozenset[int]]] = {}
+        self.loaded: dict[str, frozenset[int]] = {}
+        # HOST-14: a plan may name writebacks the runtime completes before its forward.
+        self.flushed = flushed
+        self.writebacks: set[Any] = set()  # writebacks handed out and not acknowledged
 
     def check(self, plan: Plan, live: dict[str, Live], config, page_size: int,
               window_table: bool = False) -> None:
@@ -97,6 +107,8 @@ class PlanOracle(Oracle):
                 raise self.fail("PLAN-5", f"plan {plan.step} reuses copy id {op.op_id}: its "
                                 "acknowledgement could not be told apart")
             self.op_ids.add(op.op_id)
+        self.writebacks.update(op.op_id for op in plan.writebacks)
+        self.check_flush(plan)
         rows = plan.rows
         count = Counter(r.rid for r in rows)
         twice = sorted(rid for rid, n in count.items() if n > 1)
@@ -139,11 +151,73 @@ class PlanOracle(Oracle):
             self.table_covers(plan.step, r, page_size)
             tables.update(r.page_table)
             tables.update(r.window_table)
-        stray = sorted(loaded - tables)
+        self.check_deferred(plan, live)
+        stray = loaded - tables
+        if self.deferred:  # HOST-13: a loadback for a request with no row in this plan
+            planned = {r.rid for r in rows}
+            for op in plan.loadbacks:
+                dst = frozenset(d for _s, d in op.pairs)
+                req = live.get(op.rid)
+                if dst & stray and op.rid not in planned and req is not None \
+                        and not req.finished:
+                    self.loading[op.rid] = (op.op_id, dst)
+                    stray -= dst
         if stray:
-            raise self.fail("PLAN-5", f"plan {plan.step} loads back into device pages {stray} "
-                            "that no row uses")
+            raise self.fail("PLAN-5", f"plan {plan.step} loads back into device pages "
+                            f"{sorted(stray)} that no row uses")
         self.own_pages(plan, page_size, config.sliding_window, window_table)
+
+    def check_deferred(self, plan: Plan, live: dict[str, Live]) -> None:
+        """HOST-13: a request whose loadback is not acknowledged has no row; its first row
+        after the acknowledgement reads the pages it loaded; no other request's row uses them
+        before that row."""
+        for rid in [r for r in (*self.loading, *self.loaded)
+                    if live.get(r) is None or live[r].finished]:
+            self.loading.pop(rid, None)  # finished or aborted: the pages go back after the ack
+            self.loaded.pop(rid, None)
+        # Unacknowledged destinations only: once landed, the pages are the cache's like any
+        # other reused page, and another request may share them before their own reader.
+        held = {pg: rid for rid, (_op, pages) in self.loading.items() for pg in pages}
+        for r in plan.rows:
+            if r.rid in self.loading:
+                raise self.fail("HOST-13", f"plan {plan.step} schedules {r.rid} while its "
+                                f"loadback {self.loading[r.rid][0]} is not acknowledged")
+            pages = self.loaded.pop(r.rid, None)
+            if pages is not None and not pages <= set(r.page_table) | set(r.window_table):
+                raise self.fail("HOST-13", f"plan {plan.step}: the first row of {r.rid} after "
+                                f"its loadback does not read the loaded device pages "
+                                f"{sorted(pages - set(r.page_table) - set(r.window_table))} "
+                                f"(table {list(r.page_table)})")
+            other = sorted(pg for pg in set(r.page_table) | set(r.window_table)
+                           if held.get(pg, r.rid) != r.rid)
+            if other:
+                raise self.fail("HOST-13", f"plan {plan.step}: the row of {r.rid} uses device "
+                                f"page {other[0]}, into which the loadback of {held[other[0]]} "
+                                "is not acknowledged yet")
+
+    def landed(self, op_ids) -> None:
+        """The runtime acknowledged these copies (HOST-13, HOST-14)."""
+        done = set(op_ids)
+        self.writebacks -= done
+        for rid, (op, pages) in list(self.loading.items()):
+            if op in done:
+                del self.loading[rid]
+                self.loaded[rid] = pages
+
+    def check_flush(self, plan: Plan) -> None:
+        """HOST-14: a plan names in its flush only writebacks handed out and not acknowledged,
+        and only where the engine declares flushed_writeback; without it a writeback's source
+        stays pinned until its acknowledgement (HOST-2) and there is nothing to flush."""
+        if not plan.flush:
+            return
+        if not self.flushed:
+            raise self.fail("HOST-2", f"plan {plan.step} names writebacks {list(plan.flush)} "
+                            "to flush before its forward, handing out their source pages "
+                            "before the acknowledgement (HOST-14 allows it; not declared)")
+        unknown = sorted(set(plan.flush) - self.writebacks)
+        if unknown:
+            raise self.fail("HOST-14", f"plan {plan.step} names {unknown} to flush, which is "
+                            "no writeback in flight")
 
     def own_pages(self, plan: Plan, page_size: int, window: int, window_table: bool) -> None:
         """REQ-3, black-box: a page a row computes into is no other row's in that forward (no

@@ -107,7 +107,9 @@ class SchedulerDriver:
         # a row's reads then see what the whole forward computes.
         self.same_forward = Feature.SAME_FORWARD_REUSE in feats
         self.deferred_reads: list[tuple] | None = None
-        self.plans = None if memory_only else PlanOracle(self.same_forward)
+        self.plans = None if memory_only else PlanOracle(
+            self.same_forward, deferred=Feature.DEFERRED_LOADBACK in feats,
+            flushed=Feature.FLUSHED_WRITEBACK in feats)
         self.covers = PlanOracle()  # PLAN-10 under --memory-only, where no plan oracle runs
         self.states = (RequestStateOracle(feats) if self.white and not memory_only
                        else None)
@@ -174,6 +176,12 @@ class SchedulerDriver:
         self.computing: dict[tuple[int, int], tuple[str, int]] = {}
         self.after_forward: list[Any] = []
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
+        # HOST-14: writebacks a plan named in its flush, landed before its forward, each
+        # acknowledged in that plan's advance (op id -> (op, the landed copy)).
+        self.flushed: dict[Any, tuple[CopyOp, Any]] = {}
+        # HOST-13: requests whose loadback came without their row: the plan (and its decode
+        # rows) of that admission, against which their first row's reuse is judged (PLAN-7).
+        self.admitted: dict[str, tuple[int, frozenset[str]]] = {}
         self.acks = 0
         # HOST-9: an engine whose acknowledgement carries no success flag never hears of a
         # failed copy (the runtime would end); the copies left unacknowledged so.
@@ -491,6 +499,8 @@ class SchedulerDriver:
         loads = [self._start_copy(Tier.HOST, Tier.DEVICE, op) for op in plan.loadbacks]
         for handle in loads:  # landed before the forward (PLAN-5)
             self._finish_copy(handle, True)
+        if plan.flush:  # writebacks the runtime completes before the forward (HOST-14)
+            self._flush_copies(plan)
         if plan.zero or plan.zero_states:  # fresh pages zeroed before the forward (PLAN-11)
             self._zero(plan)
         w = self.config.sliding_window
@@ -498,13 +508,20 @@ class SchedulerDriver:
             for row in plan.rows:
                 self._drop_behind(row.rid, row.start - w + 1)
         running = frozenset(r.rid for r in plan.rows if r.kind == "decode")  # PLAN-7
+        if Feature.DEFERRED_LOADBACK in self.engine.features:  # HOST-13: admitted here
+            planned = {r.rid for r in plan.rows}
+            for op in plan.loadbacks:
+                if op.rid in self.live and op.rid not in planned:
+                    self.admitted.setdefault(op.rid, (step, running))
         if self.reuse is not None and self.snap is None:
             self.reuse.next_rows(plan, step)
         self.deferred_reads = [] if self.same_forward else None
         for row in plan.rows:
             req = self.live[row.rid]
+            # A row after its deferred loadback reuses what its admission found (HOST-13).
+            at, seen = self.admitted.pop(row.rid, (step, running))
             if row.kind == "prefill" and row.rid not in self.started and self.reuse is not None:
-                self.reuse.check_admit(row, req, self.live, self.p, step, self.snap, running)
+                self.reuse.check_admit(row, req, self.live, self.p, at, self.snap, seen)
             if row.kind == "prefill" and row.rid not in self.started \
                     and self.hybrid_reuse is not None:
                 self.hybrid_reuse.check_admit(row, req, self.p, self.before_plan, self.snap)
@@ -614,6 +631,8 @@ class SchedulerDriver:
                 done.append(e.op_id)
         self.landing = []
         self.acked_now = len(done)
+        if self.plans is not None:
+            self.plans.landed(done)
         if self.transfers is not None:
             self.transfers.acknowledged(done, f"in the advance of plan {self._at}")
 
@@ -828,6 +847,25 @@ class SchedulerDriver:
         self.content.origin.update(dict.fromkeys(tags, row.namespace))
         return tags
 
+    def _flush_copies(self, plan: Plan) -> None:
+        """HOST-14: the writebacks the plan names in its flush land before its forward, which
+        may compute into their source pages: those held back from an earlier plan now, this
+        plan's own started and landed here. Each is acknowledged in this plan's advance."""
+        names = set(plan.flush)
+        keep = []
+        for op, handle in self.later:
+            if op.op_id in names:
+                self._finish_copy(handle, True)
+                self.flushed[op.op_id] = (op, handle)
+            else:
+                keep.append((op, handle))
+        self.later = keep
+        for op in plan.writebacks:
+            if op.op_id in names:
+                handle = self._start_copy(Tier.DEVICE, Tier.HOST, op)
+                self._finish_copy(handle, True)
+                self.flushed[op.op_id] = (op, handle)
+
     def _start_copies(self, writebacks: Sequence[CopyOp]) -> tuple[list, list]:
         """This plan's writebacks are in flight; returns the copies acknowledged in this advance
         (the ones held back last time included), split into landed and failed, each with the
@@ -835,6 +873,8 @@ class SchedulerDriver:
         failed: list[tuple[CopyOp, Any]] = []
         due, self.later = self.later, []
         for op in writebacks:
+            if op.op_id in self.flushed:  # landed before the forward (HOST-14)
+                continue
             handle = self._start_copy(Tier.DEVICE, Tier.HOST, op)
             if self.l3 is not None:
                 self.l3.overwritten([d for _s, d in op.pairs])
@@ -855,6 +895,9 @@ class SchedulerDriver:
 
     def _land_copies(self, due: list, failed: list) -> list:
         out: list = []
+        flushed, self.flushed = list(self.flushed.values()), {}
+        for op, _handle in flushed:  # landed before the forward (HOST-14)
+            out.append(WritebackDone(op.op_id, True))
         for op, handle in due:
             self._finish_copy(handle, True)
             out.append(WritebackDone(op.op_id, True))
@@ -865,7 +908,7 @@ class SchedulerDriver:
                 self.abandoned_pages.update(d for _s, d in op.pairs)
             else:
                 out.append(WritebackDone(op.op_id, False))
-        for op, _handle in due + failed:
+        for op, _handle in flushed + due + failed:
             if op.rid in self.live:
                 self.live[op.rid].copying.discard(op.op_id)
         return out

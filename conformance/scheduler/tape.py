@@ -26,11 +26,13 @@ from kvconf.reference.plan import Plan
 
 def plan_record(step: int, plan: Plan) -> tuple:
     """What DET-1 compares of a plan: its rows (request, kind, start, input length, reuse, page
-    table) and its copies (loadbacks, writebacks and L3 transfers, with their pages)."""
+    table) and its copies (loadbacks, writebacks and L3 transfers, with their pages, and the
+    writebacks it flushes, HOST-14)."""
     return ("plan", step, [(r.rid, r.kind, r.start, len(r.input_tokens), r.reused, r.page_table)
                            for r in plan.rows],
             [(c.kind, c.pairs) for c in plan.loadbacks + plan.writebacks]
-            + [(o.kind, o.rid, o.start, o.pages, o.keys) for o in plan.l3])
+            + [(o.kind, o.rid, o.start, o.pages, o.keys) for o in plan.l3]
+            + ([("flush", plan.flush)] if plan.flush else []))
 
 
 # Entries of a tape: ("submit", specs), ("plan", record), ("advance", events),

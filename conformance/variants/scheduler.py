@@ -6,6 +6,7 @@ exercises, and ``features`` says what it declares.
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -293,6 +294,114 @@ class AcknowledgesLoadbacks(Scheduler):
                 self.cache.unlock(handle)
 
 
+class DefersLoadedRows(AcknowledgesLoadbacks):
+    """HOST-13, HOST-8: a request admitted with a loadback gets no row in that plan: the loadback is
+    listed alone, the request waits for its acknowledgement, and its first row (the one the
+    reference would have planned with the loadback, its pages pinned meanwhile) comes in the
+    first plan after it. Until then no other request is admitted: the reference publishes the
+    loaded pages at once, and another request must not read them before the acknowledgement.
+    Requests with Mamba state are planned as the reference plans them."""
+
+    features = frozenset({Feature.LOADBACK_ACK, Feature.DEFERRED_LOADBACK})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._held: dict[str, object] = {}  # request -> its first row, not yet handed out
+        self._waits: dict[str, int] = {}  # request -> its loadback, not yet acknowledged
+        self._defer: set[str] = set()  # requests of this plan whose row waits
+
+    def _ordered(self, *states):
+        out = [r for r in super()._ordered(*states) if r.rid not in self._held]
+        return [] if self._hide_decodes and State.DECODING in states else out
+
+    _hide_decodes = False
+    _deferring = False  # a loadback of this plan is deferred: admit nobody after it
+
+    def _prefill_row(self, r, budget, loadbacks):
+        fresh = r.state in (State.SUBMITTED, State.RETRACTED, State.PREFETCH_DONE)
+        if fresh and (self._waits or self._deferring):
+            return None
+        before = len(loadbacks)
+        row = super()._prefill_row(r, budget, loadbacks)
+        if row is not None and self.mamba is None and not self._kin(r) \
+                and any(op.rid == r.rid and op.pairs for op in loadbacks[before:]):
+            self._deferring = True
+            self._defer.add(r.rid)
+        return row
+
+    def _kin(self, r) -> bool:
+        """Whether another unfinished request shares the first page of ``r``'s prompt: it
+        could reach the loaded pages through the tree (a match, or its own publish moving it
+        onto the cached copy) before the acknowledgement, so ``r`` is planned at once."""
+        p, ns = self.p, r.spec.namespace
+        return any(o is not r and o.state is not State.FINISHED and o.spec.namespace == ns
+                   and tuple(o.tokens[:p]) == tuple(r.tokens[:p])
+                   for o in self.requests.values())
+
+    def next_plan(self):
+        ready = [row for rid, row in self._held.items() if rid not in self._waits]
+        ready = ready[: self.config.max_batch]
+        saved = self.config
+        used = sum(len(row.input_tokens) for row in ready)
+        # What the held rows take of the batch and budget (a copy, past the config's check
+        # that both are positive: a plan the held rows fill plans nothing more).
+        cut = copy.copy(saved)
+        object.__setattr__(cut, "max_batch", saved.max_batch - len(ready))
+        object.__setattr__(cut, "max_tokens", max(saved.max_tokens - used, 0))
+        self.config = cut
+        self._hide_decodes = bool(ready) and not saved.mixed  # a held row is a prefill
+        try:
+            plan = super().next_plan()
+        finally:
+            self.config, self._hide_decodes, self._deferring = saved, False, False
+        for row in ready:
+            del self._held[row.rid]
+        rows = list(ready)
+        for row in plan.rows:
+            op = next((o.op_id for o in plan.loadbacks if o.rid == row.rid and o.pairs), None)
+            if op is not None and row.rid in self._defer:
+                self._held[row.rid], self._waits[row.rid] = row, op
+            else:
+                rows.append(row)
+        self._defer = set()
+        return replace(plan, rows=tuple(rows))
+
+    def advance(self, events):
+        held = [ev for ev in events if isinstance(ev, ExtendResult) and ev.rid in self._held]
+        if held:
+            raise SchedulerError("no_token_due", f"{held[0].rid} has no row handed out",
+                                 rid=held[0].rid, event="ExtendResult")
+        super().advance(events)
+        done = {ev.op_id for ev in events if isinstance(ev, LoadbackDone)}
+        self._waits = {rid: op for rid, op in self._waits.items() if op not in done}
+        for rid in [rid for rid in self._held if rid not in self.requests
+                    or self.requests[rid].state is State.FINISHED]:
+            self._held.pop(rid)
+            self._waits.pop(rid, None)
+
+
+class FlushesWritebacks(Scheduler):
+    """HOST-14: every writeback still in flight when the next plan is built is named in that
+    plan's flush, so the runtime completes it before the forward and acknowledges it in the
+    plan's advance (the source stays pinned until then, as the reference keeps it)."""
+
+    features = frozenset({Feature.FLUSHED_WRITEBACK})
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self._inflight: set[int] = set()  # writebacks handed out, not acknowledged
+
+    def next_plan(self):
+        plan = super().next_plan()
+        flush = tuple(sorted(self._inflight))
+        self._inflight |= {op.op_id for op in plan.writebacks}
+        return replace(plan, flush=flush)
+
+    def advance(self, events):
+        super().advance(events)
+        self._inflight -= {ev.op_id for ev in events if isinstance(ev, WritebackDone)}
+
+
 class FailedCopyIsFatal(Scheduler):
     """HOST-9: a writeback's acknowledgement means the copy landed (its success flag is not
     read): a failed copy ends the runtime and is never acknowledged."""
@@ -427,7 +536,8 @@ SCHED_VARIANTS: tuple[type, ...] = (
     FreesBehindWindow, KeepsWindowPrefix, WindowTable, ReadsByConfigClass,
     AnnouncesReusableBoundaries,
     IgnoresUnknownEvents,
-    AcknowledgesLoadbacks, FailedCopyIsFatal, DeclinesWritebackWithoutRoom,
+    AcknowledgesLoadbacks, DefersLoadedRows, FlushesWritebacks, FailedCopyIsFatal,
+    DeclinesWritebackWithoutRoom,
     SchedulerLowestFreePageFirst, ReservesCheckpointSlot, PublishesWhenPlanned,
     PreemptsPrefilling, MixesEveryBatch,
 )
