@@ -553,7 +553,7 @@ class Scheduler:
         node = r.node
         t = None
         if node is not None and r.shared:
-            m = self.cache.match(r.spec.namespace, r.tokens[: r.shared * self.p])
+            m = self.cache.match_node(node)  # its pinned prefix, as a match of it would see
             self._host_room((m.device_len - m.host_len) // self.p)
             t = self.cache.start_writeback(node)
         units: tuple[tuple[int, int], ...] = ()
