@@ -31,7 +31,14 @@ from kvconf.reference.plan import (
     WritebackDone,
 )
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
-from kvconf.reference.requests import TRANSITIONS, Event, State, TransitionLog, next_states
+from kvconf.reference.requests import (
+    MOVES,
+    TRANSITIONS,
+    Event,
+    State,
+    TransitionLog,
+    next_states,
+)
 from kvconf.reference.tiers import Tier
 from kvconf.reference.window import window_from_model_config
 
@@ -238,8 +245,9 @@ class Scheduler:
 
     # ----------------------------------------------------------------- transitions
     def _move(self, r: Request, event: Event, to: State) -> None:
-        assert to in TRANSITIONS.get((r.state, event), ()), (r.rid, r.state, event, to)
-        self.transitions.append((r.rid, r.state, event, to))
+        move = (r.state, event, to)
+        assert move in MOVES, (r.rid, move)
+        self.transitions.add(r.rid, move)
         r.state = to
 
     def _release_slot(self, r: Request) -> None:
