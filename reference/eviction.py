@@ -29,33 +29,47 @@ class VictimIndex:
     calls so an eviction does not scan the whole tree (spec EVICT-2, EVICT-3).
 
     Lazy: ``offer`` is called for every node whose access time, pages, pins or children on a
-    tier may have changed, and pushes an entry for each tier it is a candidate on. ``pop``
-    discards entries that went stale (node gone, no longer a candidate) and re-files entries
-    whose access time moved, so the first valid entry is exactly the candidate with the
-    smallest (access, seq): the same victim a full scan would pick.
+    tier may have changed, and files an entry for each tier it is a candidate on, unless its
+    newest entry there already has its access time (a node unpinned again and again is filed
+    once). ``pop`` discards entries that went stale (node gone, no longer a candidate) and
+    re-files entries whose access time moved (unless the newer entry is filed already), so the
+    first valid entry is exactly the candidate with the smallest (access, seq): the same
+    victim a full scan would pick. Every candidate has an entry whose key is at most its own.
     """
 
-    __slots__ = ("_heaps",)
+    __slots__ = ("_filed", "_heaps")
 
     def __init__(self) -> None:
         self._heaps: dict[Tier, list[tuple[int, int, Node]]] = {Tier.DEVICE: [], Tier.HOST: []}
+        # Per tier, each node's newest entry: node id -> the access time it was filed with.
+        self._filed: dict[Tier, dict[int, int]] = {Tier.DEVICE: {}, Tier.HOST: {}}
+
+    def _file(self, tier: Tier, node: Node, access: int) -> None:
+        filed = self._filed[tier]
+        if filed.get(node.id) != access:
+            filed[node.id] = access
+            heapq.heappush(self._heaps[tier], (access, node.seq, node))
 
     def offer(self, node: Node | None) -> None:
         if node is None or node.parent is None:
             return
         if is_candidate(node, Tier.DEVICE):
-            heapq.heappush(self._heaps[Tier.DEVICE], (node.device_access, node.seq, node))
+            self._file(Tier.DEVICE, node, node.device_access)
         if is_candidate(node, Tier.HOST):
-            heapq.heappush(self._heaps[Tier.HOST], (node.host_access, node.seq, node))
+            self._file(Tier.HOST, node, node.host_access)
 
     def pop(self, tier: Tier, nodes: dict[int, Node]) -> Node | None:
-        heap = self._heaps[tier]
+        heap, filed = self._heaps[tier], self._filed[tier]
         while heap:
-            access, seq, node = heapq.heappop(heap)
+            access, _seq, node = heapq.heappop(heap)
+            newest = filed.get(node.id) == access
+            if newest:  # its newest entry leaves the heap: filed again when offered again
+                del filed[node.id]
             if nodes.get(node.id) is not node or not is_candidate(node, tier):
                 continue
-            if node.access(tier) != access:
-                heapq.heappush(heap, (node.access(tier), seq, node))
+            now = node.access(tier)
+            if now != access:
+                self._file(tier, node, now)
                 continue
             return node
         return None
@@ -68,3 +82,4 @@ class VictimIndex:
             heap = [(n.access(tier), n.seq, n) for n in nodes.values() if is_candidate(n, tier)]
             heapq.heapify(heap)
             self._heaps[tier] = heap
+            self._filed[tier] = {n.id: access for access, _seq, n in heap}

@@ -20,7 +20,7 @@ from kvconf.reference.kv_events import EventKind, KVEvent, chain_hashes
 from kvconf.reference.l3 import L3Transfer, rolling_keys, seed_key
 from kvconf.reference.pages import CALLER, PagePool, node_owner, transfer_owner
 from kvconf.reference.pins import Lock, LockTable
-from kvconf.reference.radix_tree import TOKEN, Node, common_pages, first_page, walk
+from kvconf.reference.radix_tree import TOKEN, Node, Step, common_pages, first_page, walk
 from kvconf.reference.snapshot import (
     CacheSnapshot,
     L3View,
@@ -259,18 +259,30 @@ class PrefixCache:
     def match(self, namespace: int, tokens: Sequence[int]) -> MatchResult:
         """Longest cached whole-page prefix on each tier; splits where the query diverges."""
         tokens = self._check_tokens(tokens, whole_pages=False)
-        root = self._root(namespace)
-        now = self.clock.now
-        node = root
-        for step in walk(root, tokens, self.page_size):
+        node = self._root(namespace)
+        for step in walk(node, tokens, self.page_size):
             node = step.node
             if step.pages * self.page_size < len(node.key):
                 node = self._split(node, step.pages)
                 break
+        return self._matched(node)
+
+    def match_node(self, node_id: int) -> MatchResult:
+        """What :meth:`match` returns for the tokens of the path down to ``node_id`` (a node
+        of a namespace's tree), with the same access stamps, without walking those tokens:
+        for a caller that holds the node, such as a request's pinned prefix."""
+        return self._matched(self._node(node_id))
+
+    def _matched(self, node: Node) -> MatchResult:
+        """The match that ends at ``node``: each tier's cached run of its path from the root,
+        every node of the path stamped as just accessed (EVICT-2)."""
+        now = self.clock.now
+        path = node.path()
+        root = path[0]
         dev_node, host_node = root, root
         device: list[int] = []
         host: list[int] = []
-        for n in node.path()[1:]:
+        for n in path[1:]:
             # A new access time makes no new candidate: the index re-files moved entries.
             n.device_access = now
             n.host_access = now
@@ -282,7 +294,7 @@ class PrefixCache:
                 host.extend(n.host)
         p = self.page_size
         return MatchResult(
-            namespace=namespace,
+            namespace=root.namespace,
             device_len=len(device) * p,
             host_len=len(host) * p,
             device_pages=tuple(device),
@@ -291,10 +303,10 @@ class PrefixCache:
             host_node=host_node.id,
         )
 
-    def _validate_insert(
-        self, root: Node | None, tokens: Sequence[int], pages: Sequence[int]
-    ) -> None:
-        """Check every page before anything moves, so a rejected insert changes nothing."""
+    def _validate_insert(self, steps: list[Step], tokens: Sequence[int],
+                         pages: Sequence[int]) -> None:
+        """Check every page against the insert's walk (``steps``) before anything moves, so a
+        rejected insert changes nothing."""
         p = self.page_size
         if len(pages) != len(tokens) // p:
             raise CacheError(
@@ -303,7 +315,7 @@ class PrefixCache:
         if len(set(pages)) != len(pages):
             raise CacheError("bad_pages", "the same page is given twice")
         held: list[int | None] = []  # the tree's device page at each place the walk covers
-        for step in walk(root, tokens, p) if root is not None else ():
+        for step in steps:
             device = step.node.device
             held.extend(device[: step.pages] if device is not None else [None] * step.pages)
         mine = [page for page, tree in zip(pages, held, strict=False) if page != tree]
@@ -315,32 +327,24 @@ class PrefixCache:
         Each page is either caller-owned or the very page the tree already holds at that place.
         Caller pages at places the tree already holds on device are duplicates and go back to the
         free list (TREE-5); the rest move into the tree. New nodes become eviction candidates.
+        The tree is walked once: the walk that checks the pages is the one the insert follows.
         """
         tokens = self._check_tokens(tokens, whole_pages=True)
-        self._validate_insert(self._roots.get(namespace), tokens, pages)
-        root = self._root(namespace)  # only now: a rejected insert creates nothing (FAULT-1)
+        root = self._roots.get(namespace)
         p = self.page_size
+        steps = walk(root, tokens, p) if root is not None else []
+        self._validate_insert(steps, tokens, pages)
+        root = self._root(namespace)  # only now: a rejected insert creates nothing (FAULT-1)
         pool = self.pools[Tier.DEVICE]
         now = self.clock.now
         node, pos = root, 0
         cached = 0
         freed: list[int] = []
         held: list[int] = []  # the tree's device pages along the walk: what a match returns
-        while pos < len(tokens):
-            child = node.children.get(first_page(tokens, pos, p))
-            if child is None:
-                key = tokens[pos:]
-                hashes = chain_hashes(node.last_hash(), namespace, key, p)
-                child = self._new_node(namespace, node, key, hashes)
-                child.keys = self._keys_below(node, key)
-                child.host_access = now
-                self._attach_device(child, list(pages[pos // p :]), CALLER, now)
-                held.extend(pages[pos // p :])
-                node = child
-                break
-            k = common_pages(child.key, tokens, pos, p)
-            if k * p < len(child.key):
-                child = self._split(child, k)
+        for step in steps:  # the nodes that already hold a prefix of the tokens
+            child = step.node
+            if step.pages * p < len(child.key):  # the last one, where the tokens leave it
+                child = self._split(child, step.pages)
             self._backfill_keys(child)
             span = list(pages[pos // p : pos // p + len(child.key) // p])
             if child.device is None:
@@ -355,6 +359,15 @@ class PrefixCache:
             child.host_access = now
             held.extend(child.device)
             node, pos = child, pos + len(child.key)
+        if pos < len(tokens):  # the rest hangs below the last of them as a new node
+            key = tokens[pos:]
+            hashes = chain_hashes(node.last_hash(), namespace, key, p)
+            child = self._new_node(namespace, node, key, hashes)
+            child.keys = self._keys_below(node, key)
+            child.host_access = now
+            self._attach_device(child, list(pages[pos // p :]), CALLER, now)
+            held.extend(pages[pos // p :])
+            node = child
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
                             node=node.id, device_pages=tuple(held))
 

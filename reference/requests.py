@@ -123,35 +123,40 @@ def legal(state: State, event: Event) -> bool:
 
 
 Transition = tuple[str, State, Event, State]  # (request id, state, event, next state)
-_STATES, _EVENTS = tuple(State), tuple(Event)
-_STATE_CODE = {s: i for i, s in enumerate(_STATES)}
-_EVENT_CODE = {e: i for i, e in enumerate(_EVENTS)}
+Move = tuple[State, Event, State]  # (state, event, next state)
+# Every (state, event, next state) the table allows: a move a scheduler may make (REQ-2).
+MOVES: frozenset[Move] = frozenset(
+    (state, event, to) for (state, event), targets in TRANSITIONS.items() for to in targets)
+# Every triple, legal or not, numbered: how a log keeps a move in one small int (a variant of
+# the reference may take a move the table lacks, and its log records it as taken).
+_ALL_MOVES: tuple[Move, ...] = tuple((s, e, t) for s in State for e in Event for t in State)
+_MOVE_CODE = {m: i for i, m in enumerate(_ALL_MOVES)}
 
 
 class TransitionLog(Sequence[Transition]):
     """Every transition a scheduler took, in order, read as a list of ``Transition`` tuples
     (REQ-1; the transition coverage of a report).
 
-    Kept in columns, each state and event as its index, because a scheduler takes one or two
-    transitions per row: as a list of four-tuples of enum members, a long run's log was most of
-    the objects the garbage collector walks, over and over."""
+    Kept in columns, each move as its number in ``_ALL_MOVES``, because a scheduler takes one
+    or two transitions per row: as a list of four-tuples of enum members, a long run's log was
+    most of the objects the garbage collector walks, over and over."""
 
-    __slots__ = ("_events", "_from", "_rids", "_to")
+    __slots__ = ("_moves", "_rids")
 
     def __init__(self) -> None:
         self._rids: list[str] = []
-        self._from, self._events, self._to = array("B"), array("B"), array("B")
+        self._moves = array("H")
 
     def append(self, t: Transition) -> None:
-        rid, frm, event, to = t
+        self.add(t[0], (t[1], t[2], t[3]))
+
+    def add(self, rid: str, move: Move) -> None:
+        """Record that request ``rid`` made ``move``."""
         self._rids.append(rid)
-        self._from.append(_STATE_CODE[frm])
-        self._events.append(_EVENT_CODE[event])
-        self._to.append(_STATE_CODE[to])
+        self._moves.append(_MOVE_CODE[move])
 
     def _at(self, i: int) -> Transition:
-        return (self._rids[i], _STATES[self._from[i]], _EVENTS[self._events[i]],
-                _STATES[self._to[i]])
+        return (self._rids[i], *_ALL_MOVES[self._moves[i]])
 
     def __len__(self) -> int:
         return len(self._rids)
@@ -171,8 +176,7 @@ class TransitionLog(Sequence[Transition]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TransitionLog):
-            return (self._rids == other._rids and self._from == other._from
-                    and self._events == other._events and self._to == other._to)
+            return self._rids == other._rids and self._moves == other._moves
         if isinstance(other, list):
             return list(self) == other
         return NotImplemented

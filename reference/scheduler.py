@@ -9,6 +9,7 @@ released exactly once, by the transition that leaves it. A rejected ``advance`` 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -31,7 +32,15 @@ from kvconf.reference.plan import (
     WritebackDone,
 )
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
-from kvconf.reference.requests import TRANSITIONS, Event, State, TransitionLog, next_states
+from kvconf.reference.radix_tree import TOKEN
+from kvconf.reference.requests import (
+    MOVES,
+    TRANSITIONS,
+    Event,
+    State,
+    TransitionLog,
+    next_states,
+)
 from kvconf.reference.tiers import Tier
 from kvconf.reference.window import window_from_model_config
 
@@ -89,7 +98,9 @@ class Request:
     arrival: int
     rid: str = field(init=False)  # the spec's, kept at hand: read on every row and event
     state: State = State.SUBMITTED
-    tokens: list[int] = field(default_factory=list)  # prompt, then every reported token
+    # The prompt, then every reported token: checked ``TOKEN`` words, the form the cache
+    # compares and keys by, so a slice of them goes to a match or an insert as it is.
+    tokens: array = field(default_factory=lambda: array(TOKEN))
     computed: int = 0  # leading positions whose KV is in ``pages``
     pages: list[int] = field(default_factory=list)  # device page table
     shared: int = 0  # leading pages of ``pages`` owned by the tree, pinned by ``lock``
@@ -210,6 +221,7 @@ class Scheduler:
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         """Queue new requests; a repeated or empty request is rejected, and then none is queued."""
         seen: set[str] = set()  # the ids of this list so far (the known ones are in requests)
+        prompts: list[array] = []  # each prompt as checked
         for s in specs:
             if not isinstance(s, RequestSpec):
                 raise SchedulerError("bad_request", f"{s!r} is not a RequestSpec")
@@ -220,7 +232,7 @@ class Scheduler:
                 raise SchedulerError("bad_request", f"request {s.rid!r} has an empty prompt",
                                      s.rid)
             try:
-                self.cache._check_tokens(s.tokens, whole_pages=False)
+                prompts.append(self.cache._check_tokens(s.tokens, whole_pages=False))
             except CacheError as e:
                 raise SchedulerError("bad_request", f"request {s.rid!r}: {e.message}",
                                      s.rid) from None
@@ -232,14 +244,15 @@ class Scheduler:
                 raise SchedulerError("bad_request", f"request {s.rid!r}: l3_hits "
                                      f"{s.l3_hits!r} is not a non-negative int", s.rid)
             seen.add(s.rid)
-        for s in specs:
+        for s, tokens in zip(specs, prompts, strict=True):
             self._arrivals += 1
-            self.requests[s.rid] = Request(s, self._arrivals, tokens=list(s.tokens))
+            self.requests[s.rid] = Request(s, self._arrivals, tokens=tokens)
 
     # ----------------------------------------------------------------- transitions
     def _move(self, r: Request, event: Event, to: State) -> None:
-        assert to in TRANSITIONS.get((r.state, event), ()), (r.rid, r.state, event, to)
-        self.transitions.append((r.rid, r.state, event, to))
+        move = (r.state, event, to)
+        assert move in MOVES, (r.rid, move)
+        self.transitions.add(r.rid, move)
         r.state = to
 
     def _release_slot(self, r: Request) -> None:
@@ -553,7 +566,7 @@ class Scheduler:
         node = r.node
         t = None
         if node is not None and r.shared:
-            m = self.cache.match(r.spec.namespace, r.tokens[: r.shared * self.p])
+            m = self.cache.match_node(node)  # its pinned prefix, as a match of it would see
             self._host_room((m.device_len - m.host_len) // self.p)
             t = self.cache.start_writeback(node)
         units: tuple[tuple[int, int], ...] = ()
