@@ -7,10 +7,10 @@ installed (.ci/install-peers.sh) and are skipped otherwise."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from vllm_support import VARIANTS, needs_vllm, scenario
 
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import ALLOWANCES, Feature
@@ -19,22 +19,11 @@ from kvconf.conformance.reporting.expectations import compare, load_expectations
 from kvconf.conformance.running.profiles import PROFILES, parse_budget
 from kvconf.conformance.running.runner import run_suite
 from kvconf.conformance.scheduler.generator import play_sched
-from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
-from kvconf.conformance.variants import _adapter, all_variants
+from kvconf.conformance.variants import _adapter
 from kvconf.conformance.variants.scheduler import DefersLoadedRows, FlushesWritebacks
 
 ROOT = Path(__file__).resolve().parent.parent
-HAS_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed "
-                                "(.ci/install-peers.sh)")
-VARIANTS = {v.name: v for v in all_variants()}
-
-
-def scenario(name: str) -> SchedTrace:
-    return next(sc.trace for sc in SCHED_SCENARIOS if sc.name == name)
-
-
 def reloaded() -> SchedTrace:
     """a's prompt is stored on host as it is computed; c pushes it off the four device pages;
     b shares a's first four tokens and finds them on host only."""

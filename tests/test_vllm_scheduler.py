@@ -7,10 +7,10 @@ the same engine without the declaration fails); the vLLM tests run where vLLM is
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from vllm_support import VARIANTS, needs_vllm, scenario
 
 from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from kvconf.conformance.engine.config import EngineConfig
@@ -26,20 +26,9 @@ from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
 from kvconf.conformance.scheduler.window_cases import check_model_windows
-from kvconf.conformance.variants import all_variants
 from kvconf.reference.plan import Abort, ExtendResult, WritebackDone
 
 ROOT = Path(__file__).resolve().parent.parent
-HAS_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed "
-                                "(.ci/install-peers.sh)")
-VARIANTS = {v.name: v for v in all_variants()}
-
-
-def scenario(name: str) -> SchedTrace:
-    return next(sc.trace for sc in SCHED_SCENARIOS if sc.name == name)
-
-
 def twins() -> SchedTrace:
     """Two requests with one five-token prompt, arriving together."""
     prompt = [3, 1, 4, 1, 5]

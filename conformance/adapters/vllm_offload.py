@@ -51,7 +51,6 @@ from kvconf.reference.plan import (
     RuntimeEvent,
     WritebackDone,
 )
-from kvconf.reference.requests import Event
 
 CONNECTOR = "OffloadingConnector"
 
@@ -115,29 +114,15 @@ class VLLMOffloadAdapter(VLLMSchedulerAdapter):
             kv_connector_extra_config={"cpu_bytes_to_use": chunk * config.host_pages})
 
     # ----------------------------------------------------------------- plans
-    def _flush(self) -> None:
-        """``update_from_output`` of the pending step, with the tokens reported for it and the
-        connector's acknowledgements (``KVConnectorOutput``), as vLLM's worker reports them."""
-        out, self.pending = self.pending, None
-        if out is None:
-            return
-        v = self.v
-        ids = list(out.num_scheduled_tokens)
-        sampled = [[self.tokens[r]] if r in self.tokens else [] for r in ids]
-        mro = v.outputs.ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled)
+    def _report_transfers(self, mro) -> None:
+        """The connector's acknowledgements (``KVConnectorOutput``) with the step's output, as
+        vLLM's worker reports them: finished loads and completed job ids."""
         if self.completed or self.recving:
-            mro.kv_connector_output = v.outputs.KVConnectorOutput(
+            mro.kv_connector_output = self.v.outputs.KVConnectorOutput(
                 finished_recving=set(self.recving) or None,
                 kv_connector_worker_meta=offload_modules().common.OffloadingWorkerMetadata(
                     completed_jobs=dict(self.completed)))
             self.completed, self.recving = {}, set()
-        self.sched.update_from_output(out, mro)
-        self.decoding.update(self.tokens)
-        for rid in self.tokens:
-            self._take(rid, Event.EXTEND_RESULT)
-        self.tokens, self.sampling = {}, set()
 
     def next_plan(self) -> Plan:
         plan = super().next_plan()

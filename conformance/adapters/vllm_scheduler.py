@@ -300,11 +300,15 @@ class VLLMSchedulerAdapter:
         mro = self.v.outputs.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=sampled)
+        self._report_transfers(mro)
         self.sched.update_from_output(out, mro)
         self.decoding.update(self.tokens)
         for rid in self.tokens:
             self._take(rid, Event.EXTEND_RESULT)
         self.tokens, self.sampling = {}, set()
+
+    def _report_transfers(self, mro) -> None:
+        """What a KV connector's worker reports with the step's output: nothing without one."""
 
     def next_plan(self) -> Plan:
         self._flush()
