@@ -123,6 +123,8 @@ def test_an_expectation_naming_one_finding_still_reports_the_other(two, tmp_path
     ('[[known]]\ncase = "fuzz-cache"\nsignature = "x/A-1/insert"\nreason = "r"\n'
      'reference = "a/b#1"\n[[known]]\ncase = "fuzz-cache"\nstatus = "FAIL"\nreason = "r"\n'
      'reference = "a/b#1"\n', "keep one kind"),
+    ('[[known]]\ncase = "fuzz-cache"\nstatus = "FAIL"\nmay_pass = true\nreason = "r"\n'
+     'reference = "a/b#1"\n', "only an entry naming a signature may pass"),
 ])
 def test_signature_entries_are_checked_on_loading(tmp_path, text, where):
     from kvconf.conformance.errors import KitError
@@ -131,6 +133,28 @@ def test_signature_entries_are_checked_on_loading(tmp_path, text, where):
     path.write_text(f'engine = "e"\n\n{text}')
     with pytest.raises(KitError, match=where):
         load_expectations(path)
+
+
+def test_a_passing_case_is_expected_only_when_every_entry_may_pass(tmp_path):
+    """A finding a search meets at some budgets only: one file holds at every profile."""
+    from kvconf.conformance.reporting.expectations import Verdict, judge_findings
+
+    path = tmp_path / "known.toml"
+    entry = ('[[known]]\ncase = "fuzz-cache"\nsignature = "{}"\n{}reason = "r"\n'
+             'reference = "a/b#1"\n\n')
+    may = "may_pass = true\n"
+    path.write_text('engine = "e"\n\n' + entry.format("x/A-1/insert", may)
+                    + entry.format("x/B-1/insert", may))
+    sigs = load_expectations(path).signatures()["fuzz-cache"]
+    assert judge_findings(Status.PASS, [], sigs) == (Verdict.EXPECTED, [])
+    # It still names what it knows when the search meets it, and nothing else.
+    assert judge_findings(Status.FAIL, ["x/A-1/insert"], sigs) == (Verdict.EXPECTED, [])
+    assert judge_findings(Status.FAIL, ["x/C-1/insert"], sigs) == (Verdict.REGRESSION,
+                                                                    ["x/C-1/insert"])
+    path.write_text('engine = "e"\n\n' + entry.format("x/A-1/insert", may)
+                    + entry.format("x/B-1/insert", ""))
+    sigs = load_expectations(path).signatures()["fuzz-cache"]
+    assert judge_findings(Status.PASS, [], sigs) == (Verdict.IMPROVEMENT, [])
 
 
 def test_the_findings_are_the_same_with_one_worker_or_two(two, tmp_path):

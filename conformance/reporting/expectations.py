@@ -39,7 +39,10 @@ FAIL or CRASH and every finding it made is named; a finding the file does not na
 regression, named in the result's ``unexpected``, even beside known ones: a known defect, a known
 crash included, no longer hides a new one. A case that ended ERROR or TIMEOUT is a regression.
 A named finding the run did not make this time is no difference (a search within a budget need
-not meet every defect every run), but a case that passes is an improvement. A whole-case entry
+not meet every defect every run), but a case that passes is an improvement, unless every entry
+of the case says ``may_pass = true``: a finding the search meets at some budgets only (a fuzz
+case at ``--profile ci`` ends before it, at ``default`` it meets it), so one file holds at every
+profile. A whole-case entry
 (no signature) is judged as before, on the status alone, and cannot be mixed with signature
 entries for the same case.
 
@@ -70,6 +73,9 @@ class Known(BaseModel):
     case: str
     status: Status = Status.FAIL  # required for a whole-case entry (checked on loading)
     signature: str | None = None  # one finding of the case, not the whole case
+    # A finding a search meets at some budgets only (a fuzz case at --profile ci may end before
+    # it): the case passing is then no improvement, so one file holds at every profile.
+    may_pass: bool = False
     reason: str
     reference: str
 
@@ -183,6 +189,11 @@ def load_expectations(path: Path) -> Expectations:
             line = _toml_line(text, ("known", i, "case"))
             raise KitError(f"{path}:{line}: known[{i}].case: {k.case} has both a whole-case "
                            "entry and entries naming signatures; keep one kind")
+        if k.may_pass and k.signature is None:
+            line = _toml_line(text, ("known", i, "may_pass"))
+            raise KitError(f"{path}:{line}: known[{i}].may_pass: only an entry naming a "
+                           "signature may pass (a finding a search meets at some budgets); "
+                           "a whole-case entry states the status the case ends in")
         seen.add((k.case, k.signature))
     return exp
 
@@ -220,12 +231,14 @@ def judge_findings(status: Status, findings: list[str],
                    known: dict[str, Known]) -> tuple[Verdict, list[str]]:
     """A case named by signature entries: its verdict, and the signatures of its findings the
     entries do not name (its regressions). A FAIL or CRASH with every finding named is
-    expected; a PASS is an improvement; any other status (ERROR, TIMEOUT, ...) is not a finding
-    the file knows."""
+    expected; a PASS is an improvement unless every entry of the case may pass (a finding the
+    search meets at some budgets only); any other status (ERROR, TIMEOUT, ...) is not a
+    finding the file knows."""
     if status is Status.NOT_APPLICABLE:
         return Verdict.EXPECTED, []
     if status is Status.PASS:
-        return Verdict.IMPROVEMENT, []
+        sometimes = all(k.may_pass for k in known.values())
+        return (Verdict.EXPECTED if sometimes else Verdict.IMPROVEMENT), []
     if status not in FINDING_STATUSES:
         return Verdict.REGRESSION, []
     new = [f for f in findings if f not in known]
