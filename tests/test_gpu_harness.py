@@ -358,6 +358,13 @@ def test_host_pools_are_pinned_for_a_gpu_and_pageable_ones_are_caught():
     if torch.cuda.is_available():
         for mem in (TensorMemory(2, 4, 4, device="cuda"), MambaMemory(2, 2, device="cuda")):
             check_pinned(mem)
+    # A pool of no pages (no host tier) takes part in no copy: nothing to pin, and torch cannot
+    # page-lock an empty tensor, so a GPU run without a host tier is no HOST-7 finding.
+    empty = TensorMemory(2, 4, 0).pools[Tier.HOST].tensors
+    assert all(t.numel() == 0 for t in empty)
+    PinnedHostOracle().check("TensorMemory", empty, "cuda")
+    with pytest.raises(Violation):  # a pageable pool with pages is still caught beside it
+        PinnedHostOracle().check("TensorMemory", [*empty, torch.zeros(2, 4)], "cuda")
 
 
 @pytest.mark.behaviours("MAMBA-1", "MAMBA-2", "MAMBA-6")

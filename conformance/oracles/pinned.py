@@ -21,6 +21,8 @@ class PinnedHostOracle(Oracle):
         if device_type != "cuda":
             return  # a CPU device copies within host memory: nothing to pin
         for i, t in enumerate(tensors):
+            if t.numel() == 0:
+                continue  # a pool of no pages takes part in no copy (and cannot be pinned)
             if not t.is_pinned():
                 raise self.fail("HOST-7", f"{what}: host tensor {i} (shape {tuple(t.shape)}) "
                                 "is pageable memory, so its copies with the device cannot run "
