@@ -8,8 +8,8 @@ timed in CPU seconds of this process (``time.process_time``: a loaded machine sl
 clock, not this), with the engine wrapped so every call is timed: the calls a serving runtime
 makes (``match``, ``insert``, ``evict``, ``next_plan``, ``advance``, ...) are the engine's own
 work; ``snapshot``, ``counters``, ``block_hash`` and ``transitions`` are the kit looking inside
-it for its oracles, shown apart. Steps are trace steps for cache cases and plans of the
-workloads for scheduler cases (each counted once, though DET-1 replays it). ``--against`` names
+it for its oracles, shown apart. Steps are trace steps for cache and hybrid cases and plans of
+the workloads for scheduler cases (each counted once, though DET-1 replays it). ``--against`` names
 a second Python (another checkout's venv, say the kit before a change): the same cases run
 there, one case at a time in turn with this one, and the two are printed side by side with the
 ratios.
@@ -25,6 +25,9 @@ import time
 from collections.abc import Callable
 
 INTROSPECTION = frozenset({"snapshot", "counters", "block_hash", "transitions"})
+
+
+GROUPS = ("fuzz-cache", "fuzz-scheduler", "fuzz-hybrid")
 
 
 class Clock:
@@ -120,11 +123,14 @@ def measure(profile: str, budget: int | None, seed: int, names: list[str]) -> di
             continue
         ctx.factory = timed_factory(ctx.factory, clock)
         ctx.sched_factory = timed_factory(ctx.sched_factory, clock)
+        if getattr(ctx, "hybrid_factory", None) is not None:  # a kit with the hybrid level
+            ctx.hybrid_factory = timed_factory(ctx.hybrid_factory, clock)
         t0 = time.process_time()
         with import_independent_draws():
             r = run_case(ctx, case)
         s = time.process_time() - t0
-        steps = r.steps if case.name.startswith("fuzz-cache") else clock.plans
+        sched = case.name.startswith("fuzz-scheduler")
+        steps = clock.plans if sched else r.steps
         out[case.name] = {"traces": r.examples or 0, "steps": steps or 0, "s": s,
                           "engine_s": clock.engine, "introspection_s": clock.introspection,
                           "status": r.status.value}
@@ -143,7 +149,8 @@ def main() -> None:
     ap.add_argument("--profile", default="default")
     ap.add_argument("--budget", type=int, help="traces per fuzz case (default: the profile's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    ap.add_argument("--case", action="extend", nargs="+", default=[],
+                    help="only these cases (repeatable, or several after one --case)")
     ap.add_argument("--against", help="a second Python to run the same cases in, in turn")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args()
@@ -178,7 +185,7 @@ def main() -> None:
         for case in names:
             if case in d:
                 print(_row(case, d[case]))
-        for group in ("fuzz-cache", "fuzz-scheduler"):
+        for group in GROUPS:
             sub = [v for k, v in d.items() if k.startswith(group)]
             if sub:
                 tot = {k: sum(v[k] for v in sub) for k in ("traces", "steps", "s", "engine_s",
@@ -194,7 +201,7 @@ def main() -> None:
                 print(f"{case:30} {rb:14.0f} {rn:8.0f} {rn / rb if rb else 0:6.2f} "
                       f"{100 * b['engine_s'] / b['s']:19.1f}% "
                       f"{100 * n['engine_s'] / n['s']:5.1f}%")
-        for group in ("fuzz-cache", "fuzz-scheduler"):
+        for group in GROUPS:
             cs = [c for c in names if c.startswith(group) and c in before and c in now]
             if not cs:
                 continue

@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--engine", default="reference")
     ap.add_argument("--kvconf", default=shutil.which("kvconf") or "kvconf")
     ap.add_argument("--against", help="a second kvconf executable to compare with")
-    ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    ap.add_argument("--case", action="extend", nargs="+", default=[],
+                    help="only these cases (repeatable, or several after one --case)")
     a = ap.parse_args()
 
     now = measure(a.kvconf, a.engine, a.budget, a.seed, a.case)
