@@ -108,9 +108,9 @@ class PrefixCache:
         # Each node's fields and view at the last snapshot, reused while the fields stay.
         self._views: dict[int, tuple[tuple, NodeView]] = {}
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
-        self._shape: list[tuple[Node, Node | None, int]] = []  # the tree's shape at _ordered
-        self._order: list[tuple[Node, int]] = []
+        self._order: list[tuple[Node, int]] = []  # the nodes and offsets of the last snapshot
         self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
+        self._lock_made: dict[int, tuple[Lock, LockView]] = {}  # each held lock's view
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -773,47 +773,61 @@ class PrefixCache:
 
     def _node_views(self) -> tuple[NodeView, ...]:
         """Every node's view, parents before children; a node whose fields are as they were at
-        the last snapshot keeps the view it had then."""
-        nodes: list[NodeView] = []
+        the last snapshot keeps the view it had then, and the node list is the last one's
+        when every view is. One pass along the last order while the tree's shape (its nodes,
+        each one's parent and key length) is as it was; the order again when it is not."""
+        order, nodes = self._order, self._nodes
+        if len(order) == len(nodes):
+            out = self._views_along(order, same_shape=True)
+            if out is not None:
+                return out
+        self._order = self._ordered()
+        out = self._views_along(self._order, same_shape=False)
+        assert out is not None
+        return out
+
+    def _views_along(self, order: list[tuple[Node, int]],
+                     same_shape: bool) -> tuple[NodeView, ...] | None:
+        """The views of ``order``'s nodes, the last ones where a node's fields (``_FIELDS``,
+        and its L3 keys copied: a list may change in place) and offset are as they were.
+        ``same_shape``: ``order`` is the last snapshot's, and None is returned as soon as a
+        node shows the shape changed (gone, reparented, or its key of another length: the
+        offsets below it move)."""
+        last, nodes = self._views, self._nodes
         views: dict[int, tuple[tuple, NodeView]] = {}
-        last_views = self._views
-        for n, start in self._ordered():
-            seen = (start, _FIELDS(n), tuple(n.keys) if n.keys else ())
-            old = last_views.get(n.id)
-            if old is not None and old[0] == seen:
+        out: list[NodeView] = []
+        fresh = not same_shape
+        fields = _FIELDS
+        for n, start in order:
+            seen = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
+            old = last.get(n.id)
+            if old is not None and old[0] == seen and (same_shape or old[1].start == start):
                 views[n.id] = old
-                nodes.append(old[1])
+                out.append(old[1])
                 continue
+            if same_shape and (old is None or nodes.get(n.id) is not n
+                               or old[0][0] is not seen[0] or len(old[0][1]) != len(seen[1])):
+                return None
+            fresh = True
             parent = n.parent
-            view = NodeView(
-                id=n.id,
-                namespace=n.namespace,
-                parent=parent.id if parent is not None else None,
-                start=start,
-                key=tuple(n.key),
-                device=n.device,
-                host=n.host,
-                hashes=n.hashes,
-                device_ref=n.device_ref,
-                host_ref=n.host_ref,
-                device_access=n.device_access,
-                host_access=n.host_access,
-                seq=n.seq,
-                pending=n.pending,
-                keys=tuple(k.hex() for k in n.keys) if n.keys else (),
+            view = NodeView(  # by position: the fields in ``NodeView``'s order
+                n.id, n.namespace, parent.id if parent is not None else None, start,
+                tuple(n.key), n.device, n.host, n.hashes, n.device_ref, n.host_ref,
+                n.device_access, n.host_access, n.seq, n.pending,
+                tuple(k.hex() for k in n.keys) if n.keys else (),
             )
             views[n.id] = (seen, view)
-            nodes.append(view)
+            out.append(view)
+        if same_shape and views.keys() != nodes.keys():
+            return None  # a node gone and another come (ids are never reused)
+        if not fresh and self._last is not None:
+            return self._last.nodes  # every view the last one's, in the same order
         self._views = views
-        return tuple(nodes)
+        return tuple(out)
 
     def _ordered(self) -> list[tuple[Node, int]]:
         """Every node with the token offset of its key, parents before children (by depth,
-        then id: a split parent gets a larger id than its child). Kept while the tree's shape
-        (each node's parent and key length) is as it was."""
-        shape = [(n, n.parent, len(n.key)) for n in self._nodes.values()]
-        if shape == self._shape:
-            return self._order
+        then id: a split parent gets a larger id than its child)."""
         depth = self._depths()
         order: list[tuple[Node, int]] = []
         starts: dict[int, int] = {}
@@ -822,17 +836,25 @@ class PrefixCache:
             start = 0 if parent is None else starts[parent.id] + len(parent.key)
             starts[n.id] = start
             order.append((n, start))
-        self._shape, self._order = shape, order
         return order
 
     def _lock_views_now(self) -> tuple[LockView, ...]:
         """The locks held, as the last snapshot showed them while they are the same locks (a
-        lock never changes while it is held)."""
+        lock never changes while it is held); each held lock keeps its view from one snapshot
+        to the next."""
         held = self._locks.items()
         last = self._held
         if last is not None and last[0] == held:
             return last[1]
-        views = tuple(LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in held)
+        made = self._lock_made
+        now: dict[int, tuple[Lock, LockView]] = {}
+        for h, lk in held:
+            got = made.get(h)
+            if got is None or got[0] is not lk or got[1].node != lk.node.id:
+                got = (lk, LockView(h, lk.node.id, lk.tier, lk.internal))
+            now[h] = got
+        views = tuple(v for _, v in now.values())
+        self._lock_made = now
         self._held = (held, views)
         return views
 
