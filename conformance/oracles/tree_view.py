@@ -76,15 +76,17 @@ class TreeView:
         if root is None:
             return out
         cur, pos, p = root, 0, self.p
+        tokens = tuple(tokens)  # slices of a tuple compare with a key's slices as they are
         while pos + p <= len(tokens):
-            n = self.child.get((cur, tuple(tokens[pos : pos + p])))
+            n = self.child.get((cur, tokens[pos : pos + p]))
             if n is None:
                 break
-            k = 0
-            while (k + 1) * p <= len(n.key) and pos + (k + 1) * p <= len(tokens) and tuple(
-                n.key[k * p : (k + 1) * p]
-            ) == tuple(tokens[pos + k * p : pos + (k + 1) * p]):
-                k += 1
+            key = n.key if type(n.key) is tuple else tuple(n.key)
+            k = min(len(key), len(tokens) - pos) // p  # the whole pages both have
+            if key[: k * p] != tokens[pos : pos + k * p]:  # else all of them are equal
+                k = 0
+                while key[k * p : (k + 1) * p] == tokens[pos + k * p : pos + (k + 1) * p]:
+                    k += 1
             out.append((n, k))
             if k * p < len(n.key):
                 break
