@@ -143,7 +143,8 @@ def main() -> None:
     ap.add_argument("--profile", default="default")
     ap.add_argument("--budget", type=int, help="traces per fuzz case (default: the profile's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    ap.add_argument("--case", action="extend", nargs="+", default=[],
+                    help="only these cases (repeatable)")
     ap.add_argument("--against", help="a second Python to run the same cases in, in turn")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args()

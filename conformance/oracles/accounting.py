@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from itertools import repeat
-from operator import attrgetter
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Ctx, Oracle
-from kvconf.conformance.oracles.tree_view import same_fields
 from kvconf.reference.requests import State
 from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
@@ -58,10 +56,6 @@ def snapshot_counts(snap: CacheSnapshot) -> dict[str, int]:
     return out
 
 
-# What ``snapshot_counts`` reads of a node.
-_COUNTED = attrgetter("parent", "device", "host", "device_ref", "host_ref")
-
-
 def _any_transfer(owners: Iterable[str]) -> bool:
     """Whether any owner is a copy in flight (one pass in C; most steps have none)."""
     return any(map(str.startswith, owners, repeat("transfer:")))
@@ -88,20 +82,6 @@ class CounterOracle(Oracle):
         last = self.shown
         if (self.incremental and last is not None and last[0] is snap.nodes
                 and last[1] is snap.pools):
-            return last[2]
-        counts = snapshot_counts(snap)
-        self.shown = (snap.nodes, snap.pools, counts)
-        return counts
-
-    def _shown_cache(self, snap: CacheSnapshot) -> dict[str, int]:
-        """The cache level's ``_shown``: kept while the pools are the same objects and the
-        nodes show the same pages and pins (``_COUNTED``: all it reads of them; a match
-        changes access times only)."""
-        last = self.shown
-        if (self.incremental and last is not None and last[1] is snap.pools
-                and same_fields(snap.nodes, last[0], _COUNTED)):
-            if last[0] is not snap.nodes:
-                self.shown = (snap.nodes, snap.pools, last[2])
             return last[2]
         counts = snapshot_counts(snap)
         self.shown = (snap.nodes, snap.pools, counts)
@@ -152,7 +132,7 @@ class CounterOracle(Oracle):
         if ctx.counters is None:
             return
         led = ctx.ledger
-        shown = self._shown_cache(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
+        shown = self._shown(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
         counters = ctx.counters
         reported = ((tuple(counters.items()), tuple(map(type, counters.values())))
                     if type(counters) is dict else None)  # by type too: True is not a count
