@@ -111,6 +111,7 @@ class PrefixCache:
         self._order: list[tuple[Node, int]] = []  # the nodes and offsets of the last snapshot
         self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
         self._lock_made: dict[int, tuple[Lock, LockView]] = {}  # each held lock's view
+        self._transfer_made: dict[int, TransferView] = {}  # each copy in flight's view
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -743,33 +744,50 @@ class PrefixCache:
 
     def snapshot(self) -> CacheSnapshot:
         """The white-box view. A node whose fields are as they were at the last snapshot keeps
-        the view it had then, and so does each part (a pool, the node list, the locks) equal to
-        the last one: a snapshot equal to the last one is the last one. Its cost follows what
-        changed, plus one short comparison per node and per part, and an oracle that judged
-        the last one can tell by identity what it need not judge again."""
+        the view it had then, and so does each part (a pool, the node list, the locks, a
+        transfer) equal to the last one: a snapshot equal to the last one is the last one. Its
+        cost follows what changed, plus one short comparison per node and per part, and an
+        oracle that judged the last one can tell by identity what it need not judge again."""
         last = self._last
         nodes = self._node_views()
-        pools = {t: p.view(last.pools.get(t) if last is not None else None)
-                 for t, p in self.pools.items()}
         locks = self._lock_views_now()
-        transfers = tuple(
-            TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
-            for t in self._transfers.values()
-        ) if self._transfers else ()
+        transfers = self._transfer_views_now()
         roots = {ns: r.id for ns, r in self._roots.items()}
         l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
                    for t in self._l3.values()) if self._l3 else ()
-        if last is not None:
-            nodes, pools, roots = (_same(nodes, last.nodes), _same(pools, last.pools),
-                                   _same(roots, last.roots))
+        if last is None:
+            pools = {t: p.view() for t, p in self.pools.items()}
+        else:
+            was = last.pools
+            pools = {t: p.view(was.get(t)) for t, p in self.pools.items()}
+            pools = _same(pools, was)
+            nodes, roots = _same(nodes, last.nodes), _same(roots, last.roots)
             locks, transfers, l3 = (_same(locks, last.locks), _same(transfers, last.transfers),
                                     _same(l3, last.l3))
-            if (nodes is last.nodes and pools is last.pools and roots is last.roots
+            if (nodes is last.nodes and pools is was and roots is last.roots
                     and locks is last.locks and transfers is last.transfers and l3 is last.l3):
                 return last
         snap = CacheSnapshot(self.page_size, pools, nodes, roots, locks, transfers, l3)
         self._last = snap
         return snap
+
+    def _transfer_views_now(self) -> tuple[TransferView, ...]:
+        """The copies in flight; each keeps its view from one snapshot to the next while it
+        shows the same node and pages."""
+        if not self._transfers:
+            self._transfer_made = {}
+            return ()
+        made = self._transfer_made
+        now: dict[int, TransferView] = {}
+        for op, t in self._transfers.items():
+            pairs = tuple(t.pairs)
+            view = made.get(op)
+            if (view is None or view.op_id != t.op_id or view.kind != t.kind
+                    or view.node != t.node.id or view.pairs != pairs):
+                view = TransferView(t.op_id, t.kind, t.node.id, pairs)
+            now[op] = view
+        self._transfer_made = now
+        return tuple(now.values())
 
     def _node_views(self) -> tuple[NodeView, ...]:
         """Every node's view, parents before children; a node whose fields are as they were at

@@ -19,7 +19,8 @@ def scratch(cache: PrefixCache) -> CacheSnapshot:
     """The snapshot of ``cache`` built from nothing: no view, order or part of an earlier one."""
     fresh = PrefixCache.__new__(PrefixCache)
     vars(fresh).update(vars(cache))
-    fresh._views, fresh._last, fresh._order, fresh._held, fresh._lock_made = {}, None, [], None, {}
+    fresh._views, fresh._last, fresh._order, fresh._held = {}, None, [], None
+    fresh._lock_made, fresh._transfer_made = {}, {}
     return fresh.snapshot()
 
 

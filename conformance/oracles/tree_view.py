@@ -102,6 +102,19 @@ class TreeView:
             total += k * self.p
         return total
 
+    def longest_both(self, namespace: int, tokens: Sequence[int]) -> tuple[int, int]:
+        """``longest`` on the device tier and on the host tier, from one walk."""
+        device = host = 0
+        on_device = on_host = True
+        for n, k in self.walk(namespace, tokens):
+            on_device = on_device and n.device is not None
+            on_host = on_host and n.host is not None
+            if not (on_device or on_host):
+                break
+            device += k * self.p if on_device else 0
+            host += k * self.p if on_host else 0
+        return device, host
+
     def blocks(self) -> dict[tuple, Block]:
         """(namespace, full prefix to the end of the block) -> the block. Blocks of unloaded
         adapters (NS-2) can repeat a prefix a live tree holds again; nothing matches or splits
