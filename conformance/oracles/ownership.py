@@ -263,6 +263,10 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if len(free) != len(pool.free):
             return False
         mine, landing = claim[tier], dst[tier]
+        if _pool_fits(owners, pool.free, free, mine, landing, held if tier is DEVICE else None):
+            if memo is not None:
+                memo[tier] = (pool, seen)
+            continue
         tags = {nid: f"node:{nid}" for nid in set(mine.values())}
         caller = 0
         for pg, owner in enumerate(owners):
@@ -290,3 +294,32 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if memo is not None:
             memo[tier] = (pool, seen)
     return _pins_hold(snap, ctx)
+
+
+def _pool_fits(owners, free_list, free: set[int], mine: dict[int, int], landing: dict[int, int],
+               held: set[int] | None) -> bool:
+    """A pool's checks in ``_holds``, decided by building the owners they allow (``free``
+    listed, each node's pages its own, each copy's destinations the copy's, the rest the
+    caller's) and comparing the whole list in one pass in C. True only where every check
+    holds; False where any might not (then ``_holds`` checks page by page). ``held``: the
+    caller's device pages, None for a tier whose caller pages are not counted."""
+    size = len(owners)
+    if (not free.isdisjoint(mine) or not free.isdisjoint(landing)
+            or not landing.keys().isdisjoint(mine)):
+        return False
+    want = ["caller"] * size
+    try:
+        for pg in free_list:
+            want[pg] = "free"
+        for pg, nid in mine.items():
+            want[pg] = f"node:{nid}"
+        for pg, op in landing.items():
+            want[pg] = f"transfer:{op}"
+    except (IndexError, TypeError):
+        return False
+    if min(free, default=0) < 0 or min(mine, default=0) < 0 or min(landing, default=0) < 0:
+        return False  # a negative index names a page from the end
+    if want != list(owners):
+        return False
+    return held is None or held == set(range(size)).difference(free, mine, landing)
+
