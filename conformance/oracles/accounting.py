@@ -141,7 +141,8 @@ class CounterOracle(Oracle):
                 if led.transfers else ())
         if self.incremental and reported is not None and seen == self.passed:
             return  # the same counts against the same state as at a step where they held
-        if not (self.incremental and reported is not None and _fine(counters, shown, led)):
+        if not (self.incremental and reported is not None and _fine(
+                counters, shown, led, Feature.STREAM_ORDERED_LOADBACK in ctx.engine.features)):
             self._judge(ctx, shown)
         self.passed = seen
 
@@ -189,11 +190,12 @@ class CounterOracle(Oracle):
         return out
 
 
-def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led) -> bool:
+def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led,
+          early: bool = False) -> bool:
     """Whether every check of ``CounterOracle._judge`` holds, decided without building a
     message; False whenever ``_judge`` would raise (it may be False where ``_judge`` finds
-    nothing: the verdict is always ``_judge``'s). Not for a stream-ordered engine's loadbacks
-    (their destinations are cached already): it counts every copy in flight."""
+    nothing: the verdict is always ``_judge``'s). ``early``: the engine's loadbacks are
+    stream-ordered (HOST-11), their destinations cached already, not landing."""
     for k, v in counts.items():
         if type(v) is not int or v < 0 or k not in CACHE_COUNTERS:
             return False
@@ -201,9 +203,9 @@ def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led) -> bool:
             return False
     landing = {Tier.DEVICE: 0, Tier.HOST: 0}
     for op in (*led.transfers.values(), *led.stranded.values()):
-        if op.kind == "loadback":
-            return False  # counted or not by the engine's features: left to ``_judge``
-        landing[Tier.HOST] += len(op.pairs)
+        if early and op.kind == "loadback":
+            continue  # as ``_judge``: counted among the cached pages
+        landing[Tier.HOST if op.kind == "writeback" else Tier.DEVICE] += len(op.pairs)
     for tier, size in led.sizes.items():
         a, c, e = (counts.get(k) for k in _NAMES[tier])
         if (a is not None and a > size) or (c is not None and c > size):
