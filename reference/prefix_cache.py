@@ -761,9 +761,15 @@ class PrefixCache:
             was = last.pools
             pools = {t: p.view(was.get(t)) for t, p in self.pools.items()}
             pools = _same(pools, was)
-            nodes, roots = _same(nodes, last.nodes), _same(roots, last.roots)
-            locks, transfers, l3 = (_same(locks, last.locks), _same(transfers, last.transfers),
-                                    _same(l3, last.l3))
+            roots = _same(roots, last.roots)
+            if nodes is not last.nodes:  # else the last one's already (``_node_views``)
+                nodes = _same(nodes, last.nodes)
+            if locks is not last.locks:
+                locks = _same(locks, last.locks)
+            if transfers is not last.transfers:
+                transfers = _same(transfers, last.transfers)
+            if l3 is not last.l3:
+                l3 = _same(l3, last.l3)
             if (nodes is last.nodes and pools is was and roots is last.roots
                     and locks is last.locks and transfers is last.transfers and l3 is last.l3):
                 return last

@@ -7,6 +7,7 @@ Which free page an allocation picks is never judged (POOL-3).
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import attrgetter
 
 from kvconf.conformance.engine.features import Feature
@@ -233,17 +234,17 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if dev is not None:
             if parent is not None and (len(dev) * p != len(n.key) or parent.device is None):
                 return False
-            for pg in dev:
-                if pg in dev_claim:
-                    return False
-                dev_claim[pg] = n.id
+            k = len(dev_claim)
+            dev_claim.update(zip(dev, repeat(n.id)))
+            if len(dev_claim) != k + len(dev):
+                return False  # a page claimed twice
         if host is not None:
             if parent is not None and (len(host) * p != len(n.key) or parent.host is None):
                 return False
-            for pg in host:
-                if pg in host_claim:
-                    return False
-                host_claim[pg] = n.id
+            k = len(host_claim)
+            host_claim.update(zip(host, repeat(n.id)))
+            if len(host_claim) != k + len(host):
+                return False
     dst: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
     for t in snap.transfers:
         src, to = (DEVICE, HOST) if t.kind == "writeback" else (HOST, DEVICE)
