@@ -60,10 +60,8 @@ class TreeView:
         self.snap = snap
         self.p = snap.page_size
         self.nodes = snap.node_map()
-        self.child: dict[tuple[int, tuple[int, ...]], NodeView] = {}
-        for n in snap.nodes:
-            if n.parent is not None:
-                self.child[(n.parent, n.key[: self.p])] = n
+        # (parent, first page of the key) -> the child: made at the first ``walk``
+        self.child: dict[tuple[int, tuple[int, ...]], NodeView] | None = None
         self._reachable: set[int] | None = None
         self._blocks: dict[tuple, Block] | None = None
         self._locks: dict[tuple[int, Tier], int] | None = None
@@ -75,10 +73,14 @@ class TreeView:
         out: list[tuple[NodeView, int]] = []
         if root is None:
             return out
+        child = self.child
+        if child is None:
+            child = self.child = {(n.parent, n.key[: self.p]): n for n in self.snap.nodes
+                                  if n.parent is not None}
         cur, pos, p = root, 0, self.p
         tokens = tuple(tokens)  # slices of a tuple compare with a key's slices as they are
         while pos + p <= len(tokens):
-            n = self.child.get((cur, tokens[pos : pos + p]))
+            n = child.get((cur, tokens[pos : pos + p]))
             if n is None:
                 break
             key = n.key if type(n.key) is tuple else tuple(n.key)
