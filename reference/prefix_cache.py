@@ -10,8 +10,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter, ne
+from operator import attrgetter
 
 from kvconf.reference.clock import LogicalClock
 from kvconf.reference.errors import CacheError
@@ -110,14 +109,10 @@ class PrefixCache:
 
     def _forget_views(self) -> None:
         """What ``snapshot`` keeps of the last one, to reuse what did not change: nothing."""
+        # Each node's fields and view at the last snapshot, reused while the fields stay.
+        self._views: dict[int, tuple[tuple, NodeView]] = {}
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
-        # Its nodes (parents first), their offsets, their ids, their fields (``_seen_now``) and
-        # their views, in the same order.
-        self._order: list[Node] = []
-        self._starts: list[int] = []
-        self._ids: set[int] = set()
-        self._seen: list[tuple] = []
-        self._shown: list[NodeView] = []
+        self._order: list[tuple[Node, int]] = []  # the nodes and offsets of the last snapshot
         self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
         self._lock_made: dict[int, tuple[Lock, LockView]] = {}  # each held lock's view
         self._transfer_made: dict[int, TransferView] = {}  # each copy in flight's view
@@ -805,58 +800,71 @@ class PrefixCache:
         return tuple(now.values())
 
     def _node_views(self) -> tuple[NodeView, ...]:
-        """Every node's view, parents before children. While the tree's shape (its nodes, each
-        one's parent and key length) is as it was, the nodes are read along the last order,
-        all their fields at once, and only a node whose fields changed gets a new view (none:
-        the last node list). Otherwise they are ordered again, and a node whose fields and
-        offset are as they were keeps its view all the same."""
-        order = self._order
-        if len(order) == len(self._nodes) and self._nodes.keys() == self._ids:
-            seen, was = self._seen_now(order), self._seen
-            if seen == was:
-                return self._last.nodes if self._last is not None else tuple(self._shown)
-            views = self._shown[:]
-            for i in compress(range(len(seen)), map(ne, seen, was)):
-                now, then = seen[i], was[i]
-                if now[0] is not then[0] or len(now[1]) != len(then[1]):
-                    break  # reparented, or its key of another length: the offsets below move
-                views[i] = _view(order[i], self._starts[i])
-            else:
-                self._seen, self._shown = seen, views
-                return tuple(views)
-        old = {n.id: (f, v) for n, f, v in zip(order, self._seen, self._shown, strict=True)}
-        order, starts = self._ordered()
-        seen = self._seen_now(order)
-        views = []
-        for n, start, f in zip(order, starts, seen, strict=True):
-            kept = old.get(n.id)
-            views.append(kept[1] if kept is not None and kept[0] == f and kept[1].start == start
-                         else _view(n, start))
-        self._order, self._starts, self._ids = order, starts, set(self._nodes)
-        self._seen, self._shown = seen, views
-        return tuple(views)
+        """Every node's view, parents before children; a node whose fields are as they were at
+        the last snapshot keeps the view it had then, and the node list is the last one's
+        when every view is. One pass along the last order while the tree's shape (its nodes,
+        each one's parent and key length) is as it was; the order again when it is not."""
+        order, nodes = self._order, self._nodes
+        if len(order) == len(nodes):
+            out = self._views_along(order, same_shape=True)
+            if out is not None:
+                return out
+        self._order = self._ordered()
+        out = self._views_along(self._order, same_shape=False)
+        assert out is not None
+        return out
 
-    def _seen_now(self, order: list[Node]) -> list[tuple]:
-        """What each node's view shows of it, besides its offset: its fields (``_FIELDS``,
-        parent first, key second) and, with an L3 store, its keys (copied: a list may change
-        in place)."""
-        if not self.config.l3:
-            return list(map(_FIELDS, order))  # no keys without an L3 store
-        return [(*_FIELDS(n), tuple(n.keys)) if n.keys else _FIELDS(n) for n in order]
+    def _views_along(self, order: list[tuple[Node, int]],
+                     same_shape: bool) -> tuple[NodeView, ...] | None:
+        """The views of ``order``'s nodes, the last ones where a node's fields (``_FIELDS``,
+        and its L3 keys copied: a list may change in place) and offset are as they were.
+        ``same_shape``: ``order`` is the last snapshot's, and None is returned as soon as a
+        node shows the shape changed (gone, reparented, or its key of another length: the
+        offsets below it move)."""
+        last, nodes = self._views, self._nodes
+        views: dict[int, tuple[tuple, NodeView]] = {}
+        out: list[NodeView] = []
+        fresh = not same_shape
+        fields = _FIELDS
+        for n, start in order:
+            seen = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
+            old = last.get(n.id)
+            if old is not None and old[0] == seen and (same_shape or old[1].start == start):
+                views[n.id] = old
+                out.append(old[1])
+                continue
+            if same_shape and (old is None or nodes.get(n.id) is not n
+                               or old[0][0] is not seen[0] or len(old[0][1]) != len(seen[1])):
+                return None
+            fresh = True
+            parent = n.parent
+            view = NodeView(  # by position: the fields in ``NodeView``'s order
+                n.id, n.namespace, parent.id if parent is not None else None, start,
+                tuple(n.key), n.device, n.host, n.hashes, n.device_ref, n.host_ref,
+                n.device_access, n.host_access, n.seq, n.pending,
+                tuple(k.hex() for k in n.keys) if n.keys else (),
+            )
+            views[n.id] = (seen, view)
+            out.append(view)
+        if same_shape and views.keys() != nodes.keys():
+            return None  # a node gone and another come (ids are never reused)
+        if not fresh and self._last is not None:
+            return self._last.nodes  # every view the last one's, in the same order
+        self._views = views
+        return tuple(out)
 
-    def _ordered(self) -> tuple[list[Node], list[int]]:
-        """Every node and the token offset of its key, parents before children (by depth,
+    def _ordered(self) -> list[tuple[Node, int]]:
+        """Every node with the token offset of its key, parents before children (by depth,
         then id: a split parent gets a larger id than its child)."""
         depth = self._depths()
-        order = sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id))
-        offsets: dict[int, int] = {}
-        starts: list[int] = []
-        for n in order:
+        order: list[tuple[Node, int]] = []
+        starts: dict[int, int] = {}
+        for n in sorted(self._nodes.values(), key=lambda n: (depth[n.id], n.id)):
             parent = n.parent
-            start = 0 if parent is None else offsets[parent.id] + len(parent.key)
-            offsets[n.id] = start
-            starts.append(start)
-        return order, starts
+            start = 0 if parent is None else starts[parent.id] + len(parent.key)
+            starts[n.id] = start
+            order.append((n, start))
+        return order
 
     def _lock_views_now(self) -> tuple[LockView, ...]:
         """The locks held, as the last snapshot showed them while they are the same locks (a
@@ -882,16 +890,6 @@ class PrefixCache:
 # What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
 _FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
                      "device_access", "host_access", "pending")
-
-
-def _view(n: Node, start: int) -> NodeView:
-    """A node's view, its key starting ``start`` tokens into its prefix."""
-    parent = n.parent
-    return NodeView(  # by position: the fields in ``NodeView``'s order
-        n.id, n.namespace, parent.id if parent is not None else None, start, tuple(n.key),
-        n.device, n.host, n.hashes, n.device_ref, n.host_ref, n.device_access, n.host_access,
-        n.seq, n.pending, tuple(k.hex() for k in n.keys) if n.keys else (),
-    )
 
 
 def _same(new, old):
