@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.conformance.oracles.tree_view import same_fields
 from kvconf.reference.requests import State
 from kvconf.reference.snapshot import CacheSnapshot
 from kvconf.reference.tiers import Tier
@@ -40,20 +42,35 @@ def snapshot_counts(snap: CacheSnapshot) -> dict[str, int]:
     """What a cache snapshot shows, by counter name: the pools' free lists and owner records,
     and the pages of the nodes no lock pins (a node's count covers locks at or below it)."""
     out: dict[str, int] = {}
+    evictable = _unpinned(snap.nodes)
+    for tier, pool in snap.pools.items():
+        available, cached, unpinned = _NAMES[tier]
+        out[available] = len(pool.free)
+        out[cached] = _in_tree(pool)
+        out[unpinned] = evictable[tier]
+    return out
+
+
+def _unpinned(nodes: Iterable[Any]) -> dict[Tier, int]:
+    """Each tier's pages of the nodes (roots aside) that no lock pins."""
     evictable = {Tier.DEVICE: 0, Tier.HOST: 0}
-    for n in snap.nodes:
+    for n in nodes:
         if n.parent is None:
             continue
         if n.device is not None and not n.device_ref:
             evictable[Tier.DEVICE] += len(n.device)
         if n.host is not None and not n.host_ref:
             evictable[Tier.HOST] += len(n.host)
-    for tier, pool in snap.pools.items():
-        available, cached, unpinned = _NAMES[tier]
-        out[available] = len(pool.free)
-        out[cached] = sum(map(str.startswith, pool.owners, repeat("node:")))
-        out[unpinned] = evictable[tier]
-    return out
+    return evictable
+
+
+def _in_tree(pool: Any) -> int:
+    """A pool's pages that a node owns (one pass in C)."""
+    return sum(map(str.startswith, pool.owners, repeat("node:")))
+
+
+# What ``_unpinned`` reads of a node.
+_COUNTED = attrgetter("parent", "device", "host", "device_ref", "host_ref")
 
 
 def _any_transfer(owners: Iterable[str]) -> bool:
@@ -75,6 +92,10 @@ class CounterOracle(Oracle):
     def __init__(self) -> None:
         self.shown: tuple | None = None  # (nodes, pools, their counts) of the last snapshot
         self.passed: tuple | None = None  # the counts and state of the last step that held
+        # Parts of the last counts, each with what it was read from (``_shown_cache``): the
+        # nodes and their unpinned pages; by tier, the pool and its free and cached pages.
+        self.unpinned: tuple | None = None
+        self.pooled: dict[Tier, tuple] = {}
 
     def _shown(self, snap: CacheSnapshot) -> dict[str, int]:
         """``snapshot_counts`` of ``snap``, kept while its nodes and pools are the same objects
@@ -86,6 +107,30 @@ class CounterOracle(Oracle):
         counts = snapshot_counts(snap)
         self.shown = (snap.nodes, snap.pools, counts)
         return counts
+
+    def _shown_cache(self, snap: CacheSnapshot) -> dict[str, int]:
+        """``snapshot_counts`` of ``snap`` at the cache level, each part kept while what it
+        reads is the same: a pool's counts while it is the same object, the unpinned pages
+        while the nodes show the same pages and pins (``_COUNTED``; a match changes only
+        access times)."""
+        if not self.incremental:
+            return snapshot_counts(snap)
+        last = self.shown
+        if last is not None and last[0] is snap.nodes and last[1] is snap.pools:
+            return last[2]
+        kept = self.unpinned
+        if kept is None or not same_fields(snap.nodes, kept[0], _COUNTED):
+            kept = (snap.nodes, _unpinned(snap.nodes))
+        self.unpinned = (snap.nodes, kept[1])  # the newest nodes: more views alike next time
+        out: dict[str, int] = {}
+        for tier, pool in snap.pools.items():
+            part = self.pooled.get(tier)
+            if part is None or part[0] is not pool:
+                part = self.pooled[tier] = (pool, len(pool.free), _in_tree(pool))
+            available, cached, unpinned = _NAMES[tier]
+            out[available], out[cached], out[unpinned] = part[1], part[2], kept[1][tier]
+        self.shown = (snap.nodes, snap.pools, out)
+        return out
 
     def names(self, counts: Any, known: frozenset[str], where: str) -> dict[str, int]:
         """The reported mapping, checked for shape: known names, non-negative ints."""
@@ -132,7 +177,7 @@ class CounterOracle(Oracle):
         if ctx.counters is None:
             return
         led = ctx.ledger
-        shown = self._shown(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
+        shown = self._shown_cache(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
         counters = ctx.counters
         reported = ((tuple(counters.items()), tuple(map(type, counters.values())))
                     if type(counters) is dict else None)  # by type too: True is not a count

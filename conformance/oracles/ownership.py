@@ -7,7 +7,6 @@ Which free page an allocation picks is never judged (POOL-3).
 
 from __future__ import annotations
 
-from itertools import repeat
 from operator import attrgetter
 
 from kvconf.conformance.engine.features import Feature
@@ -234,17 +233,17 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if dev is not None:
             if parent is not None and (len(dev) * p != len(n.key) or parent.device is None):
                 return False
-            k = len(dev_claim)
-            dev_claim.update(zip(dev, repeat(n.id)))
-            if len(dev_claim) != k + len(dev):
-                return False  # a page claimed twice
+            for pg in dev:
+                if pg in dev_claim:
+                    return False
+                dev_claim[pg] = n.id
         if host is not None:
             if parent is not None and (len(host) * p != len(n.key) or parent.host is None):
                 return False
-            k = len(host_claim)
-            host_claim.update(zip(host, repeat(n.id)))
-            if len(host_claim) != k + len(host):
-                return False
+            for pg in host:
+                if pg in host_claim:
+                    return False
+                host_claim[pg] = n.id
     dst: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
     for t in snap.transfers:
         src, to = (DEVICE, HOST) if t.kind == "writeback" else (HOST, DEVICE)
@@ -264,10 +263,6 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if len(free) != len(pool.free):
             return False
         mine, landing = claim[tier], dst[tier]
-        if _pool_fits(owners, pool.free, free, mine, landing, held if tier is DEVICE else None):
-            if memo is not None:
-                memo[tier] = (pool, seen)
-            continue
         tags = {nid: f"node:{nid}" for nid in set(mine.values())}
         caller = 0
         for pg, owner in enumerate(owners):
@@ -295,32 +290,3 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if memo is not None:
             memo[tier] = (pool, seen)
     return _pins_hold(snap, ctx)
-
-
-def _pool_fits(owners, free_list, free: set[int], mine: dict[int, int], landing: dict[int, int],
-               held: set[int] | None) -> bool:
-    """A pool's checks in ``_holds``, decided by building the owners they allow (``free``
-    listed, each node's pages its own, each copy's destinations the copy's, the rest the
-    caller's) and comparing the whole list in one pass in C. True only where every check
-    holds; False where any might not (then ``_holds`` checks page by page). ``held``: the
-    caller's device pages, None for a tier whose caller pages are not counted."""
-    size = len(owners)
-    if (not free.isdisjoint(mine) or not free.isdisjoint(landing)
-            or not landing.keys().isdisjoint(mine)):
-        return False
-    want = ["caller"] * size
-    try:
-        for pg in free_list:
-            want[pg] = "free"
-        for pg, nid in mine.items():
-            want[pg] = f"node:{nid}"
-        for pg, op in landing.items():
-            want[pg] = f"transfer:{op}"
-    except (IndexError, TypeError):
-        return False
-    if min(free, default=0) < 0 or min(mine, default=0) < 0 or min(landing, default=0) < 0:
-        return False  # a negative index names a page from the end
-    if want != list(owners):
-        return False
-    return held is None or held == set(range(size)).difference(free, mine, landing)
-
