@@ -45,9 +45,9 @@ class MatchOracle(Oracle):
                             f"the last token of the {len(tokens)}-token query, and the engine "
                             "declares match_leaves_last")
         if isinstance(ctx.before, CacheSnapshot) and ctx.op in ("match", "extend"):
-            wants = TreeView(ctx.before).longest_both(ns, scope)
-            for tier, n, want in ((Tier.DEVICE, m.device_len, wants[0]),
-                                  (Tier.HOST, m.host_len, wants[1])):
+            view = TreeView(ctx.before)
+            for tier, n in ((Tier.DEVICE, m.device_len), (Tier.HOST, m.host_len)):
+                want = view.longest(ns, scope, tier)
                 if n != want:
                     raise self.fail(
                         "TREE-1",

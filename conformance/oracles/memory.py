@@ -46,7 +46,7 @@ class PinnedContentOracle(Oracle):
         early = filling(ctx)  # still being filled under stream order (HOST-11): judged landed
         # A lock that held at the last step holds while none of its pages was written since:
         # only new locks and locks over a page written since are read again.
-        written = (_by_tier(memory.written_since(last[1]))
+        written = (set(memory.written_since(last[1]))
                    if self.incremental and writes is not None and last is not None
                    and last[1] is not None and not early and not self.exempt else None)
         keep: dict[tuple[int, Tier], list[int]] = {}
@@ -54,11 +54,10 @@ class PinnedContentOracle(Oracle):
             recs = [r for r in live if r.tier is tier and r.pages]
             if written is not None:
                 again = []
-                mine = written[tier]
                 for r in recs:
                     key = (r.step, tier)
                     want = self.want.get(key)
-                    if want is None or not mine.isdisjoint(r.pages):
+                    if want is None or any((tier, pg) in written for pg in r.pages):
                         again.append(r)
                     else:
                         keep[key] = want
@@ -131,8 +130,7 @@ class PageHashOracle(Oracle):
         redo = None
         if (self.incremental and writes is not None and last is not None and not early
                 and not last[3] and last[1] == snap.page_size and last[2] is not None):
-            redo = _changed(snap.nodes, last[0], _by_tier(memory.written_since(last[2]))[
-                Tier.DEVICE], self.tails)
+            redo = _changed(snap.nodes, last[0], set(memory.written_since(last[2])), self.tails)
         self._judge(ctx, snap, early, redo)
         self.passed = (snap.nodes, *seen)
 
@@ -178,24 +176,17 @@ class PageHashOracle(Oracle):
         self.tails = tails
 
 
-def _changed(nodes, then, written: set[int], tails: dict[int, int]) -> set[int]:
+def _changed(nodes, then, written: set[tuple[Tier, int]], tails: dict[int, int]) -> set[int]:
     """The nodes ``PageHashOracle._judge`` must read again after a step that held on ``then``:
-    those whose fields it reads changed, whose device pages (``written``: those written
-    since) were written since, that it did not judge then, and every node below one of those
-    (a child's first page is checked against its parent's last)."""
+    those whose fields it reads changed, whose device pages were written since, that it did
+    not judge then, and every node below one of those (a child's first page is checked
+    against its parent's last)."""
     old = {v.id: v for v in then}
     dirty: set[int] = set()
     for n in nodes:
         o = old.get(n.id)
         if (o is None or (o is not n and _HASHED(o) != _HASHED(n)) or n.parent in dirty
-                or (n.device and (n.id not in tails or not written.isdisjoint(n.device)))):
+                or (n.device and (n.id not in tails
+                                  or any((Tier.DEVICE, pg) in written for pg in n.device)))):
             dirty.add(n.id)
     return dirty
-
-
-def _by_tier(written: list[tuple[Tier, int]]) -> dict[Tier, set[int]]:
-    """The pages of ``written`` ((tier, page) pairs), by tier."""
-    out: dict[Tier, set[int]] = {Tier.DEVICE: set(), Tier.HOST: set()}
-    for tier, page in written:
-        out[tier].add(page)
-    return out

@@ -60,8 +60,10 @@ class TreeView:
         self.snap = snap
         self.p = snap.page_size
         self.nodes = snap.node_map()
-        # (parent, first page of the key) -> the child: made at the first ``walk``
-        self.child: dict[tuple[int, tuple[int, ...]], NodeView] | None = None
+        self.child: dict[tuple[int, tuple[int, ...]], NodeView] = {}
+        for n in snap.nodes:
+            if n.parent is not None:
+                self.child[(n.parent, n.key[: self.p])] = n
         self._reachable: set[int] | None = None
         self._blocks: dict[tuple, Block] | None = None
         self._locks: dict[tuple[int, Tier], int] | None = None
@@ -73,22 +75,16 @@ class TreeView:
         out: list[tuple[NodeView, int]] = []
         if root is None:
             return out
-        child = self.child
-        if child is None:
-            child = self.child = {(n.parent, n.key[: self.p]): n for n in self.snap.nodes
-                                  if n.parent is not None}
         cur, pos, p = root, 0, self.p
-        tokens = tuple(tokens)  # slices of a tuple compare with a key's slices as they are
         while pos + p <= len(tokens):
-            n = child.get((cur, tokens[pos : pos + p]))
+            n = self.child.get((cur, tuple(tokens[pos : pos + p])))
             if n is None:
                 break
-            key = n.key if type(n.key) is tuple else tuple(n.key)
-            k = min(len(key), len(tokens) - pos) // p  # the whole pages both have
-            if key[: k * p] != tokens[pos : pos + k * p]:  # else all of them are equal
-                k = 0
-                while key[k * p : (k + 1) * p] == tokens[pos + k * p : pos + (k + 1) * p]:
-                    k += 1
+            k = 0
+            while (k + 1) * p <= len(n.key) and pos + (k + 1) * p <= len(tokens) and tuple(
+                n.key[k * p : (k + 1) * p]
+            ) == tuple(tokens[pos + k * p : pos + (k + 1) * p]):
+                k += 1
             out.append((n, k))
             if k * p < len(n.key):
                 break
@@ -103,19 +99,6 @@ class TreeView:
                 break
             total += k * self.p
         return total
-
-    def longest_both(self, namespace: int, tokens: Sequence[int]) -> tuple[int, int]:
-        """``longest`` on the device tier and on the host tier, from one walk."""
-        device = host = 0
-        on_device = on_host = True
-        for n, k in self.walk(namespace, tokens):
-            on_device = on_device and n.device is not None
-            on_host = on_host and n.host is not None
-            if not (on_device or on_host):
-                break
-            device += k * self.p if on_device else 0
-            host += k * self.p if on_host else 0
-        return device, host
 
     def blocks(self) -> dict[tuple, Block]:
         """(namespace, full prefix to the end of the block) -> the block. Blocks of unloaded
