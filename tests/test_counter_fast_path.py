@@ -89,3 +89,25 @@ def test_fast_path_holds_only_where_the_judge_finds_nothing(config):
                     fine += 1
                     assert _judged(got, shown, led, early), (got, shown, led, early)
     assert fine > len(states)  # the fast path is taken, not always declined
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=("default", "tight"))
+def test_counts_kept_part_by_part_are_the_snapshots_counts(config):
+    """``CounterOracle._shown_cache`` keeps each part of the counts while what it reads is the
+    same: at every step they must be the counts read afresh from the snapshot."""
+    checked = 0
+    real = CounterOracle.after_step
+
+    def spy(self, ctx: Ctx) -> None:
+        nonlocal checked
+        assert self._shown_cache(ctx.after) == snapshot_counts(ctx.after), ctx.index
+        checked += 1
+        real(self, ctx)
+
+    CounterOracle.after_step = spy
+    try:
+        for seed in range(25):
+            play_walk(ReferenceCacheAdapter, config, TraceHolder(), seed, 40)
+    finally:
+        CounterOracle.after_step = real
+    assert checked > 25 * 40
