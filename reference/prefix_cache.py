@@ -105,12 +105,17 @@ class PrefixCache:
         self._victims = VictimIndex()
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
+        self._forget_views()
+
+    def _forget_views(self) -> None:
+        """What ``snapshot`` keeps of the last one, to reuse what did not change: nothing."""
         # Each node's fields and view at the last snapshot, reused while the fields stay.
         self._views: dict[int, tuple[tuple, NodeView]] = {}
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
-        self._shape: list[tuple[Node, Node | None, int]] = []  # the tree's shape at _ordered
-        self._order: list[tuple[Node, int]] = []
+        self._order: list[tuple[Node, int]] = []  # the nodes and offsets of the last snapshot
         self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
+        self._lock_made: dict[int, tuple[Lock, LockView]] = {}  # each held lock's view
+        self._transfer_made: dict[int, TransferView] = {}  # each copy in flight's view
 
     # ----------------------------------------------------------------- pages for the caller
     def alloc(self, n: int, tier: Tier = Tier.DEVICE) -> list[int] | None:
@@ -743,77 +748,114 @@ class PrefixCache:
 
     def snapshot(self) -> CacheSnapshot:
         """The white-box view. A node whose fields are as they were at the last snapshot keeps
-        the view it had then, and so does each part (a pool, the node list, the locks) equal to
-        the last one: a snapshot equal to the last one is the last one. Its cost follows what
-        changed, plus one short comparison per node and per part, and an oracle that judged
-        the last one can tell by identity what it need not judge again."""
+        the view it had then, and so does each part (a pool, the node list, the locks, a
+        transfer) equal to the last one: a snapshot equal to the last one is the last one. Its
+        cost follows what changed, plus one short comparison per node and per part, and an
+        oracle that judged the last one can tell by identity what it need not judge again."""
         last = self._last
         nodes = self._node_views()
-        pools = {t: p.view(last.pools.get(t) if last is not None else None)
-                 for t, p in self.pools.items()}
         locks = self._lock_views_now()
-        transfers = tuple(
-            TransferView(t.op_id, t.kind, t.node.id, tuple(t.pairs))
-            for t in self._transfers.values()
-        ) if self._transfers else ()
+        transfers = self._transfer_views_now()
         roots = {ns: r.id for ns, r in self._roots.items()}
         l3 = tuple(L3View(t.op_id, t.kind, t.node.id, t.start, tuple(t.pages))
                    for t in self._l3.values()) if self._l3 else ()
-        if last is not None:
-            nodes, pools, roots = (_same(nodes, last.nodes), _same(pools, last.pools),
-                                   _same(roots, last.roots))
-            locks, transfers, l3 = (_same(locks, last.locks), _same(transfers, last.transfers),
-                                    _same(l3, last.l3))
-            if (nodes is last.nodes and pools is last.pools and roots is last.roots
+        if last is None:
+            pools = {t: p.view() for t, p in self.pools.items()}
+        else:
+            was = last.pools
+            pools = {t: p.view(was.get(t)) for t, p in self.pools.items()}
+            pools = _same(pools, was)
+            roots = _same(roots, last.roots)
+            if nodes is not last.nodes:  # else the last one's already (``_node_views``)
+                nodes = _same(nodes, last.nodes)
+            if locks is not last.locks:
+                locks = _same(locks, last.locks)
+            if transfers is not last.transfers:
+                transfers = _same(transfers, last.transfers)
+            if l3 is not last.l3:
+                l3 = _same(l3, last.l3)
+            if (nodes is last.nodes and pools is was and roots is last.roots
                     and locks is last.locks and transfers is last.transfers and l3 is last.l3):
                 return last
         snap = CacheSnapshot(self.page_size, pools, nodes, roots, locks, transfers, l3)
         self._last = snap
         return snap
 
+    def _transfer_views_now(self) -> tuple[TransferView, ...]:
+        """The copies in flight; each keeps its view from one snapshot to the next while it
+        shows the same node and pages."""
+        if not self._transfers:
+            self._transfer_made = {}
+            return ()
+        made = self._transfer_made
+        now: dict[int, TransferView] = {}
+        for op, t in self._transfers.items():
+            pairs = tuple(t.pairs)
+            view = made.get(op)
+            if (view is None or view.op_id != t.op_id or view.kind != t.kind
+                    or view.node != t.node.id or view.pairs != pairs):
+                view = TransferView(t.op_id, t.kind, t.node.id, pairs)
+            now[op] = view
+        self._transfer_made = now
+        return tuple(now.values())
+
     def _node_views(self) -> tuple[NodeView, ...]:
         """Every node's view, parents before children; a node whose fields are as they were at
-        the last snapshot keeps the view it had then."""
-        nodes: list[NodeView] = []
+        the last snapshot keeps the view it had then, and the node list is the last one's
+        when every view is. One pass along the last order while the tree's shape (its nodes,
+        each one's parent and key length) is as it was; the order again when it is not."""
+        order, nodes = self._order, self._nodes
+        if len(order) == len(nodes):
+            out = self._views_along(order, same_shape=True)
+            if out is not None:
+                return out
+        self._order = self._ordered()
+        out = self._views_along(self._order, same_shape=False)
+        assert out is not None
+        return out
+
+    def _views_along(self, order: list[tuple[Node, int]],
+                     same_shape: bool) -> tuple[NodeView, ...] | None:
+        """The views of ``order``'s nodes, the last ones where a node's fields (``_FIELDS``,
+        and its L3 keys copied: a list may change in place) and offset are as they were.
+        ``same_shape``: ``order`` is the last snapshot's, and None is returned as soon as a
+        node shows the shape changed (gone, reparented, or its key of another length: the
+        offsets below it move)."""
+        last, nodes = self._views, self._nodes
         views: dict[int, tuple[tuple, NodeView]] = {}
-        last_views = self._views
-        for n, start in self._ordered():
-            seen = (start, _FIELDS(n), tuple(n.keys) if n.keys else ())
-            old = last_views.get(n.id)
-            if old is not None and old[0] == seen:
+        out: list[NodeView] = []
+        fresh = not same_shape
+        fields = _FIELDS
+        for n, start in order:
+            seen = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
+            old = last.get(n.id)
+            if old is not None and old[0] == seen and (same_shape or old[1].start == start):
                 views[n.id] = old
-                nodes.append(old[1])
+                out.append(old[1])
                 continue
+            if same_shape and (old is None or nodes.get(n.id) is not n
+                               or old[0][0] is not seen[0] or len(old[0][1]) != len(seen[1])):
+                return None
+            fresh = True
             parent = n.parent
-            view = NodeView(
-                id=n.id,
-                namespace=n.namespace,
-                parent=parent.id if parent is not None else None,
-                start=start,
-                key=tuple(n.key),
-                device=n.device,
-                host=n.host,
-                hashes=n.hashes,
-                device_ref=n.device_ref,
-                host_ref=n.host_ref,
-                device_access=n.device_access,
-                host_access=n.host_access,
-                seq=n.seq,
-                pending=n.pending,
-                keys=tuple(k.hex() for k in n.keys) if n.keys else (),
+            view = NodeView(  # by position: the fields in ``NodeView``'s order
+                n.id, n.namespace, parent.id if parent is not None else None, start,
+                tuple(n.key), n.device, n.host, n.hashes, n.device_ref, n.host_ref,
+                n.device_access, n.host_access, n.seq, n.pending,
+                tuple(k.hex() for k in n.keys) if n.keys else (),
             )
             views[n.id] = (seen, view)
-            nodes.append(view)
+            out.append(view)
+        if same_shape and views.keys() != nodes.keys():
+            return None  # a node gone and another come (ids are never reused)
+        if not fresh and self._last is not None:
+            return self._last.nodes  # every view the last one's, in the same order
         self._views = views
-        return tuple(nodes)
+        return tuple(out)
 
     def _ordered(self) -> list[tuple[Node, int]]:
         """Every node with the token offset of its key, parents before children (by depth,
-        then id: a split parent gets a larger id than its child). Kept while the tree's shape
-        (each node's parent and key length) is as it was."""
-        shape = [(n, n.parent, len(n.key)) for n in self._nodes.values()]
-        if shape == self._shape:
-            return self._order
+        then id: a split parent gets a larger id than its child)."""
         depth = self._depths()
         order: list[tuple[Node, int]] = []
         starts: dict[int, int] = {}
@@ -822,17 +864,25 @@ class PrefixCache:
             start = 0 if parent is None else starts[parent.id] + len(parent.key)
             starts[n.id] = start
             order.append((n, start))
-        self._shape, self._order = shape, order
         return order
 
     def _lock_views_now(self) -> tuple[LockView, ...]:
         """The locks held, as the last snapshot showed them while they are the same locks (a
-        lock never changes while it is held)."""
+        lock never changes while it is held); each held lock keeps its view from one snapshot
+        to the next."""
         held = self._locks.items()
         last = self._held
         if last is not None and last[0] == held:
             return last[1]
-        views = tuple(LockView(h, lk.node.id, lk.tier, lk.internal) for h, lk in held)
+        made = self._lock_made
+        now: dict[int, tuple[Lock, LockView]] = {}
+        for h, lk in held:
+            got = made.get(h)
+            if got is None or got[0] is not lk or got[1].node != lk.node.id:
+                got = (lk, LockView(h, lk.node.id, lk.tier, lk.internal))
+            now[h] = got
+        views = tuple(v for _, v in now.values())
+        self._lock_made = now
         self._held = (held, views)
         return views
 

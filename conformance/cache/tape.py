@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.faults import call_legal
+from kvconf.conformance.faults import raised, rejected
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.trace import Step
+from kvconf.conformance.violation import Violation
 
 # One call: (step index, call, arguments, answer as ``answer`` reads it). The call
 # "drain_events" has the event rows as its answer; REJECTED is the answer of a call the engine
@@ -113,9 +114,10 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
             got: Any = rows(engine.drain_events()) if rows is not None else []
         else:
             kind = HANDED_BACK.get(call)
-            args = [list(a) if type(a) is list else a for a in args]
-            if kind is not None:
-                args[0] = get_name(kind, args[0])
+            if kind is not None or list in map(type, args):  # the engine gets its own copy
+                args = [list(a) if type(a) is list else a for a in args]
+                if kind is not None:
+                    args[0] = get_name(kind, args[0])
             fn = getattr(engine, call)
             if want[0] == REJECTED:
                 try:
@@ -124,7 +126,14 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                 except EngineRejected:
                     got = REJECTED
             else:
-                got = call_legal(call, fn, *args)
+                try:  # ``call_legal``, inline: a refusal or any exception is FAULT-2
+                    got = fn(*args)
+                except EngineRejected as e:
+                    raise rejected(call, e) from e
+                except Violation:
+                    raise
+                except Exception as e:
+                    raise raised(call, e) from e
         (a, first) = want
         try:
             (b, again) = answer(call, got)

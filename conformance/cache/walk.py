@@ -105,6 +105,7 @@ class CacheWalk:
         self.released: list[int] = []
         self.later: list[int] = []
         self.prompts: list[tuple[int, list[int]]] = []  # what was inserted, to aim matches at
+        self.longer = 0  # prompts of more than a page (``offload_deeper`` needs one)
         self.unloads = Feature.UNLOAD in self.engine.features
         holder.last = self.trace
         holder.examples += 1
@@ -144,7 +145,7 @@ class CacheWalk:
             "unlock_again": bool(self.released) and "unlock_again" in self.rules
             and any(map(self.driver.must_refuse, map(self.driver.ledger.locks.__getitem__,
                                                      self.released))),
-            "offload_deeper": any(len(t) > self.p for _, t in self.prompts),
+            "offload_deeper": self.longer > 0,
             "writeback_race": later and len(self.prompts) >= 2,
             "unload": self.unloads and prompts,
             "writeback": device, "loadback": host, "race": later, "ack": later,
@@ -191,6 +192,11 @@ class CacheWalk:
             holder.seen_ops[key] = holder.seen_ops.get(key, 0) + 1
         return out
 
+    def _prompt(self, ns: int, tokens: list[int]) -> None:
+        """A prompt inserted: one the later rules may aim at."""
+        self.prompts.append((ns, tokens))
+        self.longer += len(tokens) > self.p
+
     def _rejectable(self) -> list[int]:
         """Released locks whose second unlock the engine must refuse (PIN-3)."""
         locks = self.driver.ledger.locks
@@ -228,13 +234,13 @@ class CacheWalk:
 
     def insert(self) -> None:
         ns, tokens = self._ns(), self._whole()
-        self.prompts.append((ns, tokens))
+        self._prompt(ns, tokens)
         self._do(InsertStep(ns=ns, tokens=tokens))
 
     def extend(self, ns: int | None = None, tokens: list[int] | None = None) -> None:
         if ns is None:
             ns, tokens = self._ns(), self._whole()
-        self.prompts.append((ns, tokens))
+        self._prompt(ns, tokens)
         self._do(ExtendStep(ns=ns, tokens=tokens))
 
     def extend_known(self) -> None:
@@ -310,6 +316,7 @@ class CacheWalk:
         n, _tokens = self.prompts[self._pick(self.prompts)]
         self._do(UnloadStep(ns=n))
         self.prompts = [(m, t) for m, t in self.prompts if m != n]
+        self.longer = sum(len(t) > self.p for _, t in self.prompts)
 
     def tick(self) -> None:
         """A new scheduling step: steps between two ticks share one access time."""
