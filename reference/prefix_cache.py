@@ -651,7 +651,9 @@ class PrefixCache:
         while stack:
             n = stack.pop()
             out.append(n)
-            stack.extend(n.children[k] for k in sorted(n.children))
+            # children in the order of their first pages' tokens (siblings' first pages differ,
+            # so comparing whole keys compares them)
+            stack.extend(sorted(n.children.values(), key=_KEY))
         return out
 
     # ----------------------------------------------------------------- host tier
@@ -840,6 +842,9 @@ class PrefixCache:
 # What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
 _FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
                      "device_access", "host_access", "pending")
+
+
+_KEY = attrgetter("key")
 
 
 def _same(new, old):

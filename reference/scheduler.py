@@ -294,21 +294,21 @@ class Scheduler:
                 e.busy -= 1
                 self.mamba.release(e)
             self._mbusy = []
-        for rid in [rid for rid, r in self.requests.items() if r.state is State.FINISHED]:
-            del self.requests[rid]
+        queues = self._queues()
+        for r in queues[State.FINISHED]:
+            del self.requests[r.rid]
         writebacks: list[CopyOp] = []
-        for r in self._ordered(State.DRAINING):
+        for r in queues[State.DRAINING]:
             writebacks.extend(self._plan_writeback(r))
         l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
         loadbacks: list[CopyOp] = []
         budget = self.config.max_tokens
+        cap = self.config.max_adapters
         adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
-        order = (
-            self._ordered(State.PREFILLING)
-            + self._ordered(State.SUBMITTED, State.PREFETCH_DONE)
-            + self._ordered(State.RETRACTED)
-        )
+        # Planning a row moves only its own request, and never into these states: the queues
+        # taken before the loops are the ones a scan at each loop would find.
+        order = queues[State.PREFILLING] + queues[State.SUBMITTED] + queues[State.RETRACTED]
         max_batch = self.config.max_batch
         for r in order:
             if len(rows) >= max_batch or budget <= 0:
@@ -318,26 +318,28 @@ class Scheduler:
                 if op is not None:
                     l3.append(op)
                     continue
-            if self._capped(r, adapters):
+            if cap and self._capped(r, adapters):
                 continue
             row = self._prefill_row(r, budget, loadbacks)
             if row is not None:
                 rows.append(row)
                 budget -= len(row.input_tokens)
-                self._count_adapter(row, adapters)
+                if cap:
+                    self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
-            for r in self._ordered(State.DECODING):
+            for r in queues[State.DECODING]:
                 if r.awaiting or r.state is not State.DECODING:
                     continue
                 if len(rows) >= max_batch or budget <= 0:
                     break
-                if self._capped(r, adapters):
+                if cap and self._capped(r, adapters):
                     continue
                 row = self._decode_row(r, writebacks, rows)
                 if row is not None:
                     rows.append(row)
                     budget -= 1
-                    self._count_adapter(row, adapters)
+                    if cap:
+                        self._count_adapter(row, adapters)
         return Plan(self.step, tuple(rows), tuple(loadbacks), tuple(writebacks), tuple(l3))
 
     def _capped(self, r: Request, adapters: set[int]) -> bool:
@@ -351,6 +353,15 @@ class Scheduler:
     def _count_adapter(row: ForwardRow, adapters: set[int]) -> None:
         if row.namespace != 0:
             adapters.add(row.namespace)
+
+    def _queues(self) -> dict[State, list[Request]]:
+        """The requests of each state by arrival (the order ``requests`` keeps), in one scan;
+        ``Submitted`` and ``PrefetchDone`` share one queue, both waiting for a first chunk."""
+        queues: dict[State, list[Request]] = {state: [] for state in State}
+        queues[State.PREFETCH_DONE] = queues[State.SUBMITTED]
+        for r in self.requests.values():
+            queues[r.state].append(r)
+        return queues
 
     def _ordered(self, *states: State) -> list[Request]:
         """The requests in ``states`` by arrival: the order ``requests`` keeps, since each is
