@@ -26,9 +26,13 @@ class EventKind(str, Enum):
     CLEARED = "AllBlocksCleared"
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class KVEvent:
     """One event as published: a run of consecutive blocks of one node.
+
+    Not frozen: one is made per stored or removed node, and a frozen slotted dataclass pays one
+    ``object.__setattr__`` per field when made. Nothing changes one once made; events compare
+    and hash by value.
 
     ``parent_hash`` is the hash of the block before the first one (None directly under a root);
     ``tokens`` are the tokens of all blocks in order; ``block_size`` tokens per block.

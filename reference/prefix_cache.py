@@ -52,7 +52,10 @@ class CacheConfig:
                 raise CacheError("bad_config", f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-@dataclass(slots=True, frozen=True)
+# The results of ``match`` and ``insert`` are not frozen: one is made per call, and a frozen
+# slotted dataclass pays one ``object.__setattr__`` per field when made (as ``plan.ForwardRow``).
+# Nothing changes one once made; they compare and hash by value.
+@dataclass(slots=True, unsafe_hash=True)
 class MatchResult:
     """Longest cached prefix of a query on each tier (TREE-1, TREE-3).
 
@@ -69,7 +72,7 @@ class MatchResult:
     host_node: int
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see MatchResult
 class InsertResult:
     cached_len: int  # tokens already on device before the insert (their caller pages were freed)
     new_len: int  # tokens whose caller pages the tree took over
@@ -314,12 +317,17 @@ class PrefixCache:
             )
         if len(set(pages)) != len(pages):
             raise CacheError("bad_pages", "the same page is given twice")
-        held: list[int | None] = []  # the tree's device page at each place the walk covers
+        mine: list[int] = []  # the pages that are not the tree's own page at their place
+        covered = 0  # pages of the walk so far
         for step in steps:
+            given = tuple(pages[covered : covered + step.pages])
             device = step.node.device
-            held.extend(device[: step.pages] if device is not None else [None] * step.pages)
-        mine = [page for page, tree in zip(pages, held, strict=False) if page != tree]
-        self.pools[Tier.DEVICE].check_owned(mine + list(pages[len(held) :]), CALLER)
+            if device is None:
+                mine.extend(given)
+            elif given != device[: step.pages]:  # the usual case: all of them the tree's
+                mine.extend(page for page, tree in zip(given, device) if page != tree)
+            covered += step.pages
+        self.pools[Tier.DEVICE].check_owned(mine + list(pages[covered:]), CALLER)
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> InsertResult:
         """Publish ``tokens`` (whole pages) with the device ``pages`` that hold their KV.
@@ -351,7 +359,8 @@ class PrefixCache:
                 self._attach_device(child, span, CALLER, now)
             else:
                 cached += len(child.key)
-                dups = pool.held_by(span, CALLER)
+                # Given the tree's own pages (the usual case), there is no duplicate to free.
+                dups = pool.held_by(span, CALLER) if tuple(span) != child.device else []
                 if dups:
                     pool.release(dups, CALLER)
                     freed.extend(dups)
