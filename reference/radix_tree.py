@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, Tier
 
 TOKEN = "Q"  # the array type code of a token in a key and in a checked query
 
@@ -50,13 +50,13 @@ class Node:
         return self.parent is None
 
     def pages(self, tier: Tier) -> tuple[int, ...] | None:
-        return self.device if tier is Tier.DEVICE else self.host
+        return self.device if tier is DEVICE else self.host
 
     def ref(self, tier: Tier) -> int:
-        return self.device_ref if tier is Tier.DEVICE else self.host_ref
+        return self.device_ref if tier is DEVICE else self.host_ref
 
     def access(self, tier: Tier) -> int:
-        return self.device_access if tier is Tier.DEVICE else self.host_access
+        return self.device_access if tier is DEVICE else self.host_access
 
     def last_hash(self) -> int | None:
         """Hash of this node's last block: the parent hash of its children's first block."""

@@ -41,8 +41,13 @@ from kvconf.reference.requests import (
     TransitionLog,
     next_states,
 )
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, HOST
 from kvconf.reference.window import window_from_model_config
+
+# The states and events read on every row and event, bound once: on Python 3.11 a member read
+# off its Enum class goes through ``EnumType.__getattr__``, several times the cost of a global.
+DECODING, PREFILL_DONE = State.DECODING, State.PREFILL_DONE
+DECODE, EXTEND_RESULT, FINISH = Event.DECODE, Event.EXTEND_RESULT, Event.FINISH
 
 
 class SchedulerError(Exception):
@@ -327,8 +332,8 @@ class Scheduler:
                 if cap:
                     self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
-            for r in queues[State.DECODING]:
-                if r.awaiting or r.state is not State.DECODING:
+            for r in queues[DECODING]:
+                if r.awaiting or r.state is not DECODING:
                     continue
                 if len(rows) >= max_batch or budget <= 0:
                     break
@@ -404,7 +409,7 @@ class Scheduler:
             return []
         short = n - self.cache.available()
         if short > 0:
-            self.cache.evict(Tier.DEVICE, short)
+            self.cache.evict(DEVICE, short)
         return self.cache.alloc(n)
 
     def _admit(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> bool:
@@ -423,18 +428,19 @@ class Scheduler:
             if msrc[0] is not None:
                 msrc[0].busy += 1  # read by this plan: not evicted under the row
                 self._mbusy.append(msrc[0])
-            r.mamba = self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}")
+            r.mamba = self.mamba.alloc(DEVICE, f"request:{r.rid}")
             if r.mamba is None:
                 return False
-        dev_lock = self.cache.lock(m.device_node, Tier.DEVICE)
+        dev_lock = self.cache.lock(m.device_node, DEVICE)
         deeper = m.host_len > m.device_len
-        host_lock = self.cache.lock(m.host_node, Tier.HOST) if deeper else None
+        host_lock = self.cache.lock(m.host_node, HOST) if deeper else None
         base = m.host_len if deeper else m.device_len
         load = (base - m.device_len) // p
         n = min(len(r.tokens) - base, budget)
         need = load + -(-(base + n) // p) - base // p
-        if self.cache.available() < need:
-            self.cache.evict(Tier.DEVICE, need - self.cache.available())
+        short = need - self.cache.available()
+        if short > 0:
+            self.cache.evict(DEVICE, short)
         room = self.cache.available() >= need
         t = self.cache.start_loadback(m.host_node) if room and deeper else None
         if host_lock is not None:
@@ -454,7 +460,7 @@ class Scheduler:
             self.cache.finish_transfer(t.op_id, True)
             m = self.cache.match(ns, r.tokens[:base])
             node, length, pages = m.device_node, m.device_len, list(m.device_pages)
-            lock = self.cache.lock(node, Tier.DEVICE)
+            lock = self.cache.lock(node, DEVICE)
             self.cache.unlock(dev_lock)
             dev_lock = lock
         if mamba_units:  # the state alone is on host: a copy of its own (MAMBA-2)
@@ -482,7 +488,7 @@ class Scheduler:
         r.computed += n
         last = r.computed == len(r.tokens)
         self._move(r, Event.LAST_CHUNK if last else Event.CHUNK,
-                   State.PREFILL_DONE if last else State.PREFILLING)
+                   PREFILL_DONE if last else State.PREFILLING)
         self._release_host_pin(r)  # its fetched pages are pinned on device now, or reused
         r.awaiting = last
         row = ForwardRow(r.rid, "prefill", r.spec.namespace, start,
@@ -503,7 +509,7 @@ class Scheduler:
             r.pages.extend(new)
         r.computed += 1
         r.awaiting = True
-        self._move(r, Event.DECODE, State.DECODING)
+        self._move(r, DECODE, DECODING)
         row = ForwardRow(r.rid, "decode", r.spec.namespace, pos, (r.tokens[pos],), 0,
                          tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
         return self._mamba_row(r, row) if self.mamba is not None else row
@@ -557,9 +563,9 @@ class Scheduler:
         # Pages the tree already held are now the tree's copies; ours went back free. The
         # insert says what a match of the same tokens would: the node and the tree's pages.
         r.pages[:full] = ins.device_pages
-        assert not set(ins.freed).intersection(ins.device_pages)
+        assert not ins.freed or not set(ins.freed).intersection(ins.device_pages)
         old = r.lock
-        r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
+        r.lock, r.node = self.cache.lock(ins.node, DEVICE), ins.node
         if old is not None:
             self.cache.unlock(old)
         r.shared = full
@@ -568,8 +574,9 @@ class Scheduler:
     def _host_room(self, need: int) -> None:
         """Evict host pages until a writeback of ``need`` pages fits, where unpinned ones allow
         (an engine may decline the copy instead, HOST-5)."""
-        if need > self.cache.available(Tier.HOST):
-            self.cache.evict(Tier.HOST, need - self.cache.available(Tier.HOST))
+        short = need - self.cache.available(HOST)
+        if short > 0:
+            self.cache.evict(HOST, short)
 
     def _plan_writeback(self, r: Request) -> list[CopyOp]:
         """A draining request's KV goes to host; declined (host full even after eviction, or
@@ -621,13 +628,13 @@ class Scheduler:
             state, aw = now
             targets = TRANSITIONS.get((state, kind))  # None: not in the table (REQ-2)
             ok = targets is not None
-            if kind is Event.EXTEND_RESULT:
+            if kind is EXTEND_RESULT:
                 ok = ok and aw
                 if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
                         or not 0 <= ev.token < 2**63:
                     raise SchedulerError("bad_token", f"token {ev.token!r} for {rid!r}", rid,
                                          state, str(kind))
-            if kind is Event.FINISH:
+            if kind is FINISH:
                 ok = ok and not aw
             if not ok:
                 why = " (its sampled token is still due)" if aw else ""
@@ -636,9 +643,9 @@ class Scheduler:
                     f"{kind} is not allowed for request {rid!r} in state {state}{why}",
                     rid, state, str(kind),
                 )
-            nxt = (self._finish_target(self.requests[rid], state) if kind is Event.FINISH
+            nxt = (self._finish_target(self.requests[rid], state) if kind is FINISH
                    else targets[0])
-            states[rid] = (nxt, aw and kind is not Event.EXTEND_RESULT)
+            states[rid] = (nxt, aw and kind is not EXTEND_RESULT)
 
     def _check_writeback(self, ev: WritebackDone, ops: dict[int, str],
                          states: _StatesAfter) -> None:
@@ -683,7 +690,7 @@ class Scheduler:
 
     def _finish_target(self, r: Request, state: State) -> State:
         """Finish drains to host when there is a host tier and a full page to keep (FIN-2)."""
-        if state is State.DECODING and self.config.host_pages and r.computed >= self.p:
+        if state is DECODING and self.config.host_pages and r.computed >= self.p:
             return State.DRAINING
         return State.FINISHED
 
@@ -692,10 +699,10 @@ class Scheduler:
             r = self.requests[ev.rid]
             r.tokens.append(ev.token)
             r.awaiting = False
-            if r.state is State.PREFILL_DONE and self.config.publish_mid_flight \
+            if r.state is PREFILL_DONE and self.config.publish_mid_flight \
                     and not self.config.sliding_window:
                 self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
-            self._move(r, Event.EXTEND_RESULT, State.DECODING)
+            self._move(r, EXTEND_RESULT, DECODING)
             return
         if isinstance(ev, PrefetchDone):
             self._prefetch_done(ev)
@@ -734,7 +741,7 @@ class Scheduler:
         if r is None or r.prefetch != ev.op_id:
             return  # aborted meanwhile: the pages are cached all the same
         r.prefetch = None
-        r.hlock = self.cache.lock(node, Tier.HOST)
+        r.hlock = self.cache.lock(node, HOST)
         self._move(r, Event.PREFETCH_DONE, State.PREFETCH_DONE)
 
     def _backup(self, t: Transfer, rid: str) -> None:
@@ -758,7 +765,7 @@ class Scheduler:
         to = self._finish_target(r, r.state)
         if to is State.FINISHED:
             self._unlock(r)
-        self._move(r, Event.FINISH, to)
+        self._move(r, FINISH, to)
 
     def _abort(self, r: Request) -> None:
         """From any live state: release what the state holds; a writeback in flight carries on
@@ -831,7 +838,7 @@ class Scheduler:
             else:
                 r.msrc = entry.device if entry.device is not None else -1
         self._mamba_unprotect(r)
-        r.ckpt = self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}")
+        r.ckpt = self.mamba.alloc(DEVICE, f"request:{r.rid}")
         r.ckpt_depth = 0
         if r.ckpt is None:
             r.mfailed = True
@@ -868,7 +875,7 @@ class Scheduler:
         assert self.mamba is not None
         slot = self._mamba_take(r, depth)
         if slot is not None:
-            self.mamba.attach(r.spec.namespace, tuple(r.tokens[:depth]), Tier.DEVICE, slot)
+            self.mamba.attach(r.spec.namespace, tuple(r.tokens[:depth]), DEVICE, slot)
         elif depth:
             r.mfailed = True  # published KV without its state: said so, never silent
         self._mamba_free(r)
@@ -880,7 +887,7 @@ class Scheduler:
         if e is None or e.device is None or e.host is not None or e.busy:
             return ()
         e.busy += 1  # so that its device state outlives the copy
-        host = self.mamba.alloc(Tier.HOST, f"transfer:{op}")
+        host = self.mamba.alloc(HOST, f"transfer:{op}")
         if host is None:
             e.busy -= 1
             return ()
@@ -896,14 +903,14 @@ class Scheduler:
         units: tuple[tuple[int, int], ...] = ()
         if slot is not None and op is not None:
             key = tuple(r.tokens[:depth])
-            self.mamba.attach(r.spec.namespace, key, Tier.DEVICE, slot)
+            self.mamba.attach(r.spec.namespace, key, DEVICE, slot)
             e = self.mamba.entry(r.spec.namespace, key)
             if e.host is not None and not e.busy:
                 e.protect += 1
                 r.mstate = (e.id, e.host, depth)
             elif e.device is not None:
                 e.busy += 1
-                host = self.mamba.alloc(Tier.HOST, f"transfer:{op}")
+                host = self.mamba.alloc(HOST, f"transfer:{op}")
                 if host is None:
                     e.busy -= 1
                     self.mamba.release(e)
@@ -925,9 +932,9 @@ class Scheduler:
             mine = r is not None and r.mstate is not None and r.mstate[0] == eid
             if success and e.host is None:
                 e.host = host
-                self.mamba.give(Tier.HOST, host, f"entry:{e.id}")
+                self.mamba.give(HOST, host, f"entry:{e.id}")
             else:
-                self.mamba.free(Tier.HOST, host)
+                self.mamba.free(HOST, host)
             if mine and r is not None:
                 if success and e.host is not None:
                     r.mstate = (eid, e.host, e.depth)
@@ -948,7 +955,7 @@ class Scheduler:
             return
         for slot in (r.mamba, r.ckpt):
             if slot is not None:
-                self.mamba.free(Tier.DEVICE, slot)
+                self.mamba.free(DEVICE, slot)
         r.mamba = r.ckpt = None
         r.mdepth = r.ckpt_depth = 0
         r.msrc = -1
