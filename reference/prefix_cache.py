@@ -90,8 +90,8 @@ class PrefixCache:
         self.config = config or CacheConfig()
         self.page_size = self.config.page_size
         self.pools = {
-            DEVICE: PagePool(DEVICE, self.config.device_pages),
-            HOST: PagePool(HOST, self.config.host_pages),
+            Tier.DEVICE: PagePool(Tier.DEVICE, self.config.device_pages),
+            Tier.HOST: PagePool(Tier.HOST, self.config.host_pages),
         }
         self.clock = LogicalClock()
         self._seq = 0
@@ -102,7 +102,7 @@ class PrefixCache:
         self._locks = LockTable(self._pin_changed)
         # Pages of each tier held by nodes that a lock pins there, kept as pins and pages come
         # and go: the evictable count is the cached count less these (POOL-6).
-        self._pinned = {DEVICE: 0, HOST: 0}
+        self._pinned = {Tier.DEVICE: 0, Tier.HOST: 0}
         self._transfers: dict[int, Transfer] = {}
         self._events: list[KVEvent] = []
         self._victims = VictimIndex()
@@ -662,7 +662,7 @@ class PrefixCache:
             out.append(n)
             # children in the order of their first pages' tokens (siblings' first pages differ,
             # so comparing whole keys compares them)
-            stack.extend(sorted(n.children.values(), key=_KEY))
+            stack.extend(sorted(n.children.values(), key=lambda c: c.key))
         return out
 
     # ----------------------------------------------------------------- host tier
@@ -853,9 +853,6 @@ class PrefixCache:
 # What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
 _FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
                      "device_access", "host_access", "pending")
-
-
-_KEY = attrgetter("key")
 
 
 def _same(new, old):

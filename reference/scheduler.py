@@ -44,10 +44,17 @@ from kvconf.reference.requests import (
 from kvconf.reference.tiers import DEVICE, HOST
 from kvconf.reference.window import window_from_model_config
 
-# The states and events read on every row and event, bound once: on Python 3.11 a member read
-# off its Enum class goes through ``EnumType.__getattr__``, several times the cost of a global.
-DECODING, PREFILL_DONE = State.DECODING, State.PREFILL_DONE
-DECODE, EXTEND_RESULT, FINISH = Event.DECODE, Event.EXTEND_RESULT, Event.FINISH
+# The states and events of a request's usual way (submitted, prefilled, decoded, finished,
+# written back), read on every row and event, bound once as module constants: on Python 3.11 a
+# member read off its Enum class goes through ``EnumType.__getattr__``, several times the cost
+# of a global. The rest (prefetch, retraction, abort) are spelled with their Enum.
+SUBMITTED, PREFILLING, PREFILL_DONE, DECODING = (
+    State.SUBMITTED, State.PREFILLING, State.PREFILL_DONE, State.DECODING)
+RETRACTING, RETRACTED = State.RETRACTING, State.RETRACTED
+DRAINING, WRITING_BACK, FINISHED = State.DRAINING, State.WRITING_BACK, State.FINISHED
+CHUNK, LAST_CHUNK, DECODE, EXTEND_RESULT = (
+    Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.EXTEND_RESULT)
+FINISH, WRITEBACK, WRITEBACK_DONE = Event.FINISH, Event.WRITEBACK, Event.WRITEBACK_DONE
 
 
 class SchedulerError(Exception):
@@ -102,7 +109,7 @@ class Request:
     spec: RequestSpec
     arrival: int
     rid: str = field(init=False)  # the spec's, kept at hand: read on every row and event
-    state: State = State.SUBMITTED
+    state: State = SUBMITTED
     # The prompt, then every reported token: checked ``TOKEN`` words, the form the cache
     # compares and keys by, so a slice of them goes to a match or an insert as it is.
     tokens: array = field(default_factory=lambda: array(TOKEN))
@@ -172,7 +179,7 @@ class SchedulerSnapshot:
 
 
 # The request-level runtime events and the state-machine event each one is.
-_EVENT_OF = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH, Abort: Event.ABORT}
+_EVENT_OF = {ExtendResult: EXTEND_RESULT, Finish: FINISH, Abort: Event.ABORT}
 
 
 class _StatesAfter(dict):
@@ -300,10 +307,10 @@ class Scheduler:
                 self.mamba.release(e)
             self._mbusy = []
         queues = self._queues()
-        for r in queues[State.FINISHED]:
+        for r in queues[FINISHED]:
             del self.requests[r.rid]
         writebacks: list[CopyOp] = []
-        for r in queues[State.DRAINING]:
+        for r in queues[DRAINING]:
             writebacks.extend(self._plan_writeback(r))
         l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
@@ -313,12 +320,12 @@ class Scheduler:
         adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
         # Planning a row moves only its own request, and never into these states: the queues
         # taken before the loops are the ones a scan at each loop would find.
-        order = queues[State.PREFILLING] + queues[State.SUBMITTED] + queues[State.RETRACTED]
+        order = queues[PREFILLING] + queues[SUBMITTED] + queues[RETRACTED]
         max_batch = self.config.max_batch
         for r in order:
             if len(rows) >= max_batch or budget <= 0:
                 break
-            if r.state is State.SUBMITTED and self.config.l3_store:
+            if r.state is SUBMITTED and self.config.l3_store:
                 op = self._prefetch(r)
                 if op is not None:
                     l3.append(op)
@@ -363,7 +370,7 @@ class Scheduler:
         """The requests of each state by arrival (the order ``requests`` keeps), in one scan;
         ``Submitted`` and ``PrefetchDone`` share one queue, both waiting for a first chunk."""
         queues: dict[State, list[Request]] = {state: [] for state in State}
-        queues[State.PREFETCH_DONE] = queues[State.SUBMITTED]
+        queues[State.PREFETCH_DONE] = queues[SUBMITTED]
         for r in self.requests.values():
             queues[r.state].append(r)
         return queues
@@ -472,7 +479,7 @@ class Scheduler:
         return True
 
     def _prefill_row(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> ForwardRow | None:
-        fresh = r.state in (State.SUBMITTED, State.RETRACTED, State.PREFETCH_DONE)
+        fresh = r.state in (SUBMITTED, RETRACTED, State.PREFETCH_DONE)
         if fresh and not self._admit(r, budget, loadbacks):
             return None
         reused = r.computed if fresh else 0
@@ -487,8 +494,8 @@ class Scheduler:
         r.pages.extend(new)
         r.computed += n
         last = r.computed == len(r.tokens)
-        self._move(r, Event.LAST_CHUNK if last else Event.CHUNK,
-                   PREFILL_DONE if last else State.PREFILLING)
+        self._move(r, LAST_CHUNK if last else CHUNK,
+                   PREFILL_DONE if last else PREFILLING)
         self._release_host_pin(r)  # its fetched pages are pinned on device now, or reused
         r.awaiting = last
         row = ForwardRow(r.rid, "prefill", r.spec.namespace, start,
@@ -525,7 +532,7 @@ class Scheduler:
         the same plan would push requests off for nothing."""
         if any(op.retract for op in writebacks):
             return
-        cands = [r for r in self._ordered(State.DECODING) if not r.awaiting and r.rid not in busy]
+        cands = [r for r in self._ordered(DECODING) if not r.awaiting and r.rid not in busy]
         if not cands:
             return
         victim = self._victim(cands)
@@ -539,13 +546,13 @@ class Scheduler:
         self._unlock(victim)
         victim.pages, victim.shared, victim.computed = [], 0, 0
         if t is None:
-            self._move(victim, Event.RETRACT_NO_COPY, State.RETRACTED)
+            self._move(victim, Event.RETRACT_NO_COPY, RETRACTED)
             return
         victim.op = t.op_id
         self._ops[t.op_id] = victim.rid
         writebacks.append(CopyOp(t.op_id, "writeback", victim.rid, tuple(t.pairs), retract=True,
                                  mamba=units))
-        self._move(victim, Event.RETRACT, State.RETRACTING)
+        self._move(victim, Event.RETRACT, RETRACTING)
 
     def _publish(self, r: Request, upto: int) -> int | None:
         """Insert the full pages of ``tokens[:upto]`` into the request's namespace, free the
@@ -592,11 +599,11 @@ class Scheduler:
             units = self._mamba_writeback(r, r.shared * self.p, t.op_id)
         self._unlock(r)
         if t is None:
-            self._move(r, Event.WRITEBACK, State.FINISHED)
+            self._move(r, WRITEBACK, FINISHED)
             return []
         r.op = t.op_id
         self._ops[t.op_id] = r.rid
-        self._move(r, Event.WRITEBACK, State.WRITING_BACK)
+        self._move(r, WRITEBACK, WRITING_BACK)
         return [CopyOp(t.op_id, "writeback", r.rid, tuple(t.pairs), mamba=units)]
 
     # ----------------------------------------------------------------- advance
@@ -660,8 +667,8 @@ class Scheduler:
         if now is None or self.requests[rid].op != ev.op_id:
             return
         state, aw = now
-        if state in (State.RETRACTING, State.WRITING_BACK):
-            states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
+        if state in (RETRACTING, WRITING_BACK):
+            states[rid] = (next_states(state, WRITEBACK_DONE)[0], aw)
 
     def _check_l3(self, ev: PrefetchDone | BackupDone, l3: dict[int, str],
                   states: _StatesAfter) -> None:
@@ -691,8 +698,8 @@ class Scheduler:
     def _finish_target(self, r: Request, state: State) -> State:
         """Finish drains to host when there is a host tier and a full page to keep (FIN-2)."""
         if state is DECODING and self.config.host_pages and r.computed >= self.p:
-            return State.DRAINING
-        return State.FINISHED
+            return DRAINING
+        return FINISHED
 
     def _apply(self, ev: RuntimeEvent) -> None:
         if isinstance(ev, ExtendResult):  # the commonest first: one per row that sampled
@@ -721,10 +728,10 @@ class Scheduler:
             r = self.requests.get(rid)
             if r is not None and r.op == ev.op_id:
                 r.op = None
-                if r.state is State.RETRACTING:
-                    self._move(r, Event.WRITEBACK_DONE, State.RETRACTED)
-                elif r.state is State.WRITING_BACK:
-                    self._move(r, Event.WRITEBACK_DONE, State.FINISHED)
+                if r.state is RETRACTING:
+                    self._move(r, WRITEBACK_DONE, RETRACTED)
+                elif r.state is WRITING_BACK:
+                    self._move(r, WRITEBACK_DONE, FINISHED)
             return
         r = self.requests[ev.rid]
         if isinstance(ev, Finish):
@@ -752,9 +759,9 @@ class Scheduler:
             self._backups.append(self._l3_op(b, rid))
 
     def _finish(self, r: Request) -> None:
-        if r.state is State.RETRACTED:
+        if r.state is RETRACTED:
             self._mamba_free(r)
-            self._move(r, Event.FINISH, State.FINISHED)
+            self._move(r, FINISH, FINISHED)
             return
         node = self._publish(r, r.computed)
         if self.mamba is not None:
@@ -763,7 +770,7 @@ class Scheduler:
         r.pages = r.pages[: r.shared]
         self._release_slot(r)
         to = self._finish_target(r, r.state)
-        if to is State.FINISHED:
+        if to is FINISHED:
             self._unlock(r)
         self._move(r, FINISH, to)
 
@@ -774,7 +781,7 @@ class Scheduler:
         self._release_host_pin(r)
         r.awaiting = False
         r.prefetch = None  # a fetch in flight carries on under the cache's pin (L3-2)
-        self._move(r, Event.ABORT, State.FINISHED)
+        self._move(r, Event.ABORT, FINISHED)
 
     # ----------------------------------------------------------------- views
     def drain_events(self):
