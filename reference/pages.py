@@ -91,8 +91,9 @@ class PagePool:
         self.check_owned(pages, src)
         if len(pages) > 1 and len(set(pages)) != len(pages):
             raise CacheError("bad_pages", f"{self.tier} pages repeated in {pages}")
+        owners = self._owner
         for p in pages:
-            self._owner[p] = dst
+            owners[p] = dst
         self._cached += len(pages) * (_cached(dst) - _cached(src))
 
     def release(self, pages: Sequence[int], src: str) -> None:

@@ -109,7 +109,10 @@ def walk(root: Node, tokens: array, page_size: int) -> list[Step]:
         child = node.children.get(first_page(tokens, pos, page_size))
         if child is None:
             break
-        k = common_pages(child.key, tokens, pos, page_size)
+        if tokens[pos : pos + len(child.key)] == child.key:  # the usual case: all of it
+            k = len(child.key) // page_size
+        else:
+            k = common_pages(child.key, tokens, pos, page_size)
         steps.append(Step(child, k, pos))
         if k * page_size < len(child.key):
             break

@@ -306,11 +306,10 @@ class Scheduler:
                 e.busy -= 1
                 self.mamba.release(e)
             self._mbusy = []
-        queues = self._queues()
-        for r in queues[FINISHED]:
-            del self.requests[r.rid]
+        for rid in [rid for rid, r in self.requests.items() if r.state is FINISHED]:
+            del self.requests[rid]
         writebacks: list[CopyOp] = []
-        for r in queues[DRAINING]:
+        for r in self._ordered(DRAINING):
             writebacks.extend(self._plan_writeback(r))
         l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
@@ -318,9 +317,11 @@ class Scheduler:
         budget = self.config.max_tokens
         cap = self.config.max_adapters
         adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
-        # Planning a row moves only its own request, and never into these states: the queues
-        # taken before the loops are the ones a scan at each loop would find.
-        order = queues[PREFILLING] + queues[SUBMITTED] + queues[RETRACTED]
+        order = (
+            self._ordered(PREFILLING)
+            + self._ordered(SUBMITTED, State.PREFETCH_DONE)
+            + self._ordered(RETRACTED)
+        )
         max_batch = self.config.max_batch
         for r in order:
             if len(rows) >= max_batch or budget <= 0:
@@ -339,7 +340,7 @@ class Scheduler:
                 if cap:
                     self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
-            for r in queues[DECODING]:
+            for r in self._ordered(DECODING):
                 if r.awaiting or r.state is not DECODING:
                     continue
                 if len(rows) >= max_batch or budget <= 0:
@@ -365,15 +366,6 @@ class Scheduler:
     def _count_adapter(row: ForwardRow, adapters: set[int]) -> None:
         if row.namespace != 0:
             adapters.add(row.namespace)
-
-    def _queues(self) -> dict[State, list[Request]]:
-        """The requests of each state by arrival (the order ``requests`` keeps), in one scan;
-        ``Submitted`` and ``PrefetchDone`` share one queue, both waiting for a first chunk."""
-        queues: dict[State, list[Request]] = {state: [] for state in State}
-        queues[State.PREFETCH_DONE] = queues[SUBMITTED]
-        for r in self.requests.values():
-            queues[r.state].append(r)
-        return queues
 
     def _ordered(self, *states: State) -> list[Request]:
         """The requests in ``states`` by arrival: the order ``requests`` keeps, since each is
