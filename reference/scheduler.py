@@ -498,19 +498,19 @@ class Scheduler:
     def _decode_row(self, r: Request, writebacks: list[CopyOp],
                     rows: list[ForwardRow]) -> ForwardRow | None:
         pos = r.computed  # the KV of the last reported token is computed by this row
-        new: list[int] = []
+        new: tuple[int, ...] = ()
         if pos >= len(r.pages) * self.p:
             got = self._alloc(1)
             if got is None:
                 self._retract_longest(writebacks, {row.rid for row in rows})
                 return None
-            new = got
+            new = tuple(got)
             r.pages.extend(new)
         r.computed += 1
         r.awaiting = True
         self._move(r, DECODE, DECODING)
         row = ForwardRow(r.rid, "decode", r.spec.namespace, pos, (r.tokens[pos],), 0,
-                         tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
+                         tuple(r.pages), new, r.slot if r.slot is not None else -1, True)
         return self._mamba_row(r, row) if self.mamba is not None else row
 
     def _victim(self, cands: list) -> object:
