@@ -558,17 +558,27 @@ class Scheduler:
         if full == 0:
             return None
         ns = r.spec.namespace
-        ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
-        # Pages the tree already held are now the tree's copies; ours went back free. The
-        # insert says what a match of the same tokens would: the node and the tree's pages.
-        r.pages[:full] = ins.device_pages
-        assert not ins.freed or not set(ins.freed).intersection(ins.device_pages)
+        if full == r.shared and r.node is not None and not self.config.l3_store \
+                and self.cache._node(r.node).namespace == ns:
+            # Nothing new (half the finishes): these are the very pages of the path the request
+            # pins, in this namespace's tree, and inserting them would only stamp that path as
+            # accessed (EVICT-2), as a match of its node does. With L3 keys the insert would
+            # also backfill missing ones (D381-3): then it is made.
+            self.cache.match_node(r.node)
+            node = r.node
+        else:
+            ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
+            # Pages the tree already held are now the tree's copies; ours went back free. The
+            # insert says what a match of the same tokens would: the node and the tree's pages.
+            r.pages[:full] = ins.device_pages
+            assert not ins.freed or not set(ins.freed).intersection(ins.device_pages)
+            node = ins.node
         old = r.lock
-        r.lock, r.node = self.cache.lock(ins.node, DEVICE), ins.node
+        r.lock, r.node = self.cache.lock(node, DEVICE), node
         if old is not None:
             self.cache.unlock(old)
         r.shared = full
-        return ins.node
+        return node
 
     def _host_room(self, need: int) -> None:
         """Evict host pages until a writeback of ``need`` pages fits, where unpinned ones allow
