@@ -354,13 +354,13 @@ class PrefixCache:
             if step.pages * p < len(child.key):  # the last one, where the tokens leave it
                 child = self._split(child, step.pages)
             self._backfill_keys(child)
-            span = list(pages[pos // p : pos // p + len(child.key) // p])
+            span = tuple(pages[pos // p : pos // p + len(child.key) // p])
             if child.device is None:
                 self._attach_device(child, span, CALLER, now)
             else:
                 cached += len(child.key)
                 # Given the tree's own pages (the usual case), there is no duplicate to free.
-                dups = pool.held_by(span, CALLER) if tuple(span) != child.device else []
+                dups = pool.held_by(span, CALLER) if span != child.device else []
                 if dups:
                     pool.release(dups, CALLER)
                     freed.extend(dups)
@@ -380,7 +380,7 @@ class PrefixCache:
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
                             node=node.id, device_pages=tuple(held))
 
-    def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
+    def _attach_device(self, node: Node, pages: Sequence[int], src_owner: str, now: int) -> None:
         self.pools[DEVICE].move(pages, src_owner, node_owner(node.id))
         self._set_pages(node, DEVICE, pages)
         node.device_access = now
