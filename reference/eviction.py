@@ -10,14 +10,14 @@ from __future__ import annotations
 import heapq
 
 from kvconf.reference.radix_tree import Node
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, HOST, Tier
 
 
 def is_candidate(node: Node, tier: Tier) -> bool:
     """An evictable leaf of ``tier``: holds pages there, unpinned there, no child has any there."""
     if node.parent is None:  # a root holds no pages of its own
         return False
-    if tier is Tier.DEVICE:  # a leaf, the usual case, without a generator
+    if tier is DEVICE:  # a leaf, the usual case, without a generator
         return node.device is not None and node.device_ref == 0 and (
             not node.children or all(c.device is None for c in node.children.values()))
     return node.host is not None and node.host_ref == 0 and (
@@ -40,9 +40,9 @@ class VictimIndex:
     __slots__ = ("_filed", "_heaps")
 
     def __init__(self) -> None:
-        self._heaps: dict[Tier, list[tuple[int, int, Node]]] = {Tier.DEVICE: [], Tier.HOST: []}
+        self._heaps: dict[Tier, list[tuple[int, int, Node]]] = {DEVICE: [], HOST: []}
         # Per tier, each node's newest entry: node id -> the access time it was filed with.
-        self._filed: dict[Tier, dict[int, int]] = {Tier.DEVICE: {}, Tier.HOST: {}}
+        self._filed: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
 
     def _file(self, tier: Tier, node: Node, access: int) -> None:
         filed = self._filed[tier]
@@ -53,10 +53,11 @@ class VictimIndex:
     def offer(self, node: Node | None) -> None:
         if node is None or node.parent is None:
             return
-        if is_candidate(node, Tier.DEVICE):
-            self._file(Tier.DEVICE, node, node.device_access)
-        if is_candidate(node, Tier.HOST):
-            self._file(Tier.HOST, node, node.host_access)
+        # A node absent from a tier is no candidate there: the usual case, told without a call.
+        if node.device is not None and is_candidate(node, DEVICE):
+            self._file(DEVICE, node, node.device_access)
+        if node.host is not None and is_candidate(node, HOST):
+            self._file(HOST, node, node.host_access)
 
     def pop(self, tier: Tier, nodes: dict[int, Node]) -> Node | None:
         heap, filed = self._heaps[tier], self._filed[tier]
@@ -76,7 +77,7 @@ class VictimIndex:
 
     def compact(self, nodes: dict[int, Node]) -> None:
         """Rebuild from a scan when stale entries outnumber the nodes by far."""
-        if len(self._heaps[Tier.DEVICE]) + len(self._heaps[Tier.HOST]) <= 8 * len(nodes) + 64:
+        if len(self._heaps[DEVICE]) + len(self._heaps[HOST]) <= 8 * len(nodes) + 64:
             return
         for tier in self._heaps:
             heap = [(n.access(tier), n.seq, n) for n in nodes.values() if is_candidate(n, tier)]

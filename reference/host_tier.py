@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvconf.reference.radix_tree import Node
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, HOST, Tier
 
 
 @dataclass(slots=True)
@@ -23,11 +23,11 @@ class Transfer:
 
     @property
     def src_tier(self) -> Tier:
-        return Tier.DEVICE if self.kind == "writeback" else Tier.HOST
+        return DEVICE if self.kind == "writeback" else HOST
 
     @property
     def dst_tier(self) -> Tier:
-        return Tier.HOST if self.kind == "writeback" else Tier.DEVICE
+        return HOST if self.kind == "writeback" else DEVICE
 
 
 def missing_path(node: Node, tier: Tier) -> list[Node]:

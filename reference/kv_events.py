@@ -8,10 +8,14 @@ under two adapters never share a hash (D268-7).
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from hashlib import blake2b
+
+from kvconf.reference.radix_tree import TOKEN
 
 
 class EventKind(str, Enum):
@@ -22,9 +26,13 @@ class EventKind(str, Enum):
     CLEARED = "AllBlocksCleared"
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class KVEvent:
     """One event as published: a run of consecutive blocks of one node.
+
+    Not frozen: one is made per stored or removed node, and a frozen slotted dataclass pays one
+    ``object.__setattr__`` per field when made. Nothing changes one once made; events compare
+    and hash by value.
 
     ``parent_hash`` is the hash of the block before the first one (None directly under a root);
     ``tokens`` are the tokens of all blocks in order; ``block_size`` tokens per block.
@@ -40,10 +48,17 @@ class KVEvent:
 
 def token_bytes(tokens: Sequence[int]) -> bytes:
     """Each token as 4 little-endian bytes; a token wider than 32 bits enters by its low 32."""
+    if _WORDS_LITTLE and type(tokens) is array and tokens.typecode == TOKEN:
+        # The tree's own form, 8-byte little-endian words: the low 4 bytes of each, read in
+        # place, with no int object made per token.
+        return memoryview(tokens).cast("B").cast("I")[::2].tobytes()
     try:
         return struct.pack(f"<{len(tokens)}I", *tokens)
     except struct.error:
         return struct.pack(f"<{len(tokens)}I", *(t & 0xFFFFFFFF for t in tokens))
+
+
+_WORDS_LITTLE = sys.byteorder == "little"
 
 
 def _link(parent: int | None) -> bytes:

@@ -63,7 +63,9 @@ class PagePool:
             raise CacheError("bad_count", f"cannot allocate {n} pages")
         if n > len(self._free):
             return None
-        pages = [self._free.pop() for _ in range(n)]
+        top = len(self._free) - n
+        pages = self._free[top:][::-1]  # the top ``n`` of the stack, as popped one by one
+        del self._free[top:]
         for p in pages:
             self._owner[p] = owner
         if _cached(owner):
@@ -89,8 +91,9 @@ class PagePool:
         self.check_owned(pages, src)
         if len(pages) > 1 and len(set(pages)) != len(pages):
             raise CacheError("bad_pages", f"{self.tier} pages repeated in {pages}")
+        owners = self._owner
         for p in pages:
-            self._owner[p] = dst
+            owners[p] = dst
         self._cached += len(pages) * (_cached(dst) - _cached(src))
 
     def release(self, pages: Sequence[int], src: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kvconf.reference.errors import CacheError
 from kvconf.reference.radix_tree import Node
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, Tier
 
 
 @dataclass(slots=True)
@@ -36,7 +36,7 @@ class LockTable:
     def acquire(self, node: Node, tier: Tier, internal: bool = False) -> int:
         """Pin ``node`` and its ancestors on ``tier``, walking up the parent links; the watch
         hears of each one that was unpinned there."""
-        device = tier is Tier.DEVICE
+        device = tier is DEVICE
         n: Node | None = node
         while n is not None:
             if device:
@@ -59,7 +59,7 @@ class LockTable:
             raise CacheError("unbalanced_unlock", f"lock handle {handle} is not held")
         del self._locks[handle]
         tier = lock.tier
-        device = tier is Tier.DEVICE
+        device = tier is DEVICE
         n: Node | None = lock.node
         while n is not None:
             if device:

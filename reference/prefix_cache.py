@@ -28,7 +28,7 @@ from kvconf.reference.snapshot import (
     NodeView,
     TransferView,
 )
-from kvconf.reference.tiers import Tier, as_tier
+from kvconf.reference.tiers import DEVICE, HOST, Tier, as_tier
 
 _TOP_BYTE = 7 if sys.byteorder == "little" else 0  # where an array("Q") word keeps its top byte
 # Each tier's counter names (POOL-6), spelled once.
@@ -52,7 +52,10 @@ class CacheConfig:
                 raise CacheError("bad_config", f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-@dataclass(slots=True, frozen=True)
+# The results of ``match`` and ``insert`` are not frozen: one is made per call, and a frozen
+# slotted dataclass pays one ``object.__setattr__`` per field when made (as ``plan.ForwardRow``).
+# Nothing changes one once made; they compare and hash by value.
+@dataclass(slots=True, unsafe_hash=True)
 class MatchResult:
     """Longest cached prefix of a query on each tier (TREE-1, TREE-3).
 
@@ -69,7 +72,7 @@ class MatchResult:
     host_node: int
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see MatchResult
 class InsertResult:
     cached_len: int  # tokens already on device before the insert (their caller pages were freed)
     new_len: int  # tokens whose caller pages the tree took over
@@ -167,7 +170,7 @@ class PrefixCache:
             pages = tuple(pages)
         if node.ref(tier) > 0:
             self._pinned[tier] += len(pages or ()) - len(node.pages(tier) or ())
-        if tier is Tier.DEVICE:
+        if tier is DEVICE:
             node.device = pages
         else:
             node.host = pages
@@ -219,7 +222,7 @@ class PrefixCache:
         mid.device_ref, mid.host_ref = node.device_ref, node.host_ref
         mid.device_access, mid.host_access = node.device_access, node.host_access
         mid.pending = node.pending
-        for tier in (Tier.DEVICE, Tier.HOST):
+        for tier in (DEVICE, HOST):
             pages = node.pages(tier)
             if pages is None:
                 continue
@@ -319,12 +322,17 @@ class PrefixCache:
             )
         if len(set(pages)) != len(pages):
             raise CacheError("bad_pages", "the same page is given twice")
-        held: list[int | None] = []  # the tree's device page at each place the walk covers
+        mine: list[int] = []  # the pages that are not the tree's own page at their place
+        covered = 0  # pages of the walk so far
         for step in steps:
+            given = tuple(pages[covered : covered + step.pages])
             device = step.node.device
-            held.extend(device[: step.pages] if device is not None else [None] * step.pages)
-        mine = [page for page, tree in zip(pages, held, strict=False) if page != tree]
-        self.pools[Tier.DEVICE].check_owned(mine + list(pages[len(held) :]), CALLER)
+            if device is None:
+                mine.extend(given)
+            elif given != device[: step.pages]:  # the usual case: all of them the tree's
+                mine.extend(page for page, tree in zip(given, device, strict=False) if page != tree)
+            covered += step.pages
+        self.pools[DEVICE].check_owned(mine + list(pages[covered:]), CALLER)
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> InsertResult:
         """Publish ``tokens`` (whole pages) with the device ``pages`` that hold their KV.
@@ -340,7 +348,7 @@ class PrefixCache:
         steps = walk(root, tokens, p) if root is not None else []
         self._validate_insert(steps, tokens, pages)
         root = self._root(namespace)  # only now: a rejected insert creates nothing (FAULT-1)
-        pool = self.pools[Tier.DEVICE]
+        pool = self.pools[DEVICE]
         now = self.clock.now
         node, pos = root, 0
         cached = 0
@@ -351,12 +359,13 @@ class PrefixCache:
             if step.pages * p < len(child.key):  # the last one, where the tokens leave it
                 child = self._split(child, step.pages)
             self._backfill_keys(child)
-            span = list(pages[pos // p : pos // p + len(child.key) // p])
+            span = tuple(pages[pos // p : pos // p + len(child.key) // p])
             if child.device is None:
                 self._attach_device(child, span, CALLER, now)
             else:
                 cached += len(child.key)
-                dups = pool.held_by(span, CALLER)
+                # Given the tree's own pages (the usual case), there is no duplicate to free.
+                dups = pool.held_by(span, CALLER) if span != child.device else []
                 if dups:
                     pool.release(dups, CALLER)
                     freed.extend(dups)
@@ -376,9 +385,9 @@ class PrefixCache:
         return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
                             node=node.id, device_pages=tuple(held))
 
-    def _attach_device(self, node: Node, pages: list[int], src_owner: str, now: int) -> None:
-        self.pools[Tier.DEVICE].move(pages, src_owner, node_owner(node.id))
-        self._set_pages(node, Tier.DEVICE, pages)
+    def _attach_device(self, node: Node, pages: Sequence[int], src_owner: str, now: int) -> None:
+        self.pools[DEVICE].move(pages, src_owner, node_owner(node.id))
+        self._set_pages(node, DEVICE, pages)
         node.device_access = now
         self._victims.offer(node)
         if self._ghosts and self._detached(node):
@@ -435,10 +444,10 @@ class PrefixCache:
             raise CacheError("not_on_tier", f"node {node_id} holds no host pages to fetch below")
         self._check_tokens(tokens, whole_pages=True)
         want = min(want, len(tokens) // self.page_size)
-        lock = self._locks.acquire(node, Tier.HOST, internal=True)
-        pool = self.pools[Tier.HOST]
+        lock = self._locks.acquire(node, HOST, internal=True)
+        pool = self.pools[HOST]
         if pool.free_count < want:
-            self.evict(Tier.HOST, want - pool.free_count)
+            self.evict(HOST, want - pool.free_count)
         n = min(want, pool.free_count)
         if n < max(least, 1):
             self._release_internal(lock)
@@ -450,7 +459,7 @@ class PrefixCache:
         self._next_op += 1
         op = self._next_op
         if kind == "prefetch":
-            got = self.pools[Tier.HOST].alloc(n, transfer_owner(op))
+            got = self.pools[HOST].alloc(n, transfer_owner(op))
             assert got is not None
             pages, keys = got, rolling_keys(self._last_key(node), tokens, self.page_size)
             start = self._depth_pages(node)
@@ -479,7 +488,7 @@ class PrefixCache:
                              f"{len(t.pages)} pages")
         del self._l3[op_id]
         p, now = self.page_size, self.clock.now
-        pool, owner = self.pools[Tier.HOST], transfer_owner(op_id)
+        pool, owner = self.pools[HOST], transfer_owner(op_id)
         node = self._prefetch_anchor(t)
         toks, pos = array(TOKEN, t.tokens[: completed * p]), 0
         while pos < len(toks):
@@ -490,7 +499,7 @@ class PrefixCache:
                                        chain_hashes(node.last_hash(), node.namespace, key, p))
                 child.keys = list(t.keys[pos // p : pos // p + len(key) // p])
                 pool.move(t.pages[pos // p : completed], owner, node_owner(child.id))
-                self._set_pages(child, Tier.HOST, t.pages[pos // p : completed])
+                self._set_pages(child, HOST, t.pages[pos // p : completed])
                 child.host_access = child.device_access = now
                 self._victims.offer(child)
                 node, pos = child, len(toks)
@@ -502,7 +511,7 @@ class PrefixCache:
                 # Also when a writeback is filling it: that copy then lands as a duplicate.
                 span = t.pages[pos // p : pos // p + len(child.key) // p]
                 pool.move(span, owner, node_owner(child.id))
-                self._set_pages(child, Tier.HOST, span)
+                self._set_pages(child, HOST, span)
             self._backfill_keys(child)
             child.host_access = now
             self._victims.offer(child)
@@ -525,7 +534,7 @@ class PrefixCache:
         pages = [pg for x in node.path() for pg in (x.host or [])]
         if node.host is None or n < 1 or n > len(pages):
             return None
-        lock = self._locks.acquire(node, Tier.HOST, internal=True)
+        lock = self._locks.acquire(node, HOST, internal=True)
         return self._new_l3("backup", node, [lock], n, (), pages[-n:])
 
     def finish_backup(self, op_id: int) -> None:
@@ -584,9 +593,9 @@ class PrefixCache:
     def _drop_tier(self, node: Node, tier: Tier) -> int:
         pages = node.pages(tier)
         assert pages is not None
-        self.pools[tier].release(list(pages), node_owner(node.id))
+        self.pools[tier].release(pages, node_owner(node.id))
         self._set_pages(node, tier, None)
-        if tier is Tier.DEVICE and not (self._ghosts and self._detached(node)):
+        if tier is DEVICE and not (self._ghosts and self._detached(node)):
             self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
@@ -624,7 +633,7 @@ class PrefixCache:
             for node in reversed(self._subtree(ghost)):  # children before their parents
                 if node.pending is not None:
                     continue
-                for tier in (Tier.DEVICE, Tier.HOST):
+                for tier in (DEVICE, HOST):
                     if node.id in self._nodes and is_candidate(node, tier):
                         parent = node.parent
                         freed += self._drop_tier(node, tier)
@@ -656,7 +665,9 @@ class PrefixCache:
         while stack:
             n = stack.pop()
             out.append(n)
-            stack.extend(n.children[k] for k in sorted(n.children))
+            # children in the order of their first pages' tokens (siblings' first pages differ,
+            # so comparing whole keys compares them)
+            stack.extend(sorted(n.children.values(), key=lambda c: c.key))
         return out
 
     # ----------------------------------------------------------------- host tier
@@ -673,7 +684,7 @@ class PrefixCache:
         return self._start(self._node(node_id), "loadback")
 
     def _start(self, node: Node, kind: str) -> Transfer | None:
-        src, dst = (Tier.DEVICE, Tier.HOST) if kind == "writeback" else (Tier.HOST, Tier.DEVICE)
+        src, dst = (DEVICE, HOST) if kind == "writeback" else (HOST, DEVICE)
         if node.pages(src) is None:
             raise CacheError("not_on_tier", f"node {node.id} holds no {src} pages to copy")
         path = missing_path(node, dst)
@@ -704,34 +715,36 @@ class PrefixCache:
         if t is None:
             raise CacheError("unknown_op", f"transfer {op_id} is not in flight")
         now = self.clock.now
-        dst_of = dict(t.pairs)
+        dst_of = dict(t.pairs)  # the copies not placed yet
         owner = transfer_owner(op_id)
-        for n in t.node.path():
+        src = t.src_tier
+        path = t.node.path()  # what follows moves pages and pins, never nodes
+        for n in path:
             if n.pending != op_id:
                 continue
             n.pending = None
             if not success:
                 continue
-            src_pages = n.pages(t.src_tier) or []
+            src_pages = n.pages(src) or []
             mine = [dst_of.pop(pg) for pg in src_pages]
             if t.kind == "writeback" and n.host is None:
-                self.pools[Tier.HOST].move(mine, owner, node_owner(n.id))
-                self._set_pages(n, Tier.HOST, mine)
+                self.pools[HOST].move(mine, owner, node_owner(n.id))
+                self._set_pages(n, HOST, mine)
                 n.host_access = now  # D243-2: a just-written node is not the first host victim
             elif t.kind == "writeback":
                 # A prefetch filled this part on host while the copy was in flight (L3-3).
-                self.pools[Tier.HOST].release(mine, owner)
+                self.pools[HOST].release(mine, owner)
             elif n.device is None:
                 self._attach_device(n, mine, owner, now)
             else:
                 # The caller inserted this part on device while the copy was in flight.
-                self.pools[Tier.DEVICE].release(mine, owner)
-        leftover = self.pools[t.dst_tier].held_by((d for _, d in t.pairs), owner)
+                self.pools[DEVICE].release(mine, owner)
+        leftover = self.pools[t.dst_tier].held_by(dst_of.values(), owner)
         if leftover:
             self.pools[t.dst_tier].release(leftover, owner)
         for handle in t.locks:
             self._locks.release(handle, internal=True)  # the nodes it unpins are offered
-        for n in t.node.path():  # filled or stamped: may be a victim now
+        for n in path:  # filled or stamped: may be a victim now
             self._victims.offer(n)
         if self._ghosts:
             self._sweep_ghosts()

@@ -14,14 +14,16 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, Tier
 
 TOKEN = "Q"  # the array type code of a token in a key and in a checked query
 
 
-def first_page(tokens: Sequence[int], start: int, page_size: int) -> tuple[int, ...]:
-    """The page of ``tokens`` at ``start`` as its parent's children are keyed by it."""
-    return tuple(tokens[start : start + page_size])
+def first_page(tokens: array, start: int, page_size: int) -> bytes:
+    """The page of ``tokens`` (a ``TOKEN`` array) at ``start`` as its parent's children are
+    keyed by it: the page's words as bytes, hashed and compared at C speed, with no int object
+    made per token (equal pages, equal bytes)."""
+    return tokens[start : start + page_size].tobytes()
 
 
 @dataclass(slots=True, eq=False)
@@ -40,20 +42,21 @@ class Node:
     host_ref: int = 0
     pending: int | None = None
     keys: Sequence[bytes] = ()  # L3 rolling key of each page (L3-1)
-    children: dict[tuple[int, ...], Node] = field(default_factory=dict, repr=False)
+    # Keyed by the first page of the child's key (``first_page``).
+    children: dict[bytes, Node] = field(default_factory=dict, repr=False)
 
     @property
     def is_root(self) -> bool:
         return self.parent is None
 
     def pages(self, tier: Tier) -> tuple[int, ...] | None:
-        return self.device if tier is Tier.DEVICE else self.host
+        return self.device if tier is DEVICE else self.host
 
     def ref(self, tier: Tier) -> int:
-        return self.device_ref if tier is Tier.DEVICE else self.host_ref
+        return self.device_ref if tier is DEVICE else self.host_ref
 
     def access(self, tier: Tier) -> int:
-        return self.device_access if tier is Tier.DEVICE else self.host_access
+        return self.device_access if tier is DEVICE else self.host_access
 
     def last_hash(self) -> int | None:
         """Hash of this node's last block: the parent hash of its children's first block."""
@@ -106,7 +109,10 @@ def walk(root: Node, tokens: array, page_size: int) -> list[Step]:
         child = node.children.get(first_page(tokens, pos, page_size))
         if child is None:
             break
-        k = common_pages(child.key, tokens, pos, page_size)
+        if tokens[pos : pos + len(child.key)] == child.key:  # the usual case: all of it
+            k = len(child.key) // page_size
+        else:
+            k = common_pages(child.key, tokens, pos, page_size)
         steps.append(Step(child, k, pos))
         if k * page_size < len(child.key):
             break

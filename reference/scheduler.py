@@ -41,8 +41,20 @@ from kvconf.reference.requests import (
     TransitionLog,
     next_states,
 )
-from kvconf.reference.tiers import Tier
+from kvconf.reference.tiers import DEVICE, HOST
 from kvconf.reference.window import window_from_model_config
+
+# The states and events of a request's usual way (submitted, prefilled, decoded, finished,
+# written back), read on every row and event, bound once as module constants: on Python 3.11 a
+# member read off its Enum class goes through ``EnumType.__getattr__``, several times the cost
+# of a global. The rest (prefetch, retraction, abort) are spelled with their Enum.
+SUBMITTED, PREFILLING, PREFILL_DONE, DECODING = (
+    State.SUBMITTED, State.PREFILLING, State.PREFILL_DONE, State.DECODING)
+RETRACTING, RETRACTED = State.RETRACTING, State.RETRACTED
+DRAINING, WRITING_BACK, FINISHED = State.DRAINING, State.WRITING_BACK, State.FINISHED
+CHUNK, LAST_CHUNK, DECODE, EXTEND_RESULT = (
+    Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.EXTEND_RESULT)
+FINISH, WRITEBACK, WRITEBACK_DONE = Event.FINISH, Event.WRITEBACK, Event.WRITEBACK_DONE
 
 
 class SchedulerError(Exception):
@@ -97,7 +109,7 @@ class Request:
     spec: RequestSpec
     arrival: int
     rid: str = field(init=False)  # the spec's, kept at hand: read on every row and event
-    state: State = State.SUBMITTED
+    state: State = SUBMITTED
     # The prompt, then every reported token: checked ``TOKEN`` words, the form the cache
     # compares and keys by, so a slice of them goes to a match or an insert as it is.
     tokens: array = field(default_factory=lambda: array(TOKEN))
@@ -167,7 +179,7 @@ class SchedulerSnapshot:
 
 
 # The request-level runtime events and the state-machine event each one is.
-_EVENT_OF = {ExtendResult: Event.EXTEND_RESULT, Finish: Event.FINISH, Abort: Event.ABORT}
+_EVENT_OF = {ExtendResult: EXTEND_RESULT, Finish: FINISH, Abort: Event.ABORT}
 
 
 class _StatesAfter(dict):
@@ -294,50 +306,53 @@ class Scheduler:
                 e.busy -= 1
                 self.mamba.release(e)
             self._mbusy = []
-        for rid in [rid for rid, r in self.requests.items() if r.state is State.FINISHED]:
+        for rid in [rid for rid, r in self.requests.items() if r.state is FINISHED]:
             del self.requests[rid]
         writebacks: list[CopyOp] = []
-        for r in self._ordered(State.DRAINING):
+        for r in self._ordered(DRAINING):
             writebacks.extend(self._plan_writeback(r))
         l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
         loadbacks: list[CopyOp] = []
         budget = self.config.max_tokens
+        cap = self.config.max_adapters
         adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
         order = (
-            self._ordered(State.PREFILLING)
-            + self._ordered(State.SUBMITTED, State.PREFETCH_DONE)
-            + self._ordered(State.RETRACTED)
+            self._ordered(PREFILLING)
+            + self._ordered(SUBMITTED, State.PREFETCH_DONE)
+            + self._ordered(RETRACTED)
         )
         max_batch = self.config.max_batch
         for r in order:
             if len(rows) >= max_batch or budget <= 0:
                 break
-            if r.state is State.SUBMITTED and self.config.l3_store:
+            if r.state is SUBMITTED and self.config.l3_store:
                 op = self._prefetch(r)
                 if op is not None:
                     l3.append(op)
                     continue
-            if self._capped(r, adapters):
+            if cap and self._capped(r, adapters):
                 continue
             row = self._prefill_row(r, budget, loadbacks)
             if row is not None:
                 rows.append(row)
                 budget -= len(row.input_tokens)
-                self._count_adapter(row, adapters)
+                if cap:
+                    self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
-            for r in self._ordered(State.DECODING):
-                if r.awaiting or r.state is not State.DECODING:
+            for r in self._ordered(DECODING):
+                if r.awaiting or r.state is not DECODING:
                     continue
                 if len(rows) >= max_batch or budget <= 0:
                     break
-                if self._capped(r, adapters):
+                if cap and self._capped(r, adapters):
                     continue
                 row = self._decode_row(r, writebacks, rows)
                 if row is not None:
                     rows.append(row)
                     budget -= 1
-                    self._count_adapter(row, adapters)
+                    if cap:
+                        self._count_adapter(row, adapters)
         return Plan(self.step, tuple(rows), tuple(loadbacks), tuple(writebacks), tuple(l3))
 
     def _capped(self, r: Request, adapters: set[int]) -> bool:
@@ -393,7 +408,7 @@ class Scheduler:
             return []
         short = n - self.cache.available()
         if short > 0:
-            self.cache.evict(Tier.DEVICE, short)
+            self.cache.evict(DEVICE, short)
         return self.cache.alloc(n)
 
     def _admit(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> bool:
@@ -412,18 +427,19 @@ class Scheduler:
             if msrc[0] is not None:
                 msrc[0].busy += 1  # read by this plan: not evicted under the row
                 self._mbusy.append(msrc[0])
-            r.mamba = self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}")
+            r.mamba = self.mamba.alloc(DEVICE, f"request:{r.rid}")
             if r.mamba is None:
                 return False
-        dev_lock = self.cache.lock(m.device_node, Tier.DEVICE)
+        dev_lock = self.cache.lock(m.device_node, DEVICE)
         deeper = m.host_len > m.device_len
-        host_lock = self.cache.lock(m.host_node, Tier.HOST) if deeper else None
+        host_lock = self.cache.lock(m.host_node, HOST) if deeper else None
         base = m.host_len if deeper else m.device_len
         load = (base - m.device_len) // p
         n = min(len(r.tokens) - base, budget)
         need = load + -(-(base + n) // p) - base // p
-        if self.cache.available() < need:
-            self.cache.evict(Tier.DEVICE, need - self.cache.available())
+        short = need - self.cache.available()
+        if short > 0:
+            self.cache.evict(DEVICE, short)
         room = self.cache.available() >= need
         t = self.cache.start_loadback(m.host_node) if room and deeper else None
         if host_lock is not None:
@@ -443,7 +459,7 @@ class Scheduler:
             self.cache.finish_transfer(t.op_id, True)
             m = self.cache.match(ns, r.tokens[:base])
             node, length, pages = m.device_node, m.device_len, list(m.device_pages)
-            lock = self.cache.lock(node, Tier.DEVICE)
+            lock = self.cache.lock(node, DEVICE)
             self.cache.unlock(dev_lock)
             dev_lock = lock
         if mamba_units:  # the state alone is on host: a copy of its own (MAMBA-2)
@@ -455,7 +471,7 @@ class Scheduler:
         return True
 
     def _prefill_row(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> ForwardRow | None:
-        fresh = r.state in (State.SUBMITTED, State.RETRACTED, State.PREFETCH_DONE)
+        fresh = r.state in (SUBMITTED, RETRACTED, State.PREFETCH_DONE)
         if fresh and not self._admit(r, budget, loadbacks):
             return None
         reused = r.computed if fresh else 0
@@ -470,8 +486,8 @@ class Scheduler:
         r.pages.extend(new)
         r.computed += n
         last = r.computed == len(r.tokens)
-        self._move(r, Event.LAST_CHUNK if last else Event.CHUNK,
-                   State.PREFILL_DONE if last else State.PREFILLING)
+        self._move(r, LAST_CHUNK if last else CHUNK,
+                   PREFILL_DONE if last else PREFILLING)
         self._release_host_pin(r)  # its fetched pages are pinned on device now, or reused
         r.awaiting = last
         row = ForwardRow(r.rid, "prefill", r.spec.namespace, start,
@@ -482,19 +498,19 @@ class Scheduler:
     def _decode_row(self, r: Request, writebacks: list[CopyOp],
                     rows: list[ForwardRow]) -> ForwardRow | None:
         pos = r.computed  # the KV of the last reported token is computed by this row
-        new: list[int] = []
+        new: tuple[int, ...] = ()
         if pos >= len(r.pages) * self.p:
             got = self._alloc(1)
             if got is None:
                 self._retract_longest(writebacks, {row.rid for row in rows})
                 return None
-            new = got
+            new = tuple(got)
             r.pages.extend(new)
         r.computed += 1
         r.awaiting = True
-        self._move(r, Event.DECODE, State.DECODING)
+        self._move(r, DECODE, DECODING)
         row = ForwardRow(r.rid, "decode", r.spec.namespace, pos, (r.tokens[pos],), 0,
-                         tuple(r.pages), tuple(new), r.slot if r.slot is not None else -1, True)
+                         tuple(r.pages), new, r.slot if r.slot is not None else -1, True)
         return self._mamba_row(r, row) if self.mamba is not None else row
 
     def _victim(self, cands: list) -> object:
@@ -508,7 +524,7 @@ class Scheduler:
         the same plan would push requests off for nothing."""
         if any(op.retract for op in writebacks):
             return
-        cands = [r for r in self._ordered(State.DECODING) if not r.awaiting and r.rid not in busy]
+        cands = [r for r in self._ordered(DECODING) if not r.awaiting and r.rid not in busy]
         if not cands:
             return
         victim = self._victim(cands)
@@ -522,13 +538,13 @@ class Scheduler:
         self._unlock(victim)
         victim.pages, victim.shared, victim.computed = [], 0, 0
         if t is None:
-            self._move(victim, Event.RETRACT_NO_COPY, State.RETRACTED)
+            self._move(victim, Event.RETRACT_NO_COPY, RETRACTED)
             return
         victim.op = t.op_id
         self._ops[t.op_id] = victim.rid
         writebacks.append(CopyOp(t.op_id, "writeback", victim.rid, tuple(t.pairs), retract=True,
                                  mamba=units))
-        self._move(victim, Event.RETRACT, State.RETRACTING)
+        self._move(victim, Event.RETRACT, RETRACTING)
 
     def _publish(self, r: Request, upto: int) -> int | None:
         """Insert the full pages of ``tokens[:upto]`` into the request's namespace, free the
@@ -542,23 +558,34 @@ class Scheduler:
         if full == 0:
             return None
         ns = r.spec.namespace
-        ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
-        # Pages the tree already held are now the tree's copies; ours went back free. The
-        # insert says what a match of the same tokens would: the node and the tree's pages.
-        r.pages[:full] = ins.device_pages
-        assert not set(ins.freed).intersection(ins.device_pages)
+        if full == r.shared and r.node is not None and not self.config.l3_store \
+                and self.cache._node(r.node).namespace == ns:
+            # Nothing new (half the finishes): these are the very pages of the path the request
+            # pins, in this namespace's tree, and inserting them would only stamp that path as
+            # accessed (EVICT-2), as a match of its node does. With L3 keys the insert would
+            # also backfill missing ones (D381-3): then it is made.
+            self.cache.match_node(r.node)
+            node = r.node
+        else:
+            ins = self.cache.insert(ns, r.tokens[: full * self.p], r.pages[:full])
+            # Pages the tree already held are now the tree's copies; ours went back free. The
+            # insert says what a match of the same tokens would: the node and the tree's pages.
+            r.pages[:full] = ins.device_pages
+            assert not ins.freed or not set(ins.freed).intersection(ins.device_pages)
+            node = ins.node
         old = r.lock
-        r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
+        r.lock, r.node = self.cache.lock(node, DEVICE), node
         if old is not None:
             self.cache.unlock(old)
         r.shared = full
-        return ins.node
+        return node
 
     def _host_room(self, need: int) -> None:
         """Evict host pages until a writeback of ``need`` pages fits, where unpinned ones allow
         (an engine may decline the copy instead, HOST-5)."""
-        if need > self.cache.available(Tier.HOST):
-            self.cache.evict(Tier.HOST, need - self.cache.available(Tier.HOST))
+        short = need - self.cache.available(HOST)
+        if short > 0:
+            self.cache.evict(HOST, short)
 
     def _plan_writeback(self, r: Request) -> list[CopyOp]:
         """A draining request's KV goes to host; declined (host full even after eviction, or
@@ -574,11 +601,11 @@ class Scheduler:
             units = self._mamba_writeback(r, r.shared * self.p, t.op_id)
         self._unlock(r)
         if t is None:
-            self._move(r, Event.WRITEBACK, State.FINISHED)
+            self._move(r, WRITEBACK, FINISHED)
             return []
         r.op = t.op_id
         self._ops[t.op_id] = r.rid
-        self._move(r, Event.WRITEBACK, State.WRITING_BACK)
+        self._move(r, WRITEBACK, WRITING_BACK)
         return [CopyOp(t.op_id, "writeback", r.rid, tuple(t.pairs), mamba=units)]
 
     # ----------------------------------------------------------------- advance
@@ -610,13 +637,13 @@ class Scheduler:
             state, aw = now
             targets = TRANSITIONS.get((state, kind))  # None: not in the table (REQ-2)
             ok = targets is not None
-            if kind is Event.EXTEND_RESULT:
+            if kind is EXTEND_RESULT:
                 ok = ok and aw
                 if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
                         or not 0 <= ev.token < 2**63:
                     raise SchedulerError("bad_token", f"token {ev.token!r} for {rid!r}", rid,
                                          state, str(kind))
-            if kind is Event.FINISH:
+            if kind is FINISH:
                 ok = ok and not aw
             if not ok:
                 why = " (its sampled token is still due)" if aw else ""
@@ -625,9 +652,9 @@ class Scheduler:
                     f"{kind} is not allowed for request {rid!r} in state {state}{why}",
                     rid, state, str(kind),
                 )
-            nxt = (self._finish_target(self.requests[rid], state) if kind is Event.FINISH
+            nxt = (self._finish_target(self.requests[rid], state) if kind is FINISH
                    else targets[0])
-            states[rid] = (nxt, aw and kind is not Event.EXTEND_RESULT)
+            states[rid] = (nxt, aw and kind is not EXTEND_RESULT)
 
     def _check_writeback(self, ev: WritebackDone, ops: dict[int, str],
                          states: _StatesAfter) -> None:
@@ -642,8 +669,8 @@ class Scheduler:
         if now is None or self.requests[rid].op != ev.op_id:
             return
         state, aw = now
-        if state in (State.RETRACTING, State.WRITING_BACK):
-            states[rid] = (next_states(state, Event.WRITEBACK_DONE)[0], aw)
+        if state in (RETRACTING, WRITING_BACK):
+            states[rid] = (next_states(state, WRITEBACK_DONE)[0], aw)
 
     def _check_l3(self, ev: PrefetchDone | BackupDone, l3: dict[int, str],
                   states: _StatesAfter) -> None:
@@ -672,19 +699,19 @@ class Scheduler:
 
     def _finish_target(self, r: Request, state: State) -> State:
         """Finish drains to host when there is a host tier and a full page to keep (FIN-2)."""
-        if state is State.DECODING and self.config.host_pages and r.computed >= self.p:
-            return State.DRAINING
-        return State.FINISHED
+        if state is DECODING and self.config.host_pages and r.computed >= self.p:
+            return DRAINING
+        return FINISHED
 
     def _apply(self, ev: RuntimeEvent) -> None:
         if isinstance(ev, ExtendResult):  # the commonest first: one per row that sampled
             r = self.requests[ev.rid]
             r.tokens.append(ev.token)
             r.awaiting = False
-            if r.state is State.PREFILL_DONE and self.config.publish_mid_flight \
+            if r.state is PREFILL_DONE and self.config.publish_mid_flight \
                     and not self.config.sliding_window:
                 self._publish(r, r.computed)  # D381-1, pinned by its publisher: D381-2
-            self._move(r, Event.EXTEND_RESULT, State.DECODING)
+            self._move(r, EXTEND_RESULT, DECODING)
             return
         if isinstance(ev, PrefetchDone):
             self._prefetch_done(ev)
@@ -703,10 +730,10 @@ class Scheduler:
             r = self.requests.get(rid)
             if r is not None and r.op == ev.op_id:
                 r.op = None
-                if r.state is State.RETRACTING:
-                    self._move(r, Event.WRITEBACK_DONE, State.RETRACTED)
-                elif r.state is State.WRITING_BACK:
-                    self._move(r, Event.WRITEBACK_DONE, State.FINISHED)
+                if r.state is RETRACTING:
+                    self._move(r, WRITEBACK_DONE, RETRACTED)
+                elif r.state is WRITING_BACK:
+                    self._move(r, WRITEBACK_DONE, FINISHED)
             return
         r = self.requests[ev.rid]
         if isinstance(ev, Finish):
@@ -723,7 +750,7 @@ class Scheduler:
         if r is None or r.prefetch != ev.op_id:
             return  # aborted meanwhile: the pages are cached all the same
         r.prefetch = None
-        r.hlock = self.cache.lock(node, Tier.HOST)
+        r.hlock = self.cache.lock(node, HOST)
         self._move(r, Event.PREFETCH_DONE, State.PREFETCH_DONE)
 
     def _backup(self, t: Transfer, rid: str) -> None:
@@ -734,9 +761,9 @@ class Scheduler:
             self._backups.append(self._l3_op(b, rid))
 
     def _finish(self, r: Request) -> None:
-        if r.state is State.RETRACTED:
+        if r.state is RETRACTED:
             self._mamba_free(r)
-            self._move(r, Event.FINISH, State.FINISHED)
+            self._move(r, FINISH, FINISHED)
             return
         node = self._publish(r, r.computed)
         if self.mamba is not None:
@@ -745,9 +772,9 @@ class Scheduler:
         r.pages = r.pages[: r.shared]
         self._release_slot(r)
         to = self._finish_target(r, r.state)
-        if to is State.FINISHED:
+        if to is FINISHED:
             self._unlock(r)
-        self._move(r, Event.FINISH, to)
+        self._move(r, FINISH, to)
 
     def _abort(self, r: Request) -> None:
         """From any live state: release what the state holds; a writeback in flight carries on
@@ -756,7 +783,7 @@ class Scheduler:
         self._release_host_pin(r)
         r.awaiting = False
         r.prefetch = None  # a fetch in flight carries on under the cache's pin (L3-2)
-        self._move(r, Event.ABORT, State.FINISHED)
+        self._move(r, Event.ABORT, FINISHED)
 
     # ----------------------------------------------------------------- views
     def drain_events(self):
@@ -820,7 +847,7 @@ class Scheduler:
             else:
                 r.msrc = entry.device if entry.device is not None else -1
         self._mamba_unprotect(r)
-        r.ckpt = self.mamba.alloc(Tier.DEVICE, f"request:{r.rid}")
+        r.ckpt = self.mamba.alloc(DEVICE, f"request:{r.rid}")
         r.ckpt_depth = 0
         if r.ckpt is None:
             r.mfailed = True
@@ -857,7 +884,7 @@ class Scheduler:
         assert self.mamba is not None
         slot = self._mamba_take(r, depth)
         if slot is not None:
-            self.mamba.attach(r.spec.namespace, tuple(r.tokens[:depth]), Tier.DEVICE, slot)
+            self.mamba.attach(r.spec.namespace, tuple(r.tokens[:depth]), DEVICE, slot)
         elif depth:
             r.mfailed = True  # published KV without its state: said so, never silent
         self._mamba_free(r)
@@ -869,7 +896,7 @@ class Scheduler:
         if e is None or e.device is None or e.host is not None or e.busy:
             return ()
         e.busy += 1  # so that its device state outlives the copy
-        host = self.mamba.alloc(Tier.HOST, f"transfer:{op}")
+        host = self.mamba.alloc(HOST, f"transfer:{op}")
         if host is None:
             e.busy -= 1
             return ()
@@ -885,14 +912,14 @@ class Scheduler:
         units: tuple[tuple[int, int], ...] = ()
         if slot is not None and op is not None:
             key = tuple(r.tokens[:depth])
-            self.mamba.attach(r.spec.namespace, key, Tier.DEVICE, slot)
+            self.mamba.attach(r.spec.namespace, key, DEVICE, slot)
             e = self.mamba.entry(r.spec.namespace, key)
             if e.host is not None and not e.busy:
                 e.protect += 1
                 r.mstate = (e.id, e.host, depth)
             elif e.device is not None:
                 e.busy += 1
-                host = self.mamba.alloc(Tier.HOST, f"transfer:{op}")
+                host = self.mamba.alloc(HOST, f"transfer:{op}")
                 if host is None:
                     e.busy -= 1
                     self.mamba.release(e)
@@ -914,9 +941,9 @@ class Scheduler:
             mine = r is not None and r.mstate is not None and r.mstate[0] == eid
             if success and e.host is None:
                 e.host = host
-                self.mamba.give(Tier.HOST, host, f"entry:{e.id}")
+                self.mamba.give(HOST, host, f"entry:{e.id}")
             else:
-                self.mamba.free(Tier.HOST, host)
+                self.mamba.free(HOST, host)
             if mine and r is not None:
                 if success and e.host is not None:
                     r.mstate = (eid, e.host, e.depth)
@@ -937,7 +964,7 @@ class Scheduler:
             return
         for slot in (r.mamba, r.ckpt):
             if slot is not None:
-                self.mamba.free(Tier.DEVICE, slot)
+                self.mamba.free(DEVICE, slot)
         r.mamba = r.ckpt = None
         r.mdepth = r.ckpt_depth = 0
         r.msrc = -1

@@ -24,3 +24,9 @@ def as_tier(value: Tier | str) -> Tier:
         return Tier(value)
     except ValueError:
         raise CacheError("bad_tier", f"unknown tier {value!r} (device or host)") from None
+
+
+# The members as module constants, which the cache's hot paths read. On Python 3.11 a member
+# read off its Enum class goes through ``EnumType.__getattr__``, several times the cost of a
+# global, and the cache names a tier on every page move, pin and victim check.
+DEVICE, HOST = Tier.DEVICE, Tier.HOST

@@ -1,5 +1,6 @@
 """The reference's cheaper paths give what the plain ones give: a match of a node's own path,
-a victim index that files a node once per access time, a transition log of move numbers."""
+a victim index that files a node once per access time, a transition log of move numbers, a
+publish of nothing new that matches the pinned path instead of inserting it again."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 from kvconf.reference import CacheConfig, PrefixCache, Tier
 from kvconf.reference.eviction import is_candidate
+from kvconf.reference.plan import ExtendResult, Finish, RequestSpec, WritebackDone
 from kvconf.reference.requests import MOVES, Event, State, TransitionLog
+from kvconf.reference.scheduler import Scheduler, SchedulerConfig
 
 
 def _grown(seed: int) -> tuple[PrefixCache, list[tuple[int, list[int]]]]:
@@ -104,3 +107,63 @@ def test_transition_log_keeps_every_move() -> None:
     assert log[-1][0] == "b" and len(log) == 2
     assert (State.DECODING, Event.DECODE, State.DECODING) in MOVES
     assert (State.PREFILLING, Event.RETRACT_NO_COPY, State.RETRACTED) not in MOVES
+
+
+class _AlwaysInserts(Scheduler):
+    """Every publish inserts the request's pages, nothing new or not: the plain path."""
+
+    def _publish(self, r, upto):
+        full = upto // self.p
+        if self.config.sliding_window:
+            full = min(full, r.shared)
+        if full == 0:
+            return None
+        ins = self.cache.insert(r.spec.namespace, r.tokens[: full * self.p], r.pages[:full])
+        r.pages[:full] = ins.device_pages
+        old = r.lock
+        r.lock, r.node = self.cache.lock(ins.node, Tier.DEVICE), ins.node
+        if old is not None:
+            self.cache.unlock(old)
+        r.shared = full
+        return ins.node
+
+
+@pytest.mark.behaviours("PLAN-7", "EVICT-2")
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("config", [
+    {}, {"publish_mid_flight": False}, {"sliding_window": 6}, {"host_pages": 0},
+])
+def test_publishing_nothing_new_is_the_insert(seed: int, config: dict) -> None:
+    """A finish that publishes no page beyond the ones its request pins is planned, stamped
+    and announced exactly as when it inserts them again: same plans, events and snapshots."""
+    rng = random.Random(seed)
+    cfg = SchedulerConfig(**{"page_size": 2, "device_pages": 24, "host_pages": 16,
+                             "max_tokens": 12, "max_batch": 4, "max_slots": 6, **config})
+    fast, plain = Scheduler(cfg), _AlwaysInserts(cfg)
+    systems = [[rng.randrange(4) for _ in range(rng.randint(0, 6))] for _ in range(3)]
+    want: dict[str, int] = {}
+    for step in range(150):
+        batch = []
+        if step < 100 and rng.random() < 0.5:
+            rid = f"r{step}"
+            tokens = rng.choice(systems) + [rng.randrange(4) for _ in range(rng.randint(1, 6))]
+            batch.append(RequestSpec(rid, tuple(tokens), namespace=rng.choice((0, 0, 1))))
+            want[rid] = rng.randint(1, 5)
+        events = []
+        for s in (fast, plain):
+            if batch:
+                s.submit(batch)
+        plan = fast.next_plan()
+        assert plain.next_plan() == plan
+        for row in plan.rows:
+            if row.samples:
+                events.append(ExtendResult(row.rid, rng.randrange(4)))
+                want[row.rid] -= 1
+                if want[row.rid] <= 0:
+                    events.append(Finish(row.rid))
+        events.extend(WritebackDone(op.op_id, rng.random() < 0.9) for op in plan.writebacks)
+        fast.advance(events)
+        plain.advance(events)
+        assert fast.drain_events() == plain.drain_events()
+        assert fast.snapshot() == plain.snapshot(), f"step {step}"
+    assert list(fast.transitions) == list(plain.transitions)
