@@ -174,11 +174,15 @@ class CounterOracle(Oracle):
                     where: str) -> dict[str, int]:
         """Scheduler level: against the snapshot where there is one; bounded otherwise (the
         runtime cannot tell a request's pages from the tree's). Returns the counts."""
-        out = self.names(counts, SCHED_COUNTERS, where)
         cache = getattr(snap, "cache", None)
-        if isinstance(cache, CacheSnapshot):
-            want = dict(self._shown(cache))
-            free = getattr(snap, "free_slots", None)
+        shown = self._shown(cache) if isinstance(cache, CacheSnapshot) else None
+        free = getattr(snap, "free_slots", None) if shown is not None else None
+        if self.incremental and type(counts) is dict \
+                and _fine_sched(counts, shown, free, sizes, slots):
+            return dict(counts)  # every check below holds: no message to build
+        out = self.names(counts, SCHED_COUNTERS, where)
+        if shown is not None:
+            want = dict(shown)
             if free is not None:
                 want["free_slots"] = len(free)
             self.agree(out, want, where)
@@ -187,6 +191,31 @@ class CounterOracle(Oracle):
             raise self.fail("POOL-6", f"{where}: {out['free_slots']} free request slots in a "
                             f"pool of {slots}")
         return out
+
+
+def _fine_sched(counts: dict[str, int], shown: Mapping[str, int] | None, free: Any,
+                sizes: Mapping[Tier, int], slots: int) -> bool:
+    """Whether every check of ``CounterOracle.check_sched`` holds, decided in one pass without
+    building a message; False whenever it would raise (the verdict then is always the full
+    check's)."""
+    for k, v in counts.items():
+        if type(v) is not int or v < 0 or k not in SCHED_COUNTERS:
+            return False
+        if shown is not None and k in shown and shown[k] != v:
+            return False
+    if free is not None and "free_slots" in counts and counts["free_slots"] != len(free):
+        return False
+    if counts.get("free_slots", 0) > slots:
+        return False
+    for tier, size in sizes.items():
+        a, c, e = (counts.get(k) for k in _NAMES[tier])
+        if (a is not None and a > size) or (c is not None and c > size):
+            return False
+        if a is not None and c is not None and a + c > size:
+            return False
+        if e is not None and c is not None and e > c:
+            return False
+    return True
 
 
 def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led) -> bool:
@@ -273,6 +302,12 @@ class TransferOracle(Oracle):
             return
         writes, loads, l3 = held["writeback"], held["loadback"], held["l3"]
         landing = tuple(landing)
+        if not (writes or loads or l3 or landing or cache.transfers or cache.l3
+                or getattr(snap, "ops", None) or getattr(snap, "l3_ops", None)):
+            # No copy in flight on either side: only a page or state slot still owned by a
+            # transfer (a leak) can break HOST-10; the rest of the check compares empty sets.
+            self._leaks(snap, cache, set(), set(), where)
+            return
         # Everything the check reads: the cache's parts and the Mamba pools by identity (an
         # unchanged part of a snapshot is the last one's object), the scheduler's short lists
         # of copies and the runtime's record by value. The same as at the last check that
@@ -321,6 +356,15 @@ class TransferOracle(Oracle):
             dst.update((tier, d, f"transfer:{t.op_id}") for _s, d in t.pairs)
         for t3 in cache.l3:
             dst.update((Tier.HOST, pg, f"transfer:{t3.op_id}") for pg in t3.pages)
+        live = {f"transfer:{op}" for op in (*writes, *loads, *landing)}
+        live.update(f"transfer:{x.op_id}" for x in (*cache.transfers, *cache.l3))
+        self._leaks(snap, cache, dst, live, where)
+
+    def _leaks(self, snap: Any, cache: CacheSnapshot, dst: set[tuple[Tier, int, str]],
+               live: set[str], where: str) -> None:
+        """HOST-10: no page is owned by a transfer that lists no such page in flight (``dst``:
+        (tier, page, owner) of every listed copy), no Mamba state slot by a copy the runtime
+        does not hold (``live``: their owner names)."""
         for tier, pool in cache.pools.items():
             if not _any_transfer(pool.owners):
                 continue
@@ -330,8 +374,6 @@ class TransferOracle(Oracle):
                                     "which lists no such page in flight: a leak")
         mamba = getattr(snap, "mamba", None)
         if mamba is not None:
-            live = {f"transfer:{op}" for op in (*writes, *loads, *landing)}
-            live.update(f"transfer:{x.op_id}" for x in (*cache.transfers, *cache.l3))
             for tier, owners in mamba.owners.items():
                 if not _any_transfer(owners):
                     continue
