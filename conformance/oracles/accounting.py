@@ -11,7 +11,7 @@ otherwise only what the kit itself observed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -207,13 +207,14 @@ def _fine_sched(counts: dict[str, int], shown: Mapping[str, int] | None, free: A
         return False
     if counts.get("free_slots", 0) > slots:
         return False
+    get = counts.get
     for tier, size in sizes.items():
-        a, c, e = (counts.get(k) for k in _NAMES[tier])
-        if (a is not None and a > size) or (c is not None and c > size):
-            return False
-        if a is not None and c is not None and a + c > size:
-            return False
-        if e is not None and c is not None and e > c:
+        names = _NAMES[tier]
+        a, c, e = get(names[0]), get(names[1]), get(names[2])
+        if c is None:
+            if a is not None and a > size:
+                return False
+        elif c > size or (a is not None and a + c > size) or (e is not None and e > c):
             return False
     return True
 
@@ -257,6 +258,7 @@ class TransferOracle(Oracle):
     def __init__(self) -> None:
         self.acked: dict[Any, str] = {}  # op id -> when its acknowledgement was sent
         self.passed: tuple | None = None  # what the last scheduler-level check that held read
+        self.clean: list[tuple[str, ...]] = []  # owner tuples seen holding no transfer
 
     def _gone(self, what: str, op_id: Any, where: str) -> str:
         when = self.acked.get(op_id)
@@ -366,7 +368,7 @@ class TransferOracle(Oracle):
         (tier, page, owner) of every listed copy), no Mamba state slot by a copy the runtime
         does not hold (``live``: their owner names)."""
         for tier, pool in cache.pools.items():
-            if not _any_transfer(pool.owners):
+            if not self._any_transfer(pool.owners):
                 continue
             for pg, owner in enumerate(pool.owners):
                 if owner.startswith("transfer:") and (tier, pg, owner) not in dst:
@@ -375,12 +377,24 @@ class TransferOracle(Oracle):
         mamba = getattr(snap, "mamba", None)
         if mamba is not None:
             for tier, owners in mamba.owners.items():
-                if not _any_transfer(owners):
+                if not self._any_transfer(owners):
                     continue
                 for slot, owner in enumerate(owners):
                     if owner.startswith("transfer:") and owner not in live:
                         raise self.fail("HOST-10", f"{where}: {tier} state slot {slot} is owned "
                                         f"by {owner}, a copy the runtime does not hold: a leak")
+
+    def _any_transfer(self, owners: Sequence[str]) -> bool:
+        """``_any_transfer``, remembered for the owner tuples found with none: a snapshot's
+        unchanged pool is the last one's tuple, and a tuple never changes."""
+        if any(seen is owners for seen in self.clean):
+            return False
+        if _any_transfer(owners):
+            return True
+        if type(owners) is tuple:
+            self.clean.append(owners)
+            del self.clean[:-4]  # the pools of one snapshot: device, host and the state pools
+        return False
 
     def acknowledged(self, op_ids: Iterable[Any], when: str) -> None:
         """The runtime acknowledged these copies ``when`` (for the messages)."""
