@@ -275,13 +275,23 @@ class RequestStateOracle(Oracle):
         self.table = table_for(features)  # REQ-7: what the engine's allowances add
         # Each (from, to, events) question has one answer under a fixed table: ask it once.
         self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = {}
+        # The requests of the last ``after`` checked, by id: the next check's ``before``.
+        self._by_rid: tuple[Any, dict[str, Any]] | None = None
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
-        prev = {v.rid: v for v in before.requests} if before is not None else {}
+        last = self._by_rid
+        if before is None:
+            prev = {}
+        elif last is not None and last[0] is before.requests:  # the last check's ``after``
+            prev = last[1]
+        else:
+            prev = {v.rid: v for v in before.requests}
+        self._by_rid = (after.requests, {v.rid: v for v in after.requests})
         tree = TreeView(after.cache)
         owners = after.cache.pools[Tier.DEVICE].owners
-        locked = {lk.handle: lk.node for lk in after.cache.locks}
+        locks = after.cache.locks
+        locked = {lk.handle: lk.node for lk in locks} if locks else {}
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
         behind: list[tuple[str, list[int]]] = []  # table slots a window let go of (WIN-4)
@@ -343,12 +353,11 @@ class RequestStateOracle(Oracle):
                 full = min(full, was.shared * page_size)
             if req is None:
                 continue
-            toks = req.tokens[:full]
             if v.state in (State.DRAINING, State.RETRACTING) and full and (
                 old is None or old.state is not v.state
             ):
                 rule = "FIN-1" if v.state is State.DRAINING else "PLAN-6"
-                got = tree.longest(v.namespace, toks, Tier.DEVICE)
+                got = tree.longest(v.namespace, req.tokens[:full], Tier.DEVICE)
                 if got < full:
                     raise self.fail(rule, f"{v.rid} is {v.state} but only {got} of its {full} "
                                     f"computed tokens are cached in namespace {v.namespace}")
