@@ -110,9 +110,9 @@ class PlanOracle(Oracle):
         self.writebacks.update(op.op_id for op in plan.writebacks)
         self.check_flush(plan)
         rows = plan.rows
-        count = Counter(r.rid for r in rows)
-        twice = sorted(rid for rid, n in count.items() if n > 1)
-        if twice:
+        if len({r.rid for r in rows}) != len(rows):
+            count = Counter(r.rid for r in rows)
+            twice = sorted(rid for rid, n in count.items() if n > 1)
             raise self.fail("PLAN-1", f"plan {plan.step} has several rows for {twice}")
         total = sum(len(r.input_tokens) for r in rows)
         if total > config.max_tokens or len(rows) > config.max_batch:
@@ -121,7 +121,8 @@ class PlanOracle(Oracle):
         kinds = {r.kind for r in rows}
         if not config.mixed and kinds == {"prefill", "decode"}:
             raise self.fail("PLAN-3", f"plan {plan.step} mixes prefill and decode rows")
-        adapters = sorted({r.namespace for r in rows if r.namespace != 0})
+        adapters = (sorted({r.namespace for r in rows if r.namespace != 0})
+                    if config.max_adapters else ())
         if config.max_adapters and len(adapters) > config.max_adapters:
             raise self.fail("PLAN-9", f"plan {plan.step} serves adapters {adapters}, over the "
                             f"cap of {config.max_adapters}")
@@ -171,6 +172,8 @@ class PlanOracle(Oracle):
         """HOST-13: a request whose loadback is not acknowledged has no row; its first row
         after the acknowledgement reads the pages it loaded; no other request's row uses them
         before that row."""
+        if not self.loading and not self.loaded:
+            return  # no loadback waits for its request's row: nothing below can fail
         for rid in [r for r in (*self.loading, *self.loaded)
                     if live.get(r) is None or live[r].finished]:
             self.loading.pop(rid, None)  # finished or aborted: the pages go back after the ack
