@@ -736,6 +736,11 @@ class SchedulerDriver:
         p = self.p
         got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
                                [i % p for i in reads])
+        # All as they should be: compared at once (the tags are computed in order).
+        if reads and reads[-1] < len(self.live[row.rid].tokens):
+            self._tag(row.rid, reads[-1])
+            if list(got) == self.tags[row.rid][reads.start : reads.stop]:
+                return
         for i, tag in zip(reads, got, strict=True):
             if tag != self._tag(row.rid, i):
                 page = table[i // p]
@@ -842,7 +847,10 @@ class SchedulerDriver:
         """The KV a row computes: with the adapter the row names, so a continuation in another
         namespace than its request's writes KV of that namespace (NS-3)."""
         if row.namespace == req.ns:
-            return [self._tag(row.rid, i) for i in writes]
+            if not writes:
+                return []
+            self._tag(row.rid, writes[-1])  # computes every tag up to it
+            return self.tags[row.rid][writes.start : writes.stop]
         tags = position_tags(row.namespace, req.tokens[: writes.stop], 0, None)[writes.start :]
         self.content.origin.update(dict.fromkeys(tags, row.namespace))
         return tags
