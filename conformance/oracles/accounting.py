@@ -258,7 +258,8 @@ class TransferOracle(Oracle):
     def __init__(self) -> None:
         self.acked: dict[Any, str] = {}  # op id -> when its acknowledgement was sent
         self.passed: tuple | None = None  # what the last scheduler-level check that held read
-        self.clean: list[tuple[str, ...]] = []  # owner tuples seen holding no transfer
+        # Per pool (pages or state slots, tier): the last owner tuple seen holding no transfer.
+        self.clean: dict[tuple[str, Tier], tuple[str, ...]] = {}
 
     def _gone(self, what: str, op_id: Any, where: str) -> str:
         when = self.acked.get(op_id)
@@ -368,7 +369,7 @@ class TransferOracle(Oracle):
         (tier, page, owner) of every listed copy), no Mamba state slot by a copy the runtime
         does not hold (``live``: their owner names)."""
         for tier, pool in cache.pools.items():
-            if not self._any_transfer(pool.owners):
+            if not self._any_transfer(pool.owners, ("pages", tier)):
                 continue
             for pg, owner in enumerate(pool.owners):
                 if owner.startswith("transfer:") and (tier, pg, owner) not in dst:
@@ -377,23 +378,23 @@ class TransferOracle(Oracle):
         mamba = getattr(snap, "mamba", None)
         if mamba is not None:
             for tier, owners in mamba.owners.items():
-                if not self._any_transfer(owners):
+                if not self._any_transfer(owners, ("states", tier)):
                     continue
                 for slot, owner in enumerate(owners):
                     if owner.startswith("transfer:") and owner not in live:
                         raise self.fail("HOST-10", f"{where}: {tier} state slot {slot} is owned "
                                         f"by {owner}, a copy the runtime does not hold: a leak")
 
-    def _any_transfer(self, owners: Sequence[str]) -> bool:
-        """``_any_transfer``, remembered for the owner tuples found with none: a snapshot's
-        unchanged pool is the last one's tuple, and a tuple never changes."""
-        if any(seen is owners for seen in self.clean):
+    def _any_transfer(self, owners: Sequence[str], where: tuple[str, Tier]) -> bool:
+        """``_any_transfer``, remembered for the last owner tuple of each pool (``where``) found
+        with none: a snapshot's unchanged pool is the last one's tuple, and a tuple never
+        changes."""
+        if self.clean.get(where) is owners:
             return False
         if _any_transfer(owners):
             return True
         if type(owners) is tuple:
-            self.clean.append(owners)
-            del self.clean[:-4]  # the pools of one snapshot: device, host and the state pools
+            self.clean[where] = owners
         return False
 
     def acknowledged(self, op_ids: Iterable[Any], when: str) -> None:
