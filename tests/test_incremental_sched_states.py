@@ -1,6 +1,7 @@
 """The request-state oracle skips a snapshot that shows what the last one that held showed (the
 same request views, device pool, tree, locks and copies in flight), and only that: a snapshot
-with a changed part is judged in full, and a broken one fails. Played workloads compare the
+with a changed part is judged in full, and a broken one fails. EVENT-6 skips the same tree only
+while no event came. Played workloads compare the
 verdicts both ways in ``test_incremental_sched_oracles``; these pin the skip's conditions."""
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import pytest
 
 from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter as R
 from kvconf.conformance.oracles import Oracle, Violation
-from kvconf.conformance.oracles.scheduler import RequestStateOracle
+from kvconf.conformance.oracles.event_stream import StoredBlocks
+from kvconf.conformance.oracles.scheduler import RequestStateOracle, SchedEventOracle
 from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.kv_events import EventKind, KVEvent
 from kvconf.reference.plan import RequestSpec
 from kvconf.reference.tiers import Tier
 
@@ -81,3 +84,29 @@ def test_a_snapshot_after_one_not_judged_here_is_judged(monkeypatch):
     other = dataclasses.replace(planned)  # equal, but not the snapshot that held
     _check(oracle, other, dataclasses.replace(other))
     assert len(judged) == 2
+
+
+def test_event6_skips_the_same_tree_only_while_no_event_came(monkeypatch):
+    """EVENT-6 against the device tier: a snapshot with the tree of the last one that held is
+    not compared again until an event changes what is stored; then it is, and fails."""
+    compared: list[object] = []
+    drift = StoredBlocks.drift
+
+    def spy(self, cache):
+        compared.append(cache)
+        return drift(self, cache)
+
+    monkeypatch.setattr(StoredBlocks, "drift", spy)
+    engine = R(CONFIG)
+    oracle = SchedEventOracle()
+    snap = engine.snapshot()
+    oracle.device(snap, "at first")
+    oracle.take([])
+    oracle.device(dataclasses.replace(snap), "again")  # same tree, nothing announced
+    assert len(compared) == 1
+    oracle.take(
+        [KVEvent(EventKind.STORED, (7,), 0, None, (1,) * CONFIG.page_size, CONFIG.page_size)]
+    )
+    with pytest.raises(Violation, match="stored hashes differ"):
+        oracle.device(dataclasses.replace(snap), "after an event")
+    assert len(compared) == 2

@@ -731,6 +731,10 @@ class SchedEventOracle(Oracle):
     def __init__(self, block_hash=None, resolve=None) -> None:
         self.resolve = resolve
         self.blocks = StoredBlocks(self, block_hash, resolve)
+        # EVENT-6 against the device tier: the tree (nodes, roots) of the last snapshot that
+        # held, and whether events came since (the stored hashes are all it compares them to).
+        self.device_passed: tuple[Any, dict[int, int]] | None = None
+        self.taken = False
 
     @property
     def announced(self) -> dict[tuple[int, tuple[int, ...]], int]:
@@ -741,6 +745,8 @@ class SchedEventOracle(Oracle):
         self.blocks.use(namespace)
 
     def take(self, events: Sequence[Any]) -> None:
+        if events:
+            self.taken = True
         removed = self.blocks.take(events)
         if self.resolve is not None:
             return  # EVENT-8: a stored block's parent may be unstored, so may a removed one
@@ -755,9 +761,14 @@ class SchedEventOracle(Oracle):
         (EVENT-6); not for an engine that announces only reusable boundaries (EVENT-8)."""
         if self.resolve is not None or snap is None:
             return
-        drift = self.blocks.drift(snap.cache)
+        cache, last = snap.cache, self.device_passed
+        if (self.incremental and not self.taken and last is not None and last[0] is cache.nodes
+                and last[1] == cache.roots):
+            return  # the same tree and no event since the last check that held
+        drift = self.blocks.drift(cache)
         if drift is not None:
             raise self.fail("EVENT-6", f"{where}: {drift}")
+        self.device_passed, self.taken = (cache.nodes, dict(cache.roots)), False
 
     def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
         """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block
