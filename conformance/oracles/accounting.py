@@ -65,6 +65,32 @@ def _ids(items: Iterable[Any]) -> str:
     return ", ".join(str(i) for i in sorted(items, key=str))
 
 
+def _fine_sched(counts: dict[str, int], shown: Mapping[str, int] | None, free: Any,
+                sizes: Mapping[Tier, int], slots: int) -> bool:
+    """Whether every check of ``CounterOracle.check_sched`` holds, decided in one pass without
+    building a message; False whenever it would raise (the verdict then is always the full
+    check's)."""
+    for k, v in counts.items():
+        if type(v) is not int or v < 0 or k not in SCHED_COUNTERS:
+            return False
+        if shown is not None and k in shown and shown[k] != v:
+            return False
+    if free is not None and "free_slots" in counts and counts["free_slots"] != len(free):
+        return False
+    if counts.get("free_slots", 0) > slots:
+        return False
+    get = counts.get
+    for tier, size in sizes.items():
+        names = _NAMES[tier]
+        a, c, e = get(names[0]), get(names[1]), get(names[2])
+        if c is None:
+            if a is not None and a > size:
+                return False
+        elif c > size or (a is not None and a + c > size) or (e is not None and e > c):
+            return False
+    return True
+
+
 class CounterOracle(Oracle):
     """POOL-6: the counts ``counters()`` reports equal the engine's state after every call."""
 
@@ -191,32 +217,6 @@ class CounterOracle(Oracle):
             raise self.fail("POOL-6", f"{where}: {out['free_slots']} free request slots in a "
                             f"pool of {slots}")
         return out
-
-
-def _fine_sched(counts: dict[str, int], shown: Mapping[str, int] | None, free: Any,
-                sizes: Mapping[Tier, int], slots: int) -> bool:
-    """Whether every check of ``CounterOracle.check_sched`` holds, decided in one pass without
-    building a message; False whenever it would raise (the verdict then is always the full
-    check's)."""
-    for k, v in counts.items():
-        if type(v) is not int or v < 0 or k not in SCHED_COUNTERS:
-            return False
-        if shown is not None and k in shown and shown[k] != v:
-            return False
-    if free is not None and "free_slots" in counts and counts["free_slots"] != len(free):
-        return False
-    if counts.get("free_slots", 0) > slots:
-        return False
-    get = counts.get
-    for tier, size in sizes.items():
-        names = _NAMES[tier]
-        a, c, e = get(names[0]), get(names[1]), get(names[2])
-        if c is None:
-            if a is not None and a > size:
-                return False
-        elif c > size or (a is not None and a + c > size) or (e is not None and e > c):
-            return False
-    return True
 
 
 def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led) -> bool:
