@@ -745,8 +745,9 @@ class SchedEventOracle(Oracle):
         self.blocks.use(namespace)
 
     def take(self, events: Sequence[Any]) -> None:
-        if events:
-            self.taken = True
+        if not events:
+            return  # nothing announced: nothing stored or removed (most drains)
+        self.taken = True
         removed = self.blocks.take(events)
         if self.resolve is not None:
             return  # EVENT-8: a stored block's parent may be unstored, so may a removed one

@@ -921,12 +921,11 @@ class SchedulerDriver:
                 self.live[op.rid].copying.discard(op.op_id)
         return out
 
-    def _fixed_probe(self, step: int, k: int | None
+    def _fixed_probe(self, step: int, k: int | None, idle: list[Live]
                      ) -> tuple[int, tuple[str, list, tuple[str, str] | None] | None]:
         """The illegal events tried whatever the states: black-box ones, and an ExtendResult
-        for a request with no token due. Returns how many there are and the ``k``-th (None
-        for none): only the chosen one is built, as every plan tries one probe."""
-        idle = [r for r in self.live.values() if not r.finished and not r.due]
+        for a request with no token due (one of ``idle``). Returns how many there are and the
+        ``k``-th (None for none): only the chosen one is built, as every plan tries one probe."""
         n = 2 + (2 if self.l3 is not None else 0) + (1 if idle else 0)
         if k is None or k >= n:
             return n, None
@@ -950,12 +949,13 @@ class SchedulerDriver:
         """The illegal event to try after this call, in turn over the fixed ones and, with a
         snapshot, every (request, runtime event) its state does not allow (so each illegal
         pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
-        fixed, _none = self._fixed_probe(step, None)
+        idle = [r for r in self.live.values() if not r.finished and not r.due]
+        fixed, _none = self._fixed_probe(step, None, idle)
         views = () if self.snap is None else self.snap.requests
         kinds = [_illegal(v.state, bool(v.awaiting)) for v in views]
         k = step % (fixed + sum(map(len, kinds)))
         if k < fixed:
-            chosen = self._fixed_probe(step, k)[1]
+            chosen = self._fixed_probe(step, k, idle)[1]
             assert chosen is not None
             return chosen
         k -= fixed
