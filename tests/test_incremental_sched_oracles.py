@@ -1,8 +1,9 @@
 """At the scheduler level, the oracles that skip what they judged already (``Oracle.incremental``:
-HOST-10's transfers and POOL-6's counts against an unchanged snapshot) give the very verdicts of
-the full checks: seeded swarm workloads are played twice, incremental and full, against the
-reference and against every scheduler mutant, and both plays must end the same way (passed, or
-the same rule broken with the same message)."""
+HOST-10's transfers and POOL-6's counts against an unchanged snapshot, the request states and
+EVENT-6's device tier against the state of the last snapshot that held, the L3 tree checks) give
+the very verdicts of the full checks: seeded swarm workloads are played twice, incremental and
+full, against the reference and against every scheduler mutant, and both plays must end the same
+way (passed, or the same rule broken with the same message)."""
 
 from __future__ import annotations
 

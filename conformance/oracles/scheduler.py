@@ -110,9 +110,9 @@ class PlanOracle(Oracle):
         self.writebacks.update(op.op_id for op in plan.writebacks)
         self.check_flush(plan)
         rows = plan.rows
-        count = Counter(r.rid for r in rows)
-        twice = sorted(rid for rid, n in count.items() if n > 1)
-        if twice:
+        if len({r.rid for r in rows}) != len(rows):
+            count = Counter(r.rid for r in rows)
+            twice = sorted(rid for rid, n in count.items() if n > 1)
             raise self.fail("PLAN-1", f"plan {plan.step} has several rows for {twice}")
         total = sum(len(r.input_tokens) for r in rows)
         if total > config.max_tokens or len(rows) > config.max_batch:
@@ -121,7 +121,8 @@ class PlanOracle(Oracle):
         kinds = {r.kind for r in rows}
         if not config.mixed and kinds == {"prefill", "decode"}:
             raise self.fail("PLAN-3", f"plan {plan.step} mixes prefill and decode rows")
-        adapters = sorted({r.namespace for r in rows if r.namespace != 0})
+        adapters = (sorted({r.namespace for r in rows if r.namespace != 0})
+                    if config.max_adapters else ())
         if config.max_adapters and len(adapters) > config.max_adapters:
             raise self.fail("PLAN-9", f"plan {plan.step} serves adapters {adapters}, over the "
                             f"cap of {config.max_adapters}")
@@ -171,6 +172,8 @@ class PlanOracle(Oracle):
         """HOST-13: a request whose loadback is not acknowledged has no row; its first row
         after the acknowledgement reads the pages it loaded; no other request's row uses them
         before that row."""
+        if not self.loading and not self.loaded:
+            return  # no loadback waits for its request's row: nothing below can fail
         for rid in [r for r in (*self.loading, *self.loaded)
                     if live.get(r) is None or live[r].finished]:
             self.loading.pop(rid, None)  # finished or aborted: the pages go back after the ack
@@ -275,13 +278,50 @@ class RequestStateOracle(Oracle):
         self.table = table_for(features)  # REQ-7: what the engine's allowances add
         # Each (from, to, events) question has one answer under a fixed table: ask it once.
         self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = {}
+        # The requests of the last ``after`` checked, by id: the next check's ``before``.
+        self._by_rid: tuple[Any, dict[str, Any]] | None = None
+        self._passed: Any = None  # the ``after`` of the last check that held
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
-        prev = {v.rid: v for v in before.requests} if before is not None else {}
+        if self.incremental and not window and self._unchanged(before, after):
+            last = self._by_rid
+            if last is not None and last[0] is before.requests:  # the same views, by id
+                self._by_rid = (after.requests, last[1])
+        else:
+            self._check(phase, before, after, live, page_size, external, window)
+        self._passed = after
+
+    def _unchanged(self, before, after) -> bool:
+        """Whether ``after`` shows what ``before``, the state of the last check that held,
+        showed: every request the very same view (a snapshot keeps an unchanged request's
+        view), the device pool, the tree and the locks the very same objects, the same copies
+        in flight. Then no request changed state, and every other check reads only these: it
+        holds again. Not under a window, where what a slot behind it may be depends on the
+        state before the last one too (WIN-4)."""
+        if before is None or before is not self._passed:
+            return False
+        a, b = after.requests, before.requests
+        if len(a) != len(b) or not all(x is y for x, y in zip(a, b, strict=True)):
+            return False
+        c, d = after.cache, before.cache
+        return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
+                and getattr(after, "ops", None) == getattr(before, "ops", None))
+
+    def _check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
+               external: dict[str, set[Event]], window: int) -> None:
+        last = self._by_rid
+        if before is None:
+            prev = {}
+        elif last is not None and last[0] is before.requests:  # the last check's ``after``
+            prev = last[1]
+        else:
+            prev = {v.rid: v for v in before.requests}
+        self._by_rid = (after.requests, {v.rid: v for v in after.requests})
         tree = TreeView(after.cache)
         owners = after.cache.pools[Tier.DEVICE].owners
-        locked = {lk.handle: lk.node for lk in after.cache.locks}
+        locks = after.cache.locks
+        locked = {lk.handle: lk.node for lk in locks} if locks else {}
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
         behind: list[tuple[str, list[int]]] = []  # table slots a window let go of (WIN-4)
@@ -343,12 +383,11 @@ class RequestStateOracle(Oracle):
                 full = min(full, was.shared * page_size)
             if req is None:
                 continue
-            toks = req.tokens[:full]
             if v.state in (State.DRAINING, State.RETRACTING) and full and (
                 old is None or old.state is not v.state
             ):
                 rule = "FIN-1" if v.state is State.DRAINING else "PLAN-6"
-                got = tree.longest(v.namespace, toks, Tier.DEVICE)
+                got = tree.longest(v.namespace, req.tokens[:full], Tier.DEVICE)
                 if got < full:
                     raise self.fail(rule, f"{v.rid} is {v.state} but only {got} of its {full} "
                                     f"computed tokens are cached in namespace {v.namespace}")
@@ -692,6 +731,10 @@ class SchedEventOracle(Oracle):
     def __init__(self, block_hash=None, resolve=None) -> None:
         self.resolve = resolve
         self.blocks = StoredBlocks(self, block_hash, resolve)
+        # EVENT-6 against the device tier: the tree (nodes, roots) of the last snapshot that
+        # held, and whether events came since (the stored hashes are all it compares them to).
+        self.device_passed: tuple[Any, dict[int, int]] | None = None
+        self.taken = False
 
     @property
     def announced(self) -> dict[tuple[int, tuple[int, ...]], int]:
@@ -702,6 +745,9 @@ class SchedEventOracle(Oracle):
         self.blocks.use(namespace)
 
     def take(self, events: Sequence[Any]) -> None:
+        if not events:
+            return  # nothing announced: nothing stored or removed (most drains)
+        self.taken = True
         removed = self.blocks.take(events)
         if self.resolve is not None:
             return  # EVENT-8: a stored block's parent may be unstored, so may a removed one
@@ -716,9 +762,14 @@ class SchedEventOracle(Oracle):
         (EVENT-6); not for an engine that announces only reusable boundaries (EVENT-8)."""
         if self.resolve is not None or snap is None:
             return
-        drift = self.blocks.drift(snap.cache)
+        cache, last = snap.cache, self.device_passed
+        if (self.incremental and not self.taken and last is not None and last[0] is cache.nodes
+                and last[1] == cache.roots):
+            return  # the same tree and no event since the last check that held
+        drift = self.blocks.drift(cache)
         if drift is not None:
             raise self.fail("EVENT-6", f"{where}: {drift}")
+        self.device_passed, self.taken = (cache.nodes, dict(cache.roots)), False
 
     def reused(self, plan, row, tokens: Sequence[int], p: int) -> None:
         """A prefill row admitted with ``row.reused`` tokens from the cache: every whole block

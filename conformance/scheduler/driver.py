@@ -736,6 +736,11 @@ class SchedulerDriver:
         p = self.p
         got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
                                [i % p for i in reads])
+        # All as they should be: compared at once (the tags are computed in order).
+        if reads and reads[-1] < len(self.live[row.rid].tokens):
+            self._tag(row.rid, reads[-1])
+            if list(got) == self.tags[row.rid][reads.start : reads.stop]:
+                return
         for i, tag in zip(reads, got, strict=True):
             if tag != self._tag(row.rid, i):
                 page = table[i // p]
@@ -842,7 +847,10 @@ class SchedulerDriver:
         """The KV a row computes: with the adapter the row names, so a continuation in another
         namespace than its request's writes KV of that namespace (NS-3)."""
         if row.namespace == req.ns:
-            return [self._tag(row.rid, i) for i in writes]
+            if not writes:
+                return []
+            self._tag(row.rid, writes[-1])  # computes every tag up to it
+            return self.tags[row.rid][writes.start : writes.stop]
         tags = position_tags(row.namespace, req.tokens[: writes.stop], 0, None)[writes.start :]
         self.content.origin.update(dict.fromkeys(tags, row.namespace))
         return tags
@@ -913,37 +921,44 @@ class SchedulerDriver:
                 self.live[op.rid].copying.discard(op.op_id)
         return out
 
-    def _fixed_probes(self, step: int) -> list[tuple[str, list, tuple[str, str] | None]]:
+    def _fixed_probe(self, step: int, k: int | None, idle: list[Live]
+                     ) -> tuple[int, tuple[str, list, tuple[str, str] | None] | None]:
         """The illegal events tried whatever the states: black-box ones, and an ExtendResult
-        for a request with no token due."""
-        out: list[tuple[str, list, tuple[str, str] | None]] = [
-            (UNKNOWN + "an acknowledgement of an unknown writeback",
-             [WritebackDone(10**9 + step, True)], None),
-            (UNKNOWN + "an Abort of a request never submitted", [Abort(f"nobody-{step}")], None),
-        ]
-        if self.l3 is not None:
-            out.append((UNKNOWN + "a PrefetchDone of an unknown prefetch",
-                        [PrefetchDone(10**9 + step, 0)], None))
-            out.append((UNKNOWN + "a BackupDone of an unknown backup",
-                        [BackupDone(10**9 + step, True)], None))
-        idle = [r for r in self.live.values() if not r.finished and not r.due]
-        if idle:
-            r = idle[step % len(idle)]
-            out.append((f"an ExtendResult for {r.rid}, which has no token due",
-                        [ExtendResult(r.rid, 0)], None))
-        return out
+        for a request with no token due (one of ``idle``). Returns how many there are and the
+        ``k``-th (None for none): only the chosen one is built, as every plan tries one probe."""
+        n = 2 + (2 if self.l3 is not None else 0) + (1 if idle else 0)
+        if k is None or k >= n:
+            return n, None
+        if k == 0:
+            return n, (UNKNOWN + "an acknowledgement of an unknown writeback",
+                       [WritebackDone(10**9 + step, True)], None)
+        if k == 1:
+            return n, (UNKNOWN + "an Abort of a request never submitted",
+                       [Abort(f"nobody-{step}")], None)
+        if self.l3 is not None and k == 2:
+            return n, (UNKNOWN + "a PrefetchDone of an unknown prefetch",
+                       [PrefetchDone(10**9 + step, 0)], None)
+        if self.l3 is not None and k == 3:
+            return n, (UNKNOWN + "a BackupDone of an unknown backup",
+                       [BackupDone(10**9 + step, True)], None)
+        r = idle[step % len(idle)]
+        return n, (f"an ExtendResult for {r.rid}, which has no token due",
+                   [ExtendResult(r.rid, 0)], None)
 
     def _chosen_probe(self, step: int) -> tuple[str, list, tuple[str, str] | None]:
         """The illegal event to try after this call, in turn over the fixed ones and, with a
         snapshot, every (request, runtime event) its state does not allow (so each illegal
         pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
-        fixed = self._fixed_probes(step)
+        idle = [r for r in self.live.values() if not r.finished and not r.due]
+        fixed, _none = self._fixed_probe(step, None, idle)
         views = () if self.snap is None else self.snap.requests
         kinds = [_illegal(v.state, bool(v.awaiting)) for v in views]
-        k = step % (len(fixed) + sum(map(len, kinds)))
-        if k < len(fixed):
-            return fixed[k]
-        k -= len(fixed)
+        k = step % (fixed + sum(map(len, kinds)))
+        if k < fixed:
+            chosen = self._fixed_probe(step, k, idle)[1]
+            assert chosen is not None
+            return chosen
+        k -= fixed
         i = 0
         while k >= len(kinds[i]):  # the k-th (request, event) pair
             k -= len(kinds[i])

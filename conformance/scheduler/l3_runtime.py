@@ -47,6 +47,7 @@ class L3Runtime:
         self.keys: dict[str, list[str]] = {}  # request -> keys of its full pages so far
         self.fetched: dict[int, tuple[str, int]] = {}  # host page -> (request, page) it holds
         self.landed: dict[str, int] = {}  # request -> tokens its first chunk must reuse (L3-3)
+        self.tree_passed: tuple | None = None  # what the last ``check_tree`` that held read
         for pre in trace.l3_preload:
             tags = _tags(pre.ns, pre.tokens)
             for i, key in enumerate(l3_keys(pre.ns, pre.tokens, page_size)):
@@ -153,6 +154,17 @@ class L3Runtime:
         self.oracle.tree(snap)
         if not self.fetched:
             return
+        # What the loop reads: the tree (its nodes and roots: a snapshot keeps unchanged parts'
+        # objects), the prefetched pages and the requests' tokens, which only grow at the end.
+        seen = (snap.cache.nodes, snap.cache.roots, self.fetched)
+        last = self.tree_passed
+        if (self.oracle.incremental and last is not None and last[0] is seen[0]
+                and last[1] == seen[1] and last[2] == seen[2]):
+            return
+        self._check_fetched(snap)
+        self.tree_passed = (seen[0], dict(seen[1]), dict(seen[2]))
+
+    def _check_fetched(self, snap) -> None:
         for (ns, prefix), block in TreeView(snap.cache).blocks().items():
             src = self.fetched.get(block.host) if block.host is not None else None
             if src is None:
