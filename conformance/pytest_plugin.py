@@ -302,6 +302,10 @@ class CaseItem(pytest.Item):
         if result.status is Status.NOT_APPLICABLE:  # the config decides it, whatever the file
             pytest.skip(f"NOT_APPLICABLE: {result.message}")
         exp = self.suite.expectations
+        named = exp.signatures().get(self.case.name) if exp is not None else None
+        if named is not None:
+            self._judge_findings(result, named)
+            return
         if exp is not None:
             known = exp.by_case().get(self.case.name)
             verdict = judge(result.status, known)
@@ -320,6 +324,27 @@ class CaseItem(pytest.Item):
         if result.status is Status.NOT_SUPPORTED:
             pytest.skip(f"NOT_SUPPORTED: {result.message}")
         raise CaseFailed(self.describe(result))
+
+    def _judge_findings(self, result, named) -> None:
+        """A case the file names by its findings' signatures, judged as ``kvconf run`` judges
+        it: every finding named is an xfail, a finding not named a failure, and a pass an
+        improvement unless every entry may pass."""
+        from kvconf.conformance.reporting.expectations import Verdict, judge_findings
+        from kvconf.conformance.reporting.report import Status
+
+        found = [f.signature for f in result.findings]
+        verdict, new = judge_findings(result.status, found, named)
+        if verdict is Verdict.IMPROVEMENT:
+            raise CaseFailed(f"IMPROVEMENT: known to make {', '.join(sorted(named))}, and now it "
+                             f"passes; remove its entries from {self.suite.expect_path}")
+        if verdict is Verdict.REGRESSION:
+            what = (f"findings the file does not name: {', '.join(new)}" if new
+                    else f"ended {result.status.value}, not a finding the file names")
+            raise CaseFailed(f"REGRESSION: {what}\n" + self.describe(result))
+        if result.status is Status.PASS:
+            return  # every entry may pass: the search did not meet them this time
+        pytest.xfail(f"{result.status.value} as expected: " + "; ".join(
+            f"{sig}: {named[sig].reason} ({named[sig].reference})" for sig in found))
 
     def describe(self, result) -> str:
         """What broke: the status, the rules, the step, the engine's deed against the rule

@@ -218,6 +218,34 @@ def test_expectations_become_xfail_and_a_fixed_gap_is_an_improvement(project: Pa
     assert rep.run_info.expectations["improvement"] == ["lru-victim-order"]
 
 
+def test_signature_entries_are_judged_by_the_plugin_as_by_kvconf_run(project: Path) -> None:
+    """A case named by its findings: the finding named is an xfail, a case that passes with
+    entries that may pass is a pass, and one whose finding the file does not name fails."""
+    ref = 'reference = "https://example.org/issue/1"\n'
+    (project / "known.toml").write_text(
+        'engine = "my_engines:evicts_pinned"\n'
+        '[[known]]\ncase = "pinned-never-evicted"\nsignature = "eviction/EVICT-1+PIN-2/evict"\n'
+        'reason = "PIN-2 planted"\n' + ref
+        + '[[known]]\ncase = "lru-victim-order"\nsignature = "eviction/EVICT-3/evict"\n'
+        'may_pass = true\nreason = "met at some budgets"\n' + ref)
+    r = pytest_in(project, "--kvconf-engine", "my_engines:evicts_pinned",
+                  "--kvconf-expect", "known.toml", "--kvconf-case", "pinned-never-evicted",
+                  "--kvconf-case", "lru-victim-order", "-rxX")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 passed, 1 xfailed" in r.stdout  # the project's own test, and lru-victim-order
+    assert "FAIL as expected: eviction/EVICT-1+PIN-2/evict: PIN-2 planted" in r.stdout
+    (project / "known.toml").write_text(
+        'engine = "my_engines:evicts_pinned"\n'
+        '[[known]]\ncase = "pinned-never-evicted"\nsignature = "eviction/EVICT-2/evict"\n'
+        'reason = "another defect"\n' + ref)
+    r = pytest_in(project, "--kvconf-engine", "my_engines:evicts_pinned",
+                  "--kvconf-expect", "known.toml", "--kvconf-case", "pinned-never-evicted")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION: findings the file does not name: eviction/EVICT-1+PIN-2/evict" in r.stdout
+    rep = load_report(project / "kvconf-report" / "report.json")
+    assert rep.run_info.expectations["regression"] == ["pinned-never-evicted"]
+
+
 def test_the_plugin_judges_as_kvconf_run_does(project: Path, site: Path, tmp_path: Path) -> None:
     """Same seed, same units, same traces: the item results are the run's results."""
     cases = ["fuzz-cache-tight", "pinned-never-evicted"]
