@@ -53,10 +53,16 @@ class VictimIndex:
     def offer(self, node: Node | None) -> None:
         if node is None or node.parent is None:
             return
-        # A node absent from a tier is no candidate there: the usual case, told without a call.
-        if node.device is not None and is_candidate(node, DEVICE):
+        # A node absent from a tier or pinned there is no candidate there, and one whose newest
+        # entry there has its access time needs no new entry whether it is one or not: the
+        # usual cases, told before the candidate test (which may look at every child).
+        if node.device is not None and node.device_ref == 0 \
+                and self._filed[DEVICE].get(node.id) != node.device_access \
+                and is_candidate(node, DEVICE):
             self._file(DEVICE, node, node.device_access)
-        if node.host is not None and is_candidate(node, HOST):
+        if node.host is not None and node.host_ref == 0 \
+                and self._filed[HOST].get(node.id) != node.host_access \
+                and is_candidate(node, HOST):
             self._file(HOST, node, node.host_access)
 
     def pop(self, tier: Tier, nodes: dict[int, Node]) -> Node | None:

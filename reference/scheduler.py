@@ -34,7 +34,8 @@ from kvconf.reference.plan import (
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
 from kvconf.reference.radix_tree import TOKEN
 from kvconf.reference.requests import (
-    MOVES,
+    LEGAL_MOVES,
+    MOVE_CODE,
     TRANSITIONS,
     Event,
     State,
@@ -178,6 +179,11 @@ class SchedulerSnapshot:
     mamba: MambaView | None = None  # state pools and entries (spec chapter mamba)
 
 
+# The queue of ``next_plan`` a request in each of these states is planned from: draining,
+# prefilling, new or prefetched, retracted, decoding (PLAN-1).
+_QUEUE = {DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, State.PREFETCH_DONE: 2, RETRACTED: 3,
+          DECODING: 4}
+
 # The request-level runtime events and the state-machine event each one is.
 _EVENT_OF = {ExtendResult: EXTEND_RESULT, Finish: FINISH, Abort: Event.ABORT}
 
@@ -263,8 +269,9 @@ class Scheduler:
     # ----------------------------------------------------------------- transitions
     def _move(self, r: Request, event: Event, to: State) -> None:
         move = (r.state, event, to)
-        assert move in MOVES, (r.rid, move)
-        self.transitions.add(r.rid, move)
+        code = MOVE_CODE[move]  # the move's number in the log, and below LEGAL_MOVES if legal
+        assert code < LEGAL_MOVES, (r.rid, move)
+        self.transitions.add_code(r.rid, code)
         r.state = to
 
     def _release_slot(self, r: Request) -> None:
@@ -308,8 +315,15 @@ class Scheduler:
             self._mbusy = []
         for rid in [rid for rid, r in self.requests.items() if r.state is FINISHED]:
             del self.requests[rid]
+        # The requests this plan may act on, by arrival, in one pass: the draining ones, then
+        # the ones a prefill row may take (prefilling first, then new and prefetched, then
+        # retracted), then the decoding ones. Planning a row or a writeback moves a request
+        # out of its queue, never into a later one, so the queues hold from here on.
+        draining, prefilling, fresh, retracted, decoding = queues = ([], [], [], [], [])
+        for r in self._ordered(*_QUEUE):
+            queues[_QUEUE[r.state]].append(r)
         writebacks: list[CopyOp] = []
-        for r in self._ordered(DRAINING):
+        for r in draining:
             writebacks.extend(self._plan_writeback(r))
         l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
@@ -317,11 +331,7 @@ class Scheduler:
         budget = self.config.max_tokens
         cap = self.config.max_adapters
         adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
-        order = (
-            self._ordered(PREFILLING)
-            + self._ordered(SUBMITTED, State.PREFETCH_DONE)
-            + self._ordered(RETRACTED)
-        )
+        order = prefilling + fresh + retracted
         max_batch = self.config.max_batch
         for r in order:
             if len(rows) >= max_batch or budget <= 0:
@@ -340,8 +350,8 @@ class Scheduler:
                 if cap:
                     self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
-            for r in self._ordered(DECODING):
-                if r.awaiting or r.state is not DECODING:
+            for r in decoding:
+                if r.awaiting or r.state is not DECODING:  # retracted by a row before it
                     continue
                 if len(rows) >= max_batch or budget <= 0:
                     break
