@@ -17,11 +17,20 @@ def is_candidate(node: Node, tier: Tier) -> bool:
     """An evictable leaf of ``tier``: holds pages there, unpinned there, no child has any there."""
     if node.parent is None:  # a root holds no pages of its own
         return False
-    if tier is DEVICE:  # a leaf, the usual case, without a generator
-        return node.device is not None and node.device_ref == 0 and (
-            not node.children or all(c.device is None for c in node.children.values()))
-    return node.host is not None and node.host_ref == 0 and (
-        not node.children or all(c.host is None for c in node.children.values()))
+    # Spelled as loops, not ``all`` over a generator: asked tens of times a plan.
+    if tier is DEVICE:
+        if node.device is None or node.device_ref != 0:
+            return False
+        for c in node.children.values():
+            if c.device is not None:
+                return False
+        return True
+    if node.host is None or node.host_ref != 0:
+        return False
+    for c in node.children.values():
+        if c.host is not None:
+            return False
+    return True
 
 
 class VictimIndex:
