@@ -181,8 +181,8 @@ class SchedulerSnapshot:
 
 # The queue of ``next_plan`` a request in each of these states is planned from: draining,
 # prefilling, new or prefetched, retracted, decoding (PLAN-1).
-_QUEUE = {DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, State.PREFETCH_DONE: 2, RETRACTED: 3,
-          DECODING: 4}
+_QUEUE = {DECODING: 4, DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, State.PREFETCH_DONE: 2,
+          RETRACTED: 3}  # the commonest state first: ``_ordered`` tests them in this order
 
 # The request-level runtime events and the state-machine event each one is.
 _EVENT_OF = {ExtendResult: EXTEND_RESULT, Finish: FINISH, Abort: Event.ABORT}
@@ -632,15 +632,15 @@ class Scheduler:
         for ev in events:
             kind = _EVENT_OF.get(type(ev))  # a request's event, the common case
             if kind is None:
-                if isinstance(ev, (PrefetchDone, BackupDone)):
-                    self._check_l3(ev, l3, states)
-                elif isinstance(ev, WritebackDone):
+                if isinstance(ev, WritebackDone):
                     self._check_writeback(ev, ops, states)
+                elif isinstance(ev, (PrefetchDone, BackupDone)):
+                    self._check_l3(ev, l3, states)
                 else:
                     raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
                 continue
             rid = ev.rid
-            now = states.of(rid)
+            now = states.get(rid) or states.of(rid)  # changed by an earlier event, or as it is
             if now is None:
                 raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
                                      rid, None, str(kind))
