@@ -21,13 +21,13 @@ def is_candidate(node: Node, tier: Tier) -> bool:
     if tier is DEVICE:
         if node.device is None or node.device_ref != 0:
             return False
-        for c in node.children.values():
+        for c in node.children.values():  # noqa: SIM110 (no generator: see above)
             if c.device is not None:
                 return False
         return True
     if node.host is None or node.host_ref != 0:
         return False
-    for c in node.children.values():
+    for c in node.children.values():  # noqa: SIM110 (no generator: see above)
         if c.host is not None:
             return False
     return True
