@@ -51,7 +51,7 @@ from kvconf.reference.window import window_from_model_config
 # of a global. The rest (prefetch, retraction, abort) are spelled with their Enum.
 SUBMITTED, PREFILLING, PREFILL_DONE, DECODING = (
     State.SUBMITTED, State.PREFILLING, State.PREFILL_DONE, State.DECODING)
-RETRACTING, RETRACTED = State.RETRACTING, State.RETRACTED
+RETRACTING, RETRACTED, PREFETCH_DONE = State.RETRACTING, State.RETRACTED, State.PREFETCH_DONE
 DRAINING, WRITING_BACK, FINISHED = State.DRAINING, State.WRITING_BACK, State.FINISHED
 CHUNK, LAST_CHUNK, DECODE, EXTEND_RESULT = (
     Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.EXTEND_RESULT)
@@ -181,7 +181,7 @@ class SchedulerSnapshot:
 
 # The queue of ``next_plan`` a request in each of these states is planned from: draining,
 # prefilling, new or prefetched, retracted, decoding (PLAN-1).
-_QUEUE = {DECODING: 4, DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, State.PREFETCH_DONE: 2,
+_QUEUE = {DECODING: 4, DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, PREFETCH_DONE: 2,
           RETRACTED: 3}  # the commonest state first: ``_ordered`` tests them in this order
 
 # The request-level runtime events and the state-machine event each one is.
@@ -481,7 +481,7 @@ class Scheduler:
         return True
 
     def _prefill_row(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> ForwardRow | None:
-        fresh = r.state in (SUBMITTED, RETRACTED, State.PREFETCH_DONE)
+        fresh = r.state in (SUBMITTED, RETRACTED, PREFETCH_DONE)
         if fresh and not self._admit(r, budget, loadbacks):
             return None
         reused = r.computed if fresh else 0
