@@ -295,15 +295,9 @@ class PrefixCache:
                 host_node = n
                 host.extend(n.host)
         p = self.page_size
-        return MatchResult(
-            namespace=root.namespace,
-            device_len=len(device) * p,
-            host_len=len(host) * p,
-            device_pages=tuple(device),
-            host_pages=tuple(host),
-            device_node=dev_node.id,
-            host_node=host_node.id,
-        )
+        # namespace, device_len, host_len, device_pages, host_pages, device_node, host_node
+        return MatchResult(root.namespace, len(device) * p, len(host) * p, tuple(device),
+                           tuple(host), dev_node.id, host_node.id)
 
     def _validate_insert(self, steps: list[Step], tokens: Sequence[int],
                          pages: Sequence[int]) -> None:
@@ -377,8 +371,8 @@ class PrefixCache:
             self._attach_device(child, list(pages[pos // p :]), CALLER, now)
             held.extend(pages[pos // p :])
             node = child
-        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
-                            node=node.id, device_pages=tuple(held))
+        # cached_len, new_len, freed, node, device_pages
+        return InsertResult(cached, len(tokens) - cached, tuple(freed), node.id, tuple(held))
 
     def _attach_device(self, node: Node, pages: Sequence[int], src_owner: str, now: int) -> None:
         self.pools[DEVICE].move(pages, src_owner, node_owner(node.id))
@@ -388,13 +382,10 @@ class PrefixCache:
         if self._ghosts and self._detached(node):
             return  # a loadback landing for a holder of an unloaded adapter: not cached
         self._emit(
-            KVEvent(
-                kind=STORED,
-                block_hashes=node.hashes,
-                namespace=node.namespace,
-                parent_hash=node.parent.last_hash() if node.parent else None,
-                tokens=tuple(node.key),
-                block_size=self.page_size,
+            KVEvent(  # kind, block_hashes, namespace, parent_hash, tokens, block_size
+                STORED, node.hashes, node.namespace,
+                node.parent.last_hash() if node.parent else None, tuple(node.key),
+                self.page_size,
             )
         )
 
