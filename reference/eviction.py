@@ -17,11 +17,20 @@ def is_candidate(node: Node, tier: Tier) -> bool:
     """An evictable leaf of ``tier``: holds pages there, unpinned there, no child has any there."""
     if node.parent is None:  # a root holds no pages of its own
         return False
-    if tier is DEVICE:  # a leaf, the usual case, without a generator
-        return node.device is not None and node.device_ref == 0 and (
-            not node.children or all(c.device is None for c in node.children.values()))
-    return node.host is not None and node.host_ref == 0 and (
-        not node.children or all(c.host is None for c in node.children.values()))
+    # Spelled as loops, not ``all`` over a generator: asked tens of times a plan.
+    if tier is DEVICE:
+        if node.device is None or node.device_ref != 0:
+            return False
+        for c in node.children.values():  # noqa: SIM110 (no generator: see above)
+            if c.device is not None:
+                return False
+        return True
+    if node.host is None or node.host_ref != 0:
+        return False
+    for c in node.children.values():  # noqa: SIM110 (no generator: see above)
+        if c.host is not None:
+            return False
+    return True
 
 
 class VictimIndex:
@@ -53,10 +62,16 @@ class VictimIndex:
     def offer(self, node: Node | None) -> None:
         if node is None or node.parent is None:
             return
-        # A node absent from a tier is no candidate there: the usual case, told without a call.
-        if node.device is not None and is_candidate(node, DEVICE):
+        # A node absent from a tier or pinned there is no candidate there, and one whose newest
+        # entry there has its access time needs no new entry whether it is one or not: the
+        # usual cases, told before the candidate test (which may look at every child).
+        if node.device is not None and node.device_ref == 0 \
+                and self._filed[DEVICE].get(node.id) != node.device_access \
+                and is_candidate(node, DEVICE):
             self._file(DEVICE, node, node.device_access)
-        if node.host is not None and is_candidate(node, HOST):
+        if node.host is not None and node.host_ref == 0 \
+                and self._filed[HOST].get(node.id) != node.host_access \
+                and is_candidate(node, HOST):
             self._file(HOST, node, node.host_access)
 
     def pop(self, tier: Tier, nodes: dict[int, Node]) -> Node | None:

@@ -88,10 +88,11 @@ def chain_hashes(
     """Hashes of consecutive full pages of ``tokens``, chained from ``parent``: each page's
     :func:`block_hash`, with the tokens packed once for all pages."""
     body, width = token_bytes(tokens), 4 * page_size
-    link, scope = _link(parent), _scope(namespace, page_size)
+    scope = _scope(namespace, page_size)
+    head = _link(parent) + scope  # what comes before a page's tokens
     out: list[int] = []
     for start in range(0, len(tokens) // page_size * width, width):
-        digest = blake2b(link + scope + body[start : start + width], digest_size=8).digest()
+        digest = blake2b(head + body[start : start + width], digest_size=8).digest()
         out.append(int.from_bytes(digest, "little"))
-        link = b"\x01" + digest  # the next page's parent is this page: its digest, as is
+        head = b"\x01" + digest + scope  # the next page's parent is this page: its digest
     return out

@@ -25,8 +25,11 @@ def transfer_owner(op_id: int) -> str:
     return f"transfer:{op_id}"
 
 
+_NODE = "node:"  # the prefix of a tree node's owner name
+
+
 def _cached(owner: str) -> bool:
-    return owner.startswith("node:")
+    return owner.startswith(_NODE)
 
 
 class PagePool:
@@ -94,7 +97,7 @@ class PagePool:
         owners = self._owner
         for p in pages:
             owners[p] = dst
-        self._cached += len(pages) * (_cached(dst) - _cached(src))
+        self._cached += len(pages) * (dst.startswith(_NODE) - src.startswith(_NODE))
 
     def release(self, pages: Sequence[int], src: str) -> None:
         """Return ``pages`` from ``src`` to the free list."""

@@ -36,7 +36,7 @@ class LockTable:
     def acquire(self, node: Node, tier: Tier, internal: bool = False) -> int:
         """Pin ``node`` and its ancestors on ``tier``, walking up the parent links; the watch
         hears of each one that was unpinned there."""
-        device = tier is DEVICE
+        device, watch = tier is DEVICE, self._watch
         n: Node | None = node
         while n is not None:
             if device:
@@ -45,8 +45,8 @@ class LockTable:
             else:
                 n.host_ref += 1
                 first = n.host_ref == 1
-            if first and self._watch is not None:
-                self._watch(n, tier, 1)
+            if first and watch is not None:
+                watch(n, tier, 1)
             n = n.parent
         self._next += 1
         self._locks[self._next] = Lock(node, tier, internal)
@@ -59,7 +59,7 @@ class LockTable:
             raise CacheError("unbalanced_unlock", f"lock handle {handle} is not held")
         del self._locks[handle]
         tier = lock.tier
-        device = tier is DEVICE
+        device, watch = tier is DEVICE, self._watch
         n: Node | None = lock.node
         while n is not None:
             if device:
@@ -68,8 +68,8 @@ class LockTable:
             else:
                 n.host_ref -= 1
                 last = n.host_ref == 0
-            if last and self._watch is not None:
-                self._watch(n, tier, -1)
+            if last and watch is not None:
+                watch(n, tier, -1)
             n = n.parent
         return lock.node
 

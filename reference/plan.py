@@ -2,9 +2,10 @@
 
 Plain dataclasses, compared by value: the same objects are compared by the determinism oracle,
 written into traces and read by any runtime, so nothing in them is an engine-internal handle. All
-are frozen but ``ForwardRow``, made once per request per plan: a frozen slotted dataclass pays one
-``object.__setattr__`` per field when made, several times the cost of a plain one. Nothing changes
-a row once made (``dataclasses.replace`` makes a new one); it hashes by value like the rest.
+are frozen but ``ForwardRow``, made once per request per plan, and ``CopyOp`` and ``Plan``, made
+once per copy and per plan: a frozen slotted dataclass pays one ``object.__setattr__`` per field
+when made, several times the cost of a plain one. Nothing changes one of these once made
+(``dataclasses.replace`` makes a new one); they hash by value like the rest.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class ForwardRow:
     window_table: tuple[int, ...] = ()
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class CopyOp:
     """A copy the runtime performs: loadbacks before the plan's forward, writebacks after it."""
 
@@ -93,7 +94,7 @@ class L3Op:
     keys: tuple[str, ...]  # hex SHA-256 rolling keys (L3-1)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class Plan:
     """What the scheduler hands the runtime for one step: the forward's rows, the copies before
     and after it, the L3 transfers it starts and the pages to zero (spec chapter plans)."""

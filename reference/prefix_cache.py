@@ -31,6 +31,8 @@ from kvconf.reference.snapshot import (
 from kvconf.reference.tiers import DEVICE, HOST, Tier, as_tier
 
 _TOP_BYTE = 7 if sys.byteorder == "little" else 0  # where an array("Q") word keeps its top byte
+# The kinds of event a cache operation emits, read as module constants (see ``tiers``).
+STORED, REMOVED = EventKind.STORED, EventKind.REMOVED
 # Each tier's counter names (POOL-6), spelled once.
 _COUNTERS = {tier: tuple(f"{kind}_{tier.value}" for kind in ("available", "cached", "evictable"))
              for tier in Tier}
@@ -185,16 +187,8 @@ class PrefixCache:
     ) -> Node:
         self._next_id += 1
         self._seq += 1
-        node = Node(
-            id=self._next_id,
-            namespace=namespace,
-            parent=parent,
-            key=key,
-            device=None,
-            host=None,
-            hashes=tuple(hashes),
-            seq=self._seq,
-        )
+        # id, namespace, parent, key, device, host, hashes, seq: by position, made often
+        node = Node(self._next_id, namespace, parent, key, None, None, tuple(hashes), self._seq)
         self._nodes[node.id] = node
         if parent is not None:
             parent.children[first_page(key, 0, self.page_size)] = node
@@ -301,15 +295,9 @@ class PrefixCache:
                 host_node = n
                 host.extend(n.host)
         p = self.page_size
-        return MatchResult(
-            namespace=root.namespace,
-            device_len=len(device) * p,
-            host_len=len(host) * p,
-            device_pages=tuple(device),
-            host_pages=tuple(host),
-            device_node=dev_node.id,
-            host_node=host_node.id,
-        )
+        # namespace, device_len, host_len, device_pages, host_pages, device_node, host_node
+        return MatchResult(root.namespace, len(device) * p, len(host) * p, tuple(device),
+                           tuple(host), dev_node.id, host_node.id)
 
     def _validate_insert(self, steps: list[Step], tokens: Sequence[int],
                          pages: Sequence[int]) -> None:
@@ -358,7 +346,8 @@ class PrefixCache:
             child = step.node
             if step.pages * p < len(child.key):  # the last one, where the tokens leave it
                 child = self._split(child, step.pages)
-            self._backfill_keys(child)
+            if self.config.l3:
+                self._backfill_keys(child)
             span = tuple(pages[pos // p : pos // p + len(child.key) // p])
             if child.device is None:
                 self._attach_device(child, span, CALLER, now)
@@ -382,8 +371,8 @@ class PrefixCache:
             self._attach_device(child, list(pages[pos // p :]), CALLER, now)
             held.extend(pages[pos // p :])
             node = child
-        return InsertResult(cached_len=cached, new_len=len(tokens) - cached, freed=tuple(freed),
-                            node=node.id, device_pages=tuple(held))
+        # cached_len, new_len, freed, node, device_pages
+        return InsertResult(cached, len(tokens) - cached, tuple(freed), node.id, tuple(held))
 
     def _attach_device(self, node: Node, pages: Sequence[int], src_owner: str, now: int) -> None:
         self.pools[DEVICE].move(pages, src_owner, node_owner(node.id))
@@ -393,13 +382,10 @@ class PrefixCache:
         if self._ghosts and self._detached(node):
             return  # a loadback landing for a holder of an unloaded adapter: not cached
         self._emit(
-            KVEvent(
-                kind=EventKind.STORED,
-                block_hashes=node.hashes,
-                namespace=node.namespace,
-                parent_hash=node.parent.last_hash() if node.parent else None,
-                tokens=tuple(node.key),
-                block_size=self.page_size,
+            KVEvent(  # kind, block_hashes, namespace, parent_hash, tokens, block_size
+                STORED, node.hashes, node.namespace,
+                node.parent.last_hash() if node.parent else None, tuple(node.key),
+                self.page_size,
             )
         )
 
@@ -596,7 +582,7 @@ class PrefixCache:
         self.pools[tier].release(pages, node_owner(node.id))
         self._set_pages(node, tier, None)
         if tier is DEVICE and not (self._ghosts and self._detached(node)):
-            self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace, None, (), 0))
+            self._emit(KVEvent(REMOVED, node.hashes, node.namespace, None, (), 0))
         if node.device is None and node.host is None:
             assert node.parent is not None and not node.children
             del node.parent.children[first_page(node.key, 0, self.page_size)]
@@ -617,7 +603,7 @@ class PrefixCache:
         self._ghosts.append(root)
         for node in self._subtree(root):  # nothing of it can be matched any more
             if node.device is not None and node is not root:
-                self._emit(KVEvent(EventKind.REMOVED, node.hashes, node.namespace,
+                self._emit(KVEvent(REMOVED, node.hashes, node.namespace,
                                    None, (), 0))
         return self._sweep_ghosts()
 

@@ -128,9 +128,15 @@ Move = tuple[State, Event, State]  # (state, event, next state)
 MOVES: frozenset[Move] = frozenset(
     (state, event, to) for (state, event), targets in TRANSITIONS.items() for to in targets)
 # Every triple, legal or not, numbered: how a log keeps a move in one small int (a variant of
-# the reference may take a move the table lacks, and its log records it as taken).
-_ALL_MOVES: tuple[Move, ...] = tuple((s, e, t) for s in State for e in Event for t in State)
-_MOVE_CODE = {m: i for i, m in enumerate(_ALL_MOVES)}
+# the reference may take a move the table lacks, and its log records it as taken). The table's
+# moves come first, in its order, so a move's number also says whether it is legal: below
+# ``LEGAL_MOVES``. One look-up then both checks a move and gives the log its number.
+_ALL_MOVES: tuple[Move, ...] = tuple(
+    (state, event, to) for (state, event), targets in TRANSITIONS.items() for to in targets
+) + tuple(m for m in ((s, e, t) for s in State for e in Event for t in State) if m not in MOVES)
+MOVE_CODE: dict[Move, int] = {m: i for i, m in enumerate(_ALL_MOVES)}
+LEGAL_MOVES = len(MOVES)
+_MOVE_CODE = MOVE_CODE
 
 
 class TransitionLog(Sequence[Transition]):
@@ -152,8 +158,12 @@ class TransitionLog(Sequence[Transition]):
 
     def add(self, rid: str, move: Move) -> None:
         """Record that request ``rid`` made ``move``."""
+        self.add_code(rid, _MOVE_CODE[move])
+
+    def add_code(self, rid: str, code: int) -> None:
+        """Record that request ``rid`` made the move numbered ``code`` (``MOVE_CODE``)."""
         self._rids.append(rid)
-        self._moves.append(_MOVE_CODE[move])
+        self._moves.append(code)
 
     def _at(self, i: int) -> Transition:
         return (self._rids[i], *_ALL_MOVES[self._moves[i]])

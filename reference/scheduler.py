@@ -34,7 +34,8 @@ from kvconf.reference.plan import (
 from kvconf.reference.prefix_cache import CacheConfig, PrefixCache
 from kvconf.reference.radix_tree import TOKEN
 from kvconf.reference.requests import (
-    MOVES,
+    LEGAL_MOVES,
+    MOVE_CODE,
     TRANSITIONS,
     Event,
     State,
@@ -50,7 +51,7 @@ from kvconf.reference.window import window_from_model_config
 # of a global. The rest (prefetch, retraction, abort) are spelled with their Enum.
 SUBMITTED, PREFILLING, PREFILL_DONE, DECODING = (
     State.SUBMITTED, State.PREFILLING, State.PREFILL_DONE, State.DECODING)
-RETRACTING, RETRACTED = State.RETRACTING, State.RETRACTED
+RETRACTING, RETRACTED, PREFETCH_DONE = State.RETRACTING, State.RETRACTED, State.PREFETCH_DONE
 DRAINING, WRITING_BACK, FINISHED = State.DRAINING, State.WRITING_BACK, State.FINISHED
 CHUNK, LAST_CHUNK, DECODE, EXTEND_RESULT = (
     Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.EXTEND_RESULT)
@@ -178,6 +179,11 @@ class SchedulerSnapshot:
     mamba: MambaView | None = None  # state pools and entries (spec chapter mamba)
 
 
+# The queue of ``next_plan`` a request in each of these states is planned from: draining,
+# prefilling, new or prefetched, retracted, decoding (PLAN-1).
+_QUEUE = {DECODING: 4, DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, PREFETCH_DONE: 2,
+          RETRACTED: 3}  # the commonest state first: ``_ordered`` tests them in this order
+
 # The request-level runtime events and the state-machine event each one is.
 _EVENT_OF = {ExtendResult: EXTEND_RESULT, Finish: FINISH, Abort: Event.ABORT}
 
@@ -263,8 +269,9 @@ class Scheduler:
     # ----------------------------------------------------------------- transitions
     def _move(self, r: Request, event: Event, to: State) -> None:
         move = (r.state, event, to)
-        assert move in MOVES, (r.rid, move)
-        self.transitions.add(r.rid, move)
+        code = MOVE_CODE[move]  # the move's number in the log, and below LEGAL_MOVES if legal
+        assert code < LEGAL_MOVES, (r.rid, move)
+        self.transitions.add_code(r.rid, code)
         r.state = to
 
     def _release_slot(self, r: Request) -> None:
@@ -308,8 +315,15 @@ class Scheduler:
             self._mbusy = []
         for rid in [rid for rid, r in self.requests.items() if r.state is FINISHED]:
             del self.requests[rid]
+        # The requests this plan may act on, by arrival, in one pass: the draining ones, then
+        # the ones a prefill row may take (prefilling first, then new and prefetched, then
+        # retracted), then the decoding ones. Planning a row or a writeback moves a request
+        # out of its queue, never into a later one, so the queues hold from here on.
+        draining, prefilling, fresh, retracted, decoding = queues = ([], [], [], [], [])
+        for r in self._ordered(*_QUEUE):
+            queues[_QUEUE[r.state]].append(r)
         writebacks: list[CopyOp] = []
-        for r in self._ordered(DRAINING):
+        for r in draining:
             writebacks.extend(self._plan_writeback(r))
         l3, self._backups = self._backups, []
         rows: list[ForwardRow] = []
@@ -317,11 +331,7 @@ class Scheduler:
         budget = self.config.max_tokens
         cap = self.config.max_adapters
         adapters: set[int] = set()  # adapters of the rows planned so far (PLAN-9)
-        order = (
-            self._ordered(PREFILLING)
-            + self._ordered(SUBMITTED, State.PREFETCH_DONE)
-            + self._ordered(RETRACTED)
-        )
+        order = prefilling + fresh + retracted
         max_batch = self.config.max_batch
         for r in order:
             if len(rows) >= max_batch or budget <= 0:
@@ -340,8 +350,8 @@ class Scheduler:
                 if cap:
                     self._count_adapter(row, adapters)
         if self.config.mixed or not rows:
-            for r in self._ordered(DECODING):
-                if r.awaiting or r.state is not DECODING:
+            for r in decoding:
+                if r.awaiting or r.state is not DECODING:  # retracted by a row before it
                     continue
                 if len(rows) >= max_batch or budget <= 0:
                     break
@@ -471,7 +481,7 @@ class Scheduler:
         return True
 
     def _prefill_row(self, r: Request, budget: int, loadbacks: list[CopyOp]) -> ForwardRow | None:
-        fresh = r.state in (SUBMITTED, RETRACTED, State.PREFETCH_DONE)
+        fresh = r.state in (SUBMITTED, RETRACTED, PREFETCH_DONE)
         if fresh and not self._admit(r, budget, loadbacks):
             return None
         reused = r.computed if fresh else 0
@@ -622,15 +632,15 @@ class Scheduler:
         for ev in events:
             kind = _EVENT_OF.get(type(ev))  # a request's event, the common case
             if kind is None:
-                if isinstance(ev, (PrefetchDone, BackupDone)):
-                    self._check_l3(ev, l3, states)
-                elif isinstance(ev, WritebackDone):
+                if isinstance(ev, WritebackDone):
                     self._check_writeback(ev, ops, states)
+                elif isinstance(ev, (PrefetchDone, BackupDone)):
+                    self._check_l3(ev, l3, states)
                 else:
                     raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
                 continue
             rid = ev.rid
-            now = states.of(rid)
+            now = states.get(rid) or states.of(rid)  # changed by an earlier event, or as it is
             if now is None:
                 raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
                                      rid, None, str(kind))

@@ -311,8 +311,9 @@ class DefersLoadedRows(AcknowledgesLoadbacks):
         self._defer: set[str] = set()  # requests of this plan whose row waits
 
     def _ordered(self, *states):
-        out = [r for r in super()._ordered(*states) if r.rid not in self._held]
-        return [] if self._hide_decodes and State.DECODING in states else out
+        hide = self._hide_decodes  # no decode row joins a plan its held prefill rows are in
+        return [r for r in super()._ordered(*states) if r.rid not in self._held
+                and not (hide and r.state is State.DECODING)]
 
     _hide_decodes = False
     _deferring = False  # a loadback of this plan is deferred: admit nobody after it
