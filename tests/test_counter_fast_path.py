@@ -93,14 +93,14 @@ def test_fast_path_holds_only_where_the_judge_finds_nothing(config):
 
 @pytest.mark.parametrize("config", CONFIGS, ids=("default", "tight"))
 def test_counts_kept_part_by_part_are_the_snapshots_counts(config):
-    """``CounterOracle._shown_cache`` keeps each part of the counts while what it reads is the
+    """``CounterOracle._shown`` keeps each part of the counts while what it reads is the
     same: at every step they must be the counts read afresh from the snapshot."""
     checked = 0
     real = CounterOracle.after_step
 
     def spy(self, ctx: Ctx) -> None:
         nonlocal checked
-        assert self._shown_cache(ctx.after) == snapshot_counts(ctx.after), ctx.index
+        assert self._shown(ctx.after) == snapshot_counts(ctx.after), ctx.index
         checked += 1
         real(self, ctx)
 

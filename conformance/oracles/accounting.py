@@ -118,27 +118,15 @@ class CounterOracle(Oracle):
     def __init__(self) -> None:
         self.shown: tuple | None = None  # (nodes, pools, their counts) of the last snapshot
         self.passed: tuple | None = None  # the counts and state of the last step that held
-        # Parts of the last counts, each with what it was read from (``_shown_cache``): the
+        # Parts of the last counts, each with what it was read from (``_shown``): the
         # nodes and their unpinned pages; by tier, the pool and its free and cached pages.
         self.unpinned: tuple | None = None
         self.pooled: dict[Tier, tuple] = {}
 
     def _shown(self, snap: CacheSnapshot) -> dict[str, int]:
-        """``snapshot_counts`` of ``snap``, kept while its nodes and pools are the same objects
-        (they are all it reads)."""
-        last = self.shown
-        if (self.incremental and last is not None and last[0] is snap.nodes
-                and last[1] is snap.pools):
-            return last[2]
-        counts = snapshot_counts(snap)
-        self.shown = (snap.nodes, snap.pools, counts)
-        return counts
-
-    def _shown_cache(self, snap: CacheSnapshot) -> dict[str, int]:
-        """``snapshot_counts`` of ``snap`` at the cache level, each part kept while what it
-        reads is the same: a pool's counts while it is the same object, the unpinned pages
-        while the nodes show the same pages and pins (``_COUNTED``; a match changes only
-        access times)."""
+        """``snapshot_counts`` of ``snap``, each part kept while what it reads is the same: a
+        pool's counts while it is the same object, the unpinned pages while the nodes show the
+        same pages and pins (``_COUNTED``; a match changes only access times)."""
         if not self.incremental:
             return snapshot_counts(snap)
         last = self.shown
@@ -203,7 +191,7 @@ class CounterOracle(Oracle):
         if ctx.counters is None:
             return
         led = ctx.ledger
-        shown = self._shown_cache(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
+        shown = self._shown(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
         counters = ctx.counters
         reported = ((tuple(counters.items()), tuple(map(type, counters.values())))
                     if type(counters) is dict else None)  # by type too: True is not a count
