@@ -140,10 +140,7 @@ class CacheDriver:
         if call != "counters":
             self._clean = False
         try:
-            out = fn(*args)
-            types = RETURNS.get(call)
-            if types is not None and type(out) not in types:  # else ``_check_return`` passes
-                out = _check_return(call, out, self.ctx.index)
+            out = _check_return(call, fn(*args), self.ctx.index)
         except EngineRejected as e:
             if legal:
                 raise rejected(call, e) from e

@@ -22,11 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.faults import raised, rejected
+from kvconf.conformance.faults import call_legal
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.trace import Step
-from kvconf.conformance.violation import Violation
 
 # One call: (step index, call, arguments, answer as ``answer`` reads it). The call
 # "drain_events" has the event rows as its answer; REJECTED is the answer of a call the engine
@@ -126,14 +125,7 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                 except EngineRejected:
                     got = REJECTED
             else:
-                try:  # ``call_legal``, inline: a refusal or any exception is FAULT-2
-                    got = fn(*args)
-                except EngineRejected as e:
-                    raise rejected(call, e) from e
-                except Violation:
-                    raise
-                except Exception as e:
-                    raise raised(call, e) from e
+                got = call_legal(call, fn, *args)
         (a, first) = want
         try:
             (b, again) = answer(call, got)
