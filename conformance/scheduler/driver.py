@@ -11,7 +11,7 @@ wrong page, a loadback after the forward or a namespace leak shows up as a wrong
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache, partial
 from typing import Any
 
@@ -921,44 +921,40 @@ class SchedulerDriver:
                 self.live[op.rid].copying.discard(op.op_id)
         return out
 
-    def _fixed_probe(self, step: int, k: int | None, idle: list[Live]
-                     ) -> tuple[int, tuple[str, list, tuple[str, str] | None] | None]:
+    def _fixed_probes(self, step: int, idle: list[Live]
+                      ) -> list[Callable[[], tuple[str, list, tuple[str, str] | None]]]:
         """The illegal events tried whatever the states: black-box ones, and an ExtendResult
-        for a request with no token due (one of ``idle``). Returns how many there are and the
-        ``k``-th (None for none): only the chosen one is built, as every plan tries one probe."""
-        n = 2 + (2 if self.l3 is not None else 0) + (1 if idle else 0)
-        if k is None or k >= n:
-            return n, None
-        if k == 0:
-            return n, (UNKNOWN + "an acknowledgement of an unknown writeback",
-                       [WritebackDone(10**9 + step, True)], None)
-        if k == 1:
-            return n, (UNKNOWN + "an Abort of a request never submitted",
-                       [Abort(f"nobody-{step}")], None)
-        if self.l3 is not None and k == 2:
-            return n, (UNKNOWN + "a PrefetchDone of an unknown prefetch",
-                       [PrefetchDone(10**9 + step, 0)], None)
-        if self.l3 is not None and k == 3:
-            return n, (UNKNOWN + "a BackupDone of an unknown backup",
-                       [BackupDone(10**9 + step, True)], None)
-        r = idle[step % len(idle)]
-        return n, (f"an ExtendResult for {r.rid}, which has no token due",
-                   [ExtendResult(r.rid, 0)], None)
+        for a request with no token due (one of ``idle``). Each is made when called: every
+        plan tries one probe, so only the chosen one is built."""
+        out: list[Callable[[], tuple[str, list, tuple[str, str] | None]]] = [
+            lambda: (UNKNOWN + "an acknowledgement of an unknown writeback",
+                     [WritebackDone(10**9 + step, True)], None),
+            lambda: (UNKNOWN + "an Abort of a request never submitted",
+                     [Abort(f"nobody-{step}")], None),
+        ]
+        if self.l3 is not None:
+            out.append(lambda: (UNKNOWN + "a PrefetchDone of an unknown prefetch",
+                                [PrefetchDone(10**9 + step, 0)], None))
+            out.append(lambda: (UNKNOWN + "a BackupDone of an unknown backup",
+                                [BackupDone(10**9 + step, True)], None))
+        if idle:
+            r = idle[step % len(idle)]
+            out.append(lambda: (f"an ExtendResult for {r.rid}, which has no token due",
+                                [ExtendResult(r.rid, 0)], None))
+        return out
 
     def _chosen_probe(self, step: int) -> tuple[str, list, tuple[str, str] | None]:
         """The illegal event to try after this call, in turn over the fixed ones and, with a
         snapshot, every (request, runtime event) its state does not allow (so each illegal
         pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
         idle = [r for r in self.live.values() if not r.finished and not r.due]
-        fixed, _none = self._fixed_probe(step, None, idle)
+        fixed = self._fixed_probes(step, idle)
         views = () if self.snap is None else self.snap.requests
         kinds = [_illegal(v.state, bool(v.awaiting)) for v in views]
-        k = step % (fixed + sum(map(len, kinds)))
-        if k < fixed:
-            chosen = self._fixed_probe(step, k, idle)[1]
-            assert chosen is not None
-            return chosen
-        k -= fixed
+        k = step % (len(fixed) + sum(map(len, kinds)))
+        if k < len(fixed):
+            return fixed[k]()
+        k -= len(fixed)
         i = 0
         while k >= len(kinds[i]):  # the k-th (request, event) pair
             k -= len(kinds[i])
