@@ -93,6 +93,9 @@ class CacheDriver:
         self.hooks: dict[str, list] = {
             h: [getattr(o, h) for o in self.oracles
                 if getattr(type(o), h) is not getattr(Oracle, h)] for h in HOOKS}
+        # ``after_step`` in a step that acknowledged no copy: the oracles that judge nothing
+        # else (``Oracle.after_acks_only``) have nothing to do there.
+        self.quiet = [fn for fn in self.hooks["after_step"] if not fn.__self__.after_acks_only]
         self.ledger = Ledger(
             engine.page_size,
             memory(engine.page_size,
@@ -157,6 +160,12 @@ class CacheDriver:
         ctx = self.ctx
         for fn in self.hooks[hook]:
             fn(ctx, *args)
+
+    def _after_step(self) -> None:
+        """The oracles' ``after_step``, of those with something to judge in this step."""
+        ctx = self.ctx
+        for fn in self.hooks["after_step"] if ctx.acks else self.quiet:
+            fn(ctx)
 
     # ----------------------------------------------------------------- engine calls
     def _alloc(self, n: int) -> list[int] | None:
@@ -251,8 +260,8 @@ class CacheDriver:
             self._snap = self._snapshot()
             self.ctx.after = self._snap
             self.ctx.counters = self._counters()
-            self._notify("after_step")
-            out["events"] = rows = event_rows(events)
+            self._after_step()
+            out["events"] = rows = event_rows(events) if events else []
             if self.tape is not None and self.events_on:
                 self.tape.append((index, "drain_events", (), (rows, ())))
             if step.expect is not None and self.expect:
@@ -393,7 +402,7 @@ class CacheDriver:
         self._snap = self._snapshot()
         self.ctx.after = self._snap
         self.ctx.counters = self._counters()
-        self._notify("after_step")
+        self._after_step()
 
     def drain(self) -> None:
         """Bring the engine to rest and check that everything comes home (POOL-5).

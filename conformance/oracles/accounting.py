@@ -269,8 +269,10 @@ def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led,
         if early and op.kind == "loadback":
             continue  # as ``_judge``: counted among the cached pages
         landing[Tier.HOST if op.kind == "writeback" else Tier.DEVICE] += len(op.pairs)
+    get = counts.get
     for tier, size in led.sizes.items():
-        a, c, e = (counts.get(k) for k in _NAMES[tier])
+        names = _NAMES[tier]
+        a, c, e = get(names[0]), get(names[1]), get(names[2])
         if (a is not None and a > size) or (c is not None and c > size):
             return False
         if a is not None and c is not None and (

@@ -43,6 +43,10 @@ class Oracle:
     incremental: ClassVar[bool] = True
     behaviours: ClassVar[tuple[str, ...]] = ()
     needs: ClassVar[frozenset[Feature]] = frozenset()
+    # Whether ``after_step`` judges only the copies acknowledged in the step (``Ctx.acks``) and
+    # does nothing in a step with none: the cache driver then calls it only after a step that
+    # acknowledged one (tests play both ways and compare the verdicts).
+    after_acks_only: ClassVar[bool] = False
 
     @classmethod
     def applies(cls, engine: CacheEngine) -> bool:

@@ -25,6 +25,7 @@ def filling(ctx: Ctx) -> dict[int, object]:
 
 class ContentOracle(Oracle):
     name = "content"
+    after_acks_only = True  # its after_step reads nothing but ``ctx.acks``
     behaviours = ("TREE-2", "NS-1", "HOST-11")
 
     def __init__(self) -> None:

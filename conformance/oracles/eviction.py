@@ -59,6 +59,7 @@ class EvictionOracle(Oracle):
     behaviours = ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5", "HOST-6", "HOST-12",
                   "PIN-2")
     needs = frozenset({Feature.SNAPSHOT})
+    after_acks_only = True  # HOST-6 is judged after a writeback lands, and only then
 
     @classmethod
     def applies(cls, engine) -> bool:

@@ -14,6 +14,7 @@ from kvconf.reference.tiers import Tier
 
 class FaultOracle(Oracle):
     name = "faults"
+    after_acks_only = True  # its after_step reads nothing but ``ctx.acks``
     behaviours = ("FAULT-1", "FAULT-2", "PIN-3", "HOST-4", "HOST-5")
 
     def on_unchanged_call(self, ctx, call, detail, before, after) -> None:

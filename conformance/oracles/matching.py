@@ -45,9 +45,8 @@ class MatchOracle(Oracle):
                             f"the last token of the {len(tokens)}-token query, and the engine "
                             "declares match_leaves_last")
         if isinstance(ctx.before, CacheSnapshot) and ctx.op in ("match", "extend"):
-            view = TreeView(ctx.before)
-            for tier, n in ((Tier.DEVICE, m.device_len), (Tier.HOST, m.host_len)):
-                want = view.longest(ns, scope, tier)
+            for tier, n, want in zip((Tier.DEVICE, Tier.HOST), (m.device_len, m.host_len),
+                                     _longest(TreeView(ctx.before), ns, scope), strict=True):
                 if n != want:
                     raise self.fail(
                         "TREE-1",
@@ -70,10 +69,9 @@ class MatchOracle(Oracle):
         if not (isinstance(ctx.after, CacheSnapshot) and isinstance(ctx.before, CacheSnapshot)) or (
                 pending is None and not inserted):
             return
-        after = TreeView(ctx.after)
         if pending is not None:
             # A locking match is judged on the tree between the match and its lock.
-            matched = TreeView(ctx.mid) if ctx.mid is not None else after
+            matched = TreeView(ctx.mid if ctx.mid is not None else ctx.after)
             ns, tokens, m = pending
             same = (self.incremental and ctx.before.roots == matched.snap.roots
                     and same_fields(matched.snap.nodes, ctx.before.nodes, _BLOCKS))
@@ -96,7 +94,7 @@ class MatchOracle(Oracle):
                     f"the match of {end} tokens ends inside a node that runs to {covered}",
                 )
         for ns, tokens, _pages, r in inserted:
-            got = after.longest(ns, tokens, Tier.DEVICE)
+            got = TreeView(ctx.after).longest(ns, tokens, Tier.DEVICE)
             if got != len(tokens):
                 raise self.fail(
                     "TREE-5", f"after inserting {len(tokens)} tokens the tree holds {got} of them"
@@ -105,3 +103,19 @@ class MatchOracle(Oracle):
             kept = [pg for pg in r.freed if pool.owners[pg] != "free"]
             if kept:
                 raise self.fail("TREE-5", f"insert reported pages {kept} freed but they are not")
+
+
+def _longest(view: TreeView, namespace: int, tokens: Sequence[int]) -> tuple[int, int]:
+    """``view.longest`` of ``tokens`` on the device tier and on the host tier (TREE-1), from
+    one walk down the tree."""
+    device = host = 0
+    on_device = on_host = True
+    p = view.p
+    for n, k in view.walk(namespace, tokens):
+        on_device = on_device and n.device is not None
+        on_host = on_host and n.host is not None
+        if not (on_device or on_host):
+            break
+        device += k * p if on_device else 0
+        host += k * p if on_host else 0
+    return device, host
