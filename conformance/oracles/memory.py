@@ -141,7 +141,7 @@ class PageHashOracle(Oracle):
         # A node a stream-ordered loadback is still filling, and what hangs below it, is
         # judged once the copy lands (HOST-11).
         skipped: set[int] = set()
-        for n in snap.nodes:
+        for n in snap.nodes if early else ():  # none while nothing is being filled
             if n.device and (n.parent in skipped or any(pg in early for pg in n.device)):
                 skipped.add(n.id)
         nodes = [n for n in snap.nodes if n.device and n.id not in skipped]
@@ -186,7 +186,7 @@ def _changed(nodes, then, written: set[tuple[Tier, int]], tails: dict[int, int])
     for n in nodes:
         o = old.get(n.id)
         if (o is None or (o is not n and _HASHED(o) != _HASHED(n)) or n.parent in dirty
-                or (n.device and (n.id not in tails
-                                  or any((Tier.DEVICE, pg) in written for pg in n.device)))):
+                or (n.device and (n.id not in tails or (written and any(
+                    (Tier.DEVICE, pg) in written for pg in n.device))))):
             dirty.add(n.id)
     return dirty

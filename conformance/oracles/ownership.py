@@ -202,7 +202,39 @@ def _same_pins(seen: tuple, passed: tuple) -> bool:
 
 def _pins_hold(snap, ctx: Ctx) -> bool:
     """Whether the pin checks of ``OwnershipOracle.judge`` hold (PIN-1): each node's counts
-    are the locks held on it or below, and the engine lists the caller's locks."""
+    are the locks held on it or below, and the engine lists the caller's locks. One pass up
+    the node list from its end, each node's locks added to its parent's once it is judged;
+    a list that does not give every node once, after its parent, and any count that differs,
+    are left to ``_pins_by_view``, which follows each lock up its parents as the judge does."""
+    if sum(1 for lk in snap.locks if not lk.internal) != len(ctx.ledger.live):
+        return False
+    dev: dict[int, int] = {}  # node id -> device locks held on it or below (so far)
+    host: dict[int, int] = {}
+    for lk in snap.locks:
+        if lk.tier is DEVICE:
+            dev[lk.node] = dev.get(lk.node, 0) + 1
+        elif lk.tier is HOST:
+            host[lk.node] = host.get(lk.node, 0) + 1
+    by_node = Feature.LOCK_HANDLES not in ctx.engine.features
+    done: set[int] = set()
+    for n in reversed(snap.nodes):
+        nid, par = n.id, n.parent
+        if nid in done or par in done:
+            return _pins_by_view(snap, ctx)
+        done.add(nid)
+        d, h = dev.get(nid, 0), host.get(nid, 0)
+        if (n.device_ref != d or n.host_ref != h) and not (by_node and par is None):
+            return _pins_by_view(snap, ctx)  # broken: the judge's own way says so
+        if par is not None:
+            if d:
+                dev[par] = dev.get(par, 0) + d
+            if h:
+                host[par] = host.get(par, 0) + h
+    return True
+
+
+def _pins_by_view(snap, ctx: Ctx) -> bool:
+    """``_pins_hold`` over any node list: each lock counted up its parents (``TreeView``)."""
     counts = TreeView(snap).subtree_locks()
     by_node = Feature.LOCK_HANDLES not in ctx.engine.features
     for n in snap.nodes:
@@ -223,10 +255,11 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
     p = snap.page_size
     view = TreeView(snap)
     nodes = view.nodes
-    claim: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
+    claim: dict[Tier, dict[int, str]] = {DEVICE: {}, HOST: {}}  # page -> its node's owner tag
     dev_claim, host_claim = claim[DEVICE], claim[HOST]
     for n in snap.nodes:
         dev, host, par = n.device, n.host, n.parent
+        tag = f"node:{n.id}"
         parent = nodes.get(par) if par is not None else None
         if par is not None and parent is None:
             return False
@@ -236,14 +269,14 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
             for pg in dev:
                 if pg in dev_claim:
                     return False
-                dev_claim[pg] = n.id
+                dev_claim[pg] = tag
         if host is not None:
             if parent is not None and (len(host) * p != len(n.key) or parent.host is None):
                 return False
             for pg in host:
                 if pg in host_claim:
                     return False
-                host_claim[pg] = n.id
+                host_claim[pg] = tag
     dst: dict[Tier, dict[int, int]] = {DEVICE: {}, HOST: {}}
     for t in snap.transfers:
         src, to = (DEVICE, HOST) if t.kind == "writeback" else (HOST, DEVICE)
@@ -263,12 +296,11 @@ def _holds(snap, ctx: Ctx, memo: dict | None = None) -> bool:
         if len(free) != len(pool.free):
             return False
         mine, landing = claim[tier], dst[tier]
-        tags = {nid: f"node:{nid}" for nid in set(mine.values())}
         caller = 0
         for pg, owner in enumerate(owners):
-            nid = mine.get(pg)
-            if nid is not None:
-                if owner != tags[nid] or pg in free:
+            tag = mine.get(pg)
+            if tag is not None:
+                if owner != tag or pg in free:
                     return False
             elif owner == "free":
                 if pg not in free:

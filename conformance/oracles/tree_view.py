@@ -60,14 +60,21 @@ class TreeView:
         self.snap = snap
         self.p = snap.page_size
         self.nodes = snap.node_map()
-        self.child: dict[tuple[int, tuple[int, ...]], NodeView] = {}
-        for n in snap.nodes:
-            if n.parent is not None:
-                self.child[(n.parent, n.key[: self.p])] = n
+        self._child: dict[tuple[int, tuple[int, ...]], NodeView] | None = None
         self._reachable: set[int] | None = None
         self._blocks: dict[tuple, Block] | None = None
         self._locks: dict[tuple[int, Tier], int] | None = None
         self._hashes: set[int] | None = None
+
+    @property
+    def child(self) -> dict[tuple[int, tuple[int, ...]], NodeView]:
+        """(parent id, its child's first page of tokens) -> the child: made when a walk first
+        needs it (most snapshots are never walked). Shared: callers read it, never change it."""
+        if self._child is None:
+            p = self.p
+            self._child = {(n.parent, n.key[:p]): n for n in self.snap.nodes
+                           if n.parent is not None}
+        return self._child
 
     def walk(self, namespace: int, tokens: Sequence[int]) -> list[tuple[NodeView, int]]:
         """(node, pages of it the query covers) from the root down."""
@@ -75,9 +82,9 @@ class TreeView:
         out: list[tuple[NodeView, int]] = []
         if root is None:
             return out
-        cur, pos, p = root, 0, self.p
+        cur, pos, p, child = root, 0, self.p, self.child
         while pos + p <= len(tokens):
-            n = self.child.get((cur, tuple(tokens[pos : pos + p])))
+            n = child.get((cur, tuple(tokens[pos : pos + p])))
             if n is None:
                 break
             k = 0
