@@ -54,24 +54,41 @@ class ReferenceCacheAdapter:
     def free(self, pages: Sequence[int]) -> None:
         self._call(self.cache.free, pages)
 
+    # The calls made at every step catch the reference's refusal themselves (``_call``'s
+    # mapping, without its extra call).
     def match(self, namespace: int, tokens: Sequence[int]) -> Match:
-        m = self._call(self.cache.match, namespace, tokens)
+        try:
+            m = self.cache.match(namespace, tokens)
+        except CacheError as e:
+            raise EngineRejected(e.code, e.message) from None
         return Match(
             m.device_len, m.host_len, m.device_pages, m.host_pages, m.device_node, m.host_node
         )
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> Inserted:
-        r = self._call(self.cache.insert, namespace, tokens, pages)
+        try:
+            r = self.cache.insert(namespace, tokens, pages)
+        except CacheError as e:
+            raise EngineRejected(e.code, e.message) from None
         return Inserted(r.cached_len, r.freed)
 
     def lock(self, node: int, tier: Tier) -> int:
-        return self._call(self.cache.lock, node, tier)
+        try:
+            return self.cache.lock(node, tier)
+        except CacheError as e:
+            raise EngineRejected(e.code, e.message) from None
 
     def unlock(self, handle: int) -> None:
-        self._call(self.cache.unlock, handle)
+        try:
+            self.cache.unlock(handle)
+        except CacheError as e:
+            raise EngineRejected(e.code, e.message) from None
 
     def evict(self, tier: Tier, num_pages: int) -> int:
-        return self._call(self.cache.evict, tier, num_pages)
+        try:
+            return self.cache.evict(tier, num_pages)
+        except CacheError as e:
+            raise EngineRejected(e.code, e.message) from None
 
     def _op(self, t) -> CopyOp | None:
         return None if t is None else CopyOp(t.op_id, t.kind, tuple(t.pairs))

@@ -83,17 +83,21 @@ class PinOracle(Oracle):
             return
         # All it reads: the pools (a snapshot keeps an unchanged pool's view, so by identity)
         # and the locks held, which never change while held.
-        seen = (ctx.after.pools, tuple(ctx.ledger.live))
+        pools, live = ctx.after.pools, ctx.ledger.live
         last = self.passed
-        if (self.incremental and last is not None and last[1] == seen[1]
-                and (last[0] is seen[0] or (len(last[0]) == len(seen[0]) and all(
-                    last[0].get(t) is v for t, v in seen[0].items())))):
-            return
-        self._judge(ctx)
-        self.passed = seen
+        if not self.incremental or last is None:
+            self._judge(ctx, live.values())
+        else:
+            # A lock that held at the last step holds while its tier's pool is the same view.
+            then_pools, then = last
+            again = [rec for key, rec in live.items()
+                     if then.get(key) is not rec or pools[rec.tier] is not then_pools.get(rec.tier)]
+            if again:
+                self._judge(ctx, again)
+        self.passed = (pools, dict(live))
 
-    def _judge(self, ctx: Ctx) -> None:
-        for rec in ctx.ledger.live_locks():
+    def _judge(self, ctx: Ctx, locks) -> None:
+        for rec in locks:
             owners = ctx.after.pools[rec.tier].owners
             lost = [p for p in rec.pages if not owners[p].startswith("node:")]
             if lost:
