@@ -1,6 +1,8 @@
 """The ownership oracle's fast path (``_holds``) says "holds" exactly where its judge
 (``OwnershipOracle.judge``) finds nothing: on every state of many seeded walks, against the
-reference and every cache mutant, and on each such state with one of its records broken."""
+reference and every cache mutant, and on each such state with one of its records broken. Its
+PIN-1 part (``_pins_hold``, one pass up the node list) agrees with each lock followed up its
+parents (``_pins_by_view``) on the same states, their node lists also reversed."""
 
 from __future__ import annotations
 
@@ -16,7 +18,12 @@ from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.mutants.cache import PLANTED
 from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
-from kvconf.conformance.oracles.ownership import OwnershipOracle, _holds
+from kvconf.conformance.oracles.ownership import (
+    OwnershipOracle,
+    _holds,
+    _pins_by_view,
+    _pins_hold,
+)
 from kvconf.reference.snapshot import CacheSnapshot
 
 
@@ -69,6 +76,8 @@ class _Both(Oracle):
     name = "both"
     states = 0
     failing = 0
+    pins = 0
+    pins_broken = 0
 
     def __init__(self) -> None:
         self.judge = OwnershipOracle()
@@ -91,6 +100,18 @@ class _Both(Oracle):
             except (KeyError, IndexError):
                 fast = False
             assert fast == judged, (ctx.index, ctx.op, k, snap)
+            # The pins in one pass up the node list, against each lock followed up its
+            # parents: alike on the list as it is and on one out of order (``_pins_by_view``
+            # decides there).
+            for nodes in (snap.nodes, snap.nodes[::-1]):
+                shown = dataclasses.replace(snap, nodes=nodes)
+                try:
+                    want = _pins_by_view(shown, ctx)
+                except (KeyError, IndexError):
+                    continue
+                assert _pins_hold(shown, ctx) == want, (ctx.index, ctx.op, k, shown)
+                _Both.pins += 1
+                _Both.pins_broken += not want
             _Both.states += 1
             _Both.failing += not judged
 
@@ -100,7 +121,7 @@ def test_holds_agrees_with_the_judge(cls):
     factory = ReferenceCacheAdapter if cls is None else partial(
         ReferenceCacheAdapter, cache_cls=PLANTED[cls])
     others = tuple(o for o in STEP_ORACLES if o is not OwnershipOracle)
-    _Both.states = _Both.failing = 0
+    _Both.states = _Both.failing = _Both.pins = _Both.pins_broken = 0
     for config in (EngineConfig(), EngineConfig(page_size=1, device_pages=8, host_pages=6)):
         for seed in range(4):
             # Without the ownership oracle a mutant's walk runs on past what it would catch.
@@ -109,3 +130,4 @@ def test_holds_agrees_with_the_judge(cls):
                           oracles=(*others, _Both))
     assert _Both.states > 100
     assert 0 < _Both.failing < _Both.states
+    assert 0 < _Both.pins_broken < _Both.pins

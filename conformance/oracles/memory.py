@@ -57,7 +57,8 @@ class PinnedContentOracle(Oracle):
                 for r in recs:
                     key = (r.step, tier)
                     want = self.want.get(key)
-                    if want is None or any((tier, pg) in written for pg in r.pages):
+                    if want is None or (written and any((tier, pg) in written
+                                                        for pg in r.pages)):
                         again.append(r)
                     else:
                         keep[key] = want
