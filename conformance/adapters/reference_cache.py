@@ -54,41 +54,24 @@ class ReferenceCacheAdapter:
     def free(self, pages: Sequence[int]) -> None:
         self._call(self.cache.free, pages)
 
-    # The calls made at every step catch the reference's refusal themselves (``_call``'s
-    # mapping, without its extra call).
     def match(self, namespace: int, tokens: Sequence[int]) -> Match:
-        try:
-            m = self.cache.match(namespace, tokens)
-        except CacheError as e:
-            raise EngineRejected(e.code, e.message) from None
+        m = self._call(self.cache.match, namespace, tokens)
         return Match(
             m.device_len, m.host_len, m.device_pages, m.host_pages, m.device_node, m.host_node
         )
 
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> Inserted:
-        try:
-            r = self.cache.insert(namespace, tokens, pages)
-        except CacheError as e:
-            raise EngineRejected(e.code, e.message) from None
+        r = self._call(self.cache.insert, namespace, tokens, pages)
         return Inserted(r.cached_len, r.freed)
 
     def lock(self, node: int, tier: Tier) -> int:
-        try:
-            return self.cache.lock(node, tier)
-        except CacheError as e:
-            raise EngineRejected(e.code, e.message) from None
+        return self._call(self.cache.lock, node, tier)
 
     def unlock(self, handle: int) -> None:
-        try:
-            self.cache.unlock(handle)
-        except CacheError as e:
-            raise EngineRejected(e.code, e.message) from None
+        self._call(self.cache.unlock, handle)
 
     def evict(self, tier: Tier, num_pages: int) -> int:
-        try:
-            return self.cache.evict(tier, num_pages)
-        except CacheError as e:
-            raise EngineRejected(e.code, e.message) from None
+        return self._call(self.cache.evict, tier, num_pages)
 
     def _op(self, t) -> CopyOp | None:
         return None if t is None else CopyOp(t.op_id, t.kind, tuple(t.pairs))

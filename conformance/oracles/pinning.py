@@ -84,17 +84,18 @@ class PinOracle(Oracle):
         # All it reads: the pools (a snapshot keeps an unchanged pool's view, so by identity)
         # and the locks held, which never change while held.
         pools, live = ctx.after.pools, ctx.ledger.live
+        held = tuple(live)  # the same key, the same lock (a trace step takes at most one)
         last = self.passed
         if not self.incremental or last is None:
             self._judge(ctx, live.values())
-        else:
+        elif last[1] != held or last[0] is not pools:
             # A lock that held at the last step holds while its tier's pool is the same view.
             then_pools, then = last
             again = [rec for key, rec in live.items()
-                     if then.get(key) is not rec or pools[rec.tier] is not then_pools.get(rec.tier)]
+                     if key not in then or pools[rec.tier] is not then_pools.get(rec.tier)]
             if again:
                 self._judge(ctx, again)
-        self.passed = (pools, dict(live))
+        self.passed = (pools, held)
 
     def _judge(self, ctx: Ctx, locks) -> None:
         for rec in locks:
