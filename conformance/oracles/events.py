@@ -41,8 +41,8 @@ class EventOracle(Oracle):
 
     def after_step(self, ctx: Ctx) -> None:
         blocks = self._blocks(ctx)
-        removed = blocks.take(ctx.events)
-        orphan = blocks.orphaned(removed)
+        # No event: nothing to apply, nothing removed (``take`` and ``orphaned`` of none).
+        orphan = blocks.orphaned(blocks.take(ctx.events)) if ctx.events else None
         if orphan is not None:
             h, below = orphan
             raise self.fail(
