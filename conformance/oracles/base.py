@@ -45,7 +45,7 @@ class Oracle:
     needs: ClassVar[frozenset[Feature]] = frozenset()
     # Whether ``after_step`` judges only the copies acknowledged in the step (``Ctx.acks``) and
     # does nothing in a step with none: the cache driver then calls it only after a step that
-    # acknowledged one (tests play both ways and compare the verdicts).
+    # acknowledged one, unless ``incremental`` is off (tests play both ways and compare).
     after_acks_only: ClassVar[bool] = False
 
     @classmethod
