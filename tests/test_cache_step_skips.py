@@ -4,13 +4,15 @@ An oracle that declares ``after_acks_only`` is not called after a step that ackn
 copy: on seeded walks against the reference and every cache mutant, each such call made anyway
 (``Oracle.incremental`` off calls every oracle every step) raises nothing and changes nothing
 of the oracle's own records. The match oracle's one walk for both tiers' TREE-1 lengths gives
-``TreeView.longest`` of each tier on every query the walks make.
+``TreeView.longest`` of each tier on every query the walks make. The content tags a walk asks
+for again are remembered, and are the tags computed afresh.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import random
 from functools import partial
 
 import pytest
@@ -22,6 +24,7 @@ from kvconf.conformance.mutants.cache import PLANTED
 from kvconf.conformance.oracles import STEP_ORACLES, Oracle, Violation
 from kvconf.conformance.oracles import matching as matching_module
 from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.runtime import content as content_module
 from kvconf.reference.tiers import Tier
 
 CONFIGS = (EngineConfig(), EngineConfig(device_pages=8, host_pages=6), EngineConfig(page_size=1))
@@ -79,3 +82,18 @@ def test_one_walk_gives_each_tiers_longest_match(monkeypatch) -> None:
                 with contextlib.suppress(Violation):
                     play_walk(factory, config, TraceHolder(), seed, 40, determinism=False)
     assert seen["queries"] > 200 and seen["host"] > 0
+
+
+def test_remembered_page_tags_are_the_tags_computed_afresh(monkeypatch) -> None:
+    monkeypatch.setattr(content_module, "_MEMO", {})
+    monkeypatch.setattr(content_module, "_MEMO_SIZE", 50)  # emptied many times over
+    rng = random.Random(3)
+    for _ in range(2000):
+        p = rng.choice((1, 2, 4))
+        tokens = [rng.randrange(3) for _ in range(rng.randrange(13))]
+        ns = rng.randrange(3)
+        got = content_module.page_tags(ns, tokens, p)
+        assert got == content_module._page_tags(ns, tokens, p), (ns, tokens, p)
+        got.append(0)  # the caller's own list: what is remembered stays as it was
+        assert content_module.page_tags(ns, tokens, p) == content_module._page_tags(ns, tokens, p)
+    assert len(content_module._MEMO) <= 50

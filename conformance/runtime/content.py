@@ -14,8 +14,26 @@ from collections.abc import Sequence
 _TAG = hashlib.blake2b(digest_size=8, person=b"kvconf-tag")  # copied for each page: its hash
 
 
+# The tags of the prefixes asked for lately: a walk fills, matches and locks the same prompts
+# again and again, and each tag is a hash per page. A pure function of its key; emptied when
+# full, so it stays small.
+_MEMO: dict[tuple, tuple[int, ...]] = {}
+_MEMO_SIZE = 1 << 14
+
+
 def page_tags(namespace: int, tokens: Sequence[int], page_size: int) -> list[int]:
     """Tag of each whole page of ``tokens``: tag i stands for (namespace, tokens[: (i+1)*P])."""
+    whole = len(tokens) // page_size * page_size
+    key = (namespace, page_size, tuple(tokens[:whole]))
+    tags = _MEMO.get(key)
+    if tags is None:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        tags = _MEMO[key] = tuple(_page_tags(namespace, tokens, page_size))
+    return list(tags)
+
+
+def _page_tags(namespace: int, tokens: Sequence[int], page_size: int) -> list[int]:
     out: list[int] = []
     prev = namespace.to_bytes(8, "little", signed=True)
     whole = len(tokens) // page_size * page_size
