@@ -188,22 +188,26 @@ class CounterOracle(Oracle):
     def after_step(self, ctx: Ctx) -> None:
         """Cache level: against the snapshot where there is one, and always against what the
         caller knows: free, cached, held by the caller and by the copies in flight add up."""
-        if ctx.counters is None:
+        counters = ctx.counters
+        if counters is None:
             return
         led = ctx.ledger
         shown = self._shown(ctx.after) if isinstance(ctx.after, CacheSnapshot) else None
-        counters = ctx.counters
-        reported = ((tuple(counters.items()), tuple(map(type, counters.values())))
-                    if type(counters) is dict else None)  # by type too: True is not a count
-        seen = (reported, shown, len(led.held),
-                tuple((op.kind, len(op.pairs)) for op in led.transfers.values())
-                if led.transfers else ())
-        if self.incremental and reported is not None and seen == self.passed:
+        flat = type(counters) is dict
+        # By type too: True is not a count (a step that held had every count an int).
+        types = tuple(map(type, counters.values())) if flat else None
+        moving = (tuple((op.kind, len(op.pairs)) for op in led.transfers.values())
+                  if led.transfers else ())
+        last = self.passed
+        if (self.incremental and flat and last is not None and last[0] == counters
+                and last[1] == types and last[2] == shown and last[3] == len(led.held)
+                and last[4] == moving):
             return  # the same counts against the same state as at a step where they held
-        if not (self.incremental and reported is not None and _fine(
+        if not (self.incremental and flat and _fine(
                 counters, shown, led, Feature.STREAM_ORDERED_LOADBACK in ctx.engine.features)):
             self._judge(ctx, shown)
-        self.passed = seen
+        # A copy: the engine may change the mapping it handed out.
+        self.passed = (dict(counters), types, shown, len(led.held), moving) if flat else None
 
     def _judge(self, ctx: Ctx, shown: Mapping[str, int] | None) -> None:
         where = f"after step {ctx.index} ({ctx.op})"
