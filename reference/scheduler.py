@@ -142,7 +142,10 @@ class Request:
         return self.pages[self.shared :]
 
 
-@dataclass(slots=True, frozen=True)
+# The views a snapshot is made of are not frozen, as ``reference.snapshot``'s are not: a frozen
+# slotted dataclass pays one ``object.__setattr__`` per field when made (seventeen here, for each
+# request a plan or an event changed). Nothing changes one once made; they hash by value.
+@dataclass(slots=True, unsafe_hash=True)
 class RequestView:
     """One request as a snapshot shows it: its state, its pages and slots, what it waits for."""
 
@@ -165,7 +168,7 @@ class RequestView:
     mamba_state: int | None = None  # the protected entry of its retract state (D162-5)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see RequestView
 class SchedulerSnapshot:
     """A white-box view of a scheduler: its requests, its cache, free slots and transfers in
     flight."""
@@ -227,6 +230,7 @@ class Scheduler:
         self._arrivals = 0
         # The last snapshot's view of each request, with the fields it was made from.
         self._views: dict[str, tuple[tuple, RequestView]] = {}
+        self._snap: SchedulerSnapshot | None = None  # the last snapshot, whose equal parts stay
         self._slots = list(range(c.max_slots - 1, -1, -1))
         self._ops: dict[int, str] = {}  # writeback op id -> request id
         self.step = 0
@@ -805,22 +809,40 @@ class Scheduler:
 
     def snapshot(self) -> SchedulerSnapshot:
         """The white-box view, requests by arrival (the order ``requests`` keeps). A request
-        whose fields are as at the last snapshot keeps the view it had then, so an oracle
-        can tell by identity which requests a call left alone."""
-        last, views = self._views, {}
+        whose fields are as at the last snapshot keeps the view it had then, and so does each
+        part (the request list, the free slots, the copies in flight, the Mamba pools) equal to
+        the last one's: a snapshot equal to the last one is the last one. Each part is compared
+        as it is now, never taken on trust from a flag, so an oracle can tell by identity what
+        a call left alone."""
+        last_views, views = self._views, {}
         for r in self.requests.values():
             seen = (r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed, tuple(r.pages),
                     r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock, r.prefetch, r.mamba,
                     r.ckpt, r.mfailed, r.mstate[0] if r.mstate is not None else None)
-            old = last.get(r.rid)
+            old = last_views.get(r.rid)
             views[r.rid] = old if old is not None and old[0] == seen else (seen,
                                                                            RequestView(*seen))
         self._views = views
-        return SchedulerSnapshot(self.step, tuple(v for _seen, v in views.values()),
-                                 self.cache.snapshot(), tuple(self._slots),
-                                 tuple(sorted(self._ops.items())),
-                                 tuple(sorted(self._l3.items())),
-                                 self.mamba.view() if self.mamba is not None else None)
+        requests = tuple(v for _seen, v in views.values())
+        cache = self.cache.snapshot()
+        slots = tuple(self._slots)
+        ops = tuple(sorted(self._ops.items())) if self._ops else ()
+        l3 = tuple(sorted(self._l3.items())) if self._l3 else ()
+        mamba = self.mamba.view() if self.mamba is not None else None
+        last = self._snap
+        if last is not None:
+            requests = _same(requests, last.requests)
+            slots = _same(slots, last.free_slots)
+            ops = _same(ops, last.ops)
+            l3 = _same(l3, last.l3_ops)
+            mamba = _same(mamba, last.mamba)
+            if (self.step == last.step and requests is last.requests and cache is last.cache
+                    and slots is last.free_slots and ops is last.ops and l3 is last.l3_ops
+                    and mamba is last.mamba):
+                return last
+        snap = SchedulerSnapshot(self.step, requests, cache, slots, ops, l3, mamba)
+        self._snap = snap
+        return snap
 
     # ----------------------------------------------------------------- Mamba (chapter mamba)
     def _mamba_reuse(self, r: Request, m):
@@ -980,3 +1002,9 @@ class Scheduler:
         r.msrc = -1
         if not keep_state:
             self._mamba_unprotect(r)
+
+
+def _same(new, old):
+    """``old`` when it equals ``new`` (a part of a snapshot that did not change), else ``new``:
+    equal parts of two snapshots are one object, so a reader compares them by identity."""
+    return old if old is new or old == new else new

@@ -1,6 +1,7 @@
-"""The reference's snapshot reuses what did not change (``PrefixCache.snapshot``): every
-snapshot it hands out must equal, field by field, the one built from nothing at the same
-moment, on many seeded walks of every shape the walk draws (splits, evictions, unloads)."""
+"""The reference's snapshots reuse what did not change (``PrefixCache.snapshot``,
+``Scheduler.snapshot``): every snapshot they hand out must equal, field by field, the one built
+from nothing at the same moment, on many seeded walks of every shape the walk draws (splits,
+evictions, unloads) and on the scheduler's fingerprinted workloads."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier
+from kvconf.reference.scheduler import Scheduler, SchedulerSnapshot
 from kvconf.reference.snapshot import CacheSnapshot
 
 CONFIGS = (EngineConfig(), EngineConfig(device_pages=8, host_pages=6), EngineConfig(page_size=1))
@@ -116,3 +118,56 @@ def test_a_snapshot_sees_a_changed_shape_and_keys_changed_in_place():
     assert {n.start for n in c.snapshot().nodes if n.parent == mid.id} == {4}
     mid.keys.append(mid.keys[0])  # in place: the same list
     assert len(next(n for n in c.snapshot().nodes if n.id == mid.id).keys) == 2
+
+
+def scratch_scheduler(s: Scheduler) -> SchedulerSnapshot:
+    """The snapshot of ``s`` built from nothing: no view or part of an earlier one, its cache's
+    included."""
+    cache = PrefixCache.__new__(PrefixCache)
+    vars(cache).update(vars(s.cache))
+    cache._forget_views()
+    fresh = Scheduler.__new__(Scheduler)
+    vars(fresh).update(vars(s))
+    fresh.cache, fresh._views, fresh._snap = cache, {}, None
+    return fresh.snapshot()
+
+
+class CheckedScheduler(Scheduler):
+    """A reference scheduler whose every snapshot is compared with the one built from nothing,
+    taken after each plan and each event list as well as when the workload asks; a snapshot
+    taken again with nothing done in between is the very same object."""
+
+    taken = 0
+
+    def snapshot(self) -> SchedulerSnapshot:
+        snap = super().snapshot()
+        assert snap == scratch_scheduler(self)
+        assert super().snapshot() is snap
+        CheckedScheduler.taken += 1
+        return snap
+
+    def next_plan(self):
+        plan = super().next_plan()
+        self.snapshot()
+        return plan
+
+    def advance(self, events) -> None:
+        try:
+            super().advance(events)
+        finally:  # a rejected list changes nothing: the snapshot is the last one's
+            self.snapshot()
+
+
+@pytest.mark.parametrize("part", range(4))
+def test_every_scheduler_snapshot_equals_the_one_built_from_nothing(part, monkeypatch):
+    """The scheduler's snapshot reuses each request's view and each part equal to the last
+    one's (``Scheduler.snapshot``), and is the last one when all are: on the fingerprinted
+    workloads (retraction, loadback, failed copies, L3, Mamba, windows, adapters, rejected
+    event lists), every one equals the snapshot built from nothing at the same moment."""
+    from test_scheduler_fingerprints import Player
+
+    monkeypatch.setattr("test_scheduler_fingerprints.Scheduler", CheckedScheduler)
+    before = CheckedScheduler.taken
+    for seed in range(part, 48, 4):
+        Player(seed).run(60)
+    assert CheckedScheduler.taken - before > 12 * 60 * 3
