@@ -149,11 +149,12 @@ class PrefixCache:
     def counters(self) -> dict[str, int]:
         """The cache's own counts, kept incrementally, never by a scan (POOL-6)."""
         out: dict[str, int] = {}
+        pinned = self._pinned
         for tier, pool in self.pools.items():
             available, cached, evictable = _COUNTERS[tier]
             out[available] = pool.free_count
             out[cached] = pool.cached_count
-            out[evictable] = self.evictable(tier)
+            out[evictable] = pool.cached_count - pinned[tier]  # as ``evictable`` counts them
         return out
 
     def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
