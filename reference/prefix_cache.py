@@ -838,9 +838,12 @@ class PrefixCache:
                 return None
             fresh = True
             parent = n.parent
+            # A node whose key is the one its last view was made from (most often only its
+            # access times or pins moved) shows the same tokens: that view's tuple of them.
+            key = old[1].key if old is not None and old[0][1] is seen[1] else tuple(n.key)
             view = NodeView(  # by position: the fields in ``NodeView``'s order
                 n.id, n.namespace, parent.id if parent is not None else None, start,
-                tuple(n.key), n.device, n.host, n.hashes, n.device_ref, n.host_ref,
+                key, n.device, n.host, n.hashes, n.device_ref, n.host_ref,
                 n.device_access, n.host_access, n.seq, n.pending,
                 tuple(k.hex() for k in n.keys) if n.keys else (),
             )

@@ -646,8 +646,9 @@ class Scheduler:
             rid = ev.rid
             now = states.get(rid) or states.of(rid)  # changed by an earlier event, or as it is
             if now is None:
-                raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
-                                     rid, None, str(kind))
+                raise SchedulerError("unknown_request",
+                                     f"{kind.value} for unknown request {rid!r}", rid, None,
+                                     kind.value)
             state, aw = now
             targets = TRANSITIONS.get((state, kind))  # None: not in the table (REQ-2)
             ok = targets is not None
@@ -656,15 +657,15 @@ class Scheduler:
                 if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
                         or not 0 <= ev.token < 2**63:
                     raise SchedulerError("bad_token", f"token {ev.token!r} for {rid!r}", rid,
-                                         state, str(kind))
+                                         state, kind.value)
             if kind is FINISH:
                 ok = ok and not aw
-            if not ok:
+            if not ok:  # a probe the kit sends often: names spelled by value, as ``str`` does
                 why = " (its sampled token is still due)" if aw else ""
                 raise SchedulerError(
                     "invalid_transition",
-                    f"{kind} is not allowed for request {rid!r} in state {state}{why}",
-                    rid, state, str(kind),
+                    f"{kind.value} is not allowed for request {rid!r} in state {state.value}{why}",
+                    rid, state, kind.value,
                 )
             nxt = (self._finish_target(self.requests[rid], state) if kind is FINISH
                    else targets[0])
