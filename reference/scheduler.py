@@ -630,15 +630,23 @@ class Scheduler:
             self._apply(ev)
 
     def _check(self, events: Sequence[RuntimeEvent]) -> None:
+        if not events:
+            return
         states = _StatesAfter(self.requests)
-        ops = dict(self._ops)
-        l3 = dict(self._l3)
+        # The writebacks and L3 transfers in flight as the events so far leave them: copied
+        # when the first event that acknowledges one comes (most lists have none).
+        ops: dict[int, str] | None = None
+        l3: dict[int, str] | None = None
         for ev in events:
             kind = _EVENT_OF.get(type(ev))  # a request's event, the common case
             if kind is None:
                 if isinstance(ev, WritebackDone):
+                    if ops is None:
+                        ops = dict(self._ops)
                     self._check_writeback(ev, ops, states)
                 elif isinstance(ev, (PrefetchDone, BackupDone)):
+                    if l3 is None:
+                        l3 = dict(self._l3)
                     self._check_l3(ev, l3, states)
                 else:
                     raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
@@ -815,28 +823,35 @@ class Scheduler:
         the last one's: a snapshot equal to the last one is the last one. Each part is compared
         as it is now, never taken on trust from a flag, so an oracle can tell by identity what
         a call left alone."""
-        last_views, views = self._views, {}
+        last_views, views, out = self._views, {}, []
         for r in self.requests.values():
             seen = (r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed, tuple(r.pages),
                     r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock, r.prefetch, r.mamba,
                     r.ckpt, r.mfailed, r.mstate[0] if r.mstate is not None else None)
             old = last_views.get(r.rid)
-            views[r.rid] = old if old is not None and old[0] == seen else (seen,
-                                                                           RequestView(*seen))
+            if old is None or old[0] != seen:
+                old = (seen, RequestView(*seen))
+            views[r.rid] = old
+            out.append(old[1])
         self._views = views
-        requests = tuple(v for _seen, v in views.values())
+        requests = tuple(out)
         cache = self.cache.snapshot()
         slots = tuple(self._slots)
         ops = tuple(sorted(self._ops.items())) if self._ops else ()
         l3 = tuple(sorted(self._l3.items())) if self._l3 else ()
         mamba = self.mamba.view() if self.mamba is not None else None
         last = self._snap
-        if last is not None:
-            requests = _same(requests, last.requests)
-            slots = _same(slots, last.free_slots)
-            ops = _same(ops, last.ops)
-            l3 = _same(l3, last.l3_ops)
-            mamba = _same(mamba, last.mamba)
+        if last is not None:  # a part equal to the last one's is that one: one object
+            if requests == last.requests:
+                requests = last.requests
+            if slots == last.free_slots:
+                slots = last.free_slots
+            if ops == last.ops:
+                ops = last.ops
+            if l3 == last.l3_ops:
+                l3 = last.l3_ops
+            if mamba is not None and mamba == last.mamba:
+                mamba = last.mamba
             if (self.step == last.step and requests is last.requests and cache is last.cache
                     and slots is last.free_slots and ops is last.ops and l3 is last.l3_ops
                     and mamba is last.mamba):
@@ -1003,9 +1018,3 @@ class Scheduler:
         r.msrc = -1
         if not keep_state:
             self._mamba_unprotect(r)
-
-
-def _same(new, old):
-    """``old`` when it equals ``new`` (a part of a snapshot that did not change), else ``new``:
-    equal parts of two snapshots are one object, so a reader compares them by identity."""
-    return old if old is new or old == new else new
