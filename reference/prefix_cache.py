@@ -766,16 +766,21 @@ class PrefixCache:
         else:
             was = last.pools
             pools = {t: p.view(was.get(t)) for t, p in self.pools.items()}
-            pools = _same(pools, was)
-            roots = _same(roots, last.roots)
-            if nodes is not last.nodes:  # else the last one's already (``_node_views``)
-                nodes = _same(nodes, last.nodes)
-            if locks is not last.locks:
-                locks = _same(locks, last.locks)
-            if transfers is not last.transfers:
-                transfers = _same(transfers, last.transfers)
-            if l3 is not last.l3:
-                l3 = _same(l3, last.l3)
+            # A part equal to the last one's is that one: equal parts of two snapshots are one
+            # object, so a reader compares them by identity. (The node list and the locks are
+            # the last ones already when equal: ``_node_views``, ``_lock_views_now``.)
+            if pools == was:
+                pools = was
+            if roots == last.roots:
+                roots = last.roots
+            if nodes is not last.nodes and nodes == last.nodes:
+                nodes = last.nodes
+            if locks is not last.locks and locks == last.locks:
+                locks = last.locks
+            if transfers is not last.transfers and transfers == last.transfers:
+                transfers = last.transfers
+            if l3 is not last.l3 and l3 == last.l3:
+                l3 = last.l3
             if (nodes is last.nodes and pools is was and roots is last.roots
                     and locks is last.locks and transfers is last.transfers and l3 is last.l3):
                 return last
@@ -922,9 +927,3 @@ def _seen(n: Node) -> tuple:
     in place). A key is the same array object while the node keeps it (``_split`` gives the
     node a new one)."""
     return _FIELDS(n) if not n.keys else (*_FIELDS(n), tuple(n.keys))
-
-
-def _same(new, old):
-    """``old`` when it equals ``new`` (the part of a snapshot that did not change), else ``new``:
-    equal parts of two snapshots are one object, so a reader compares them by identity."""
-    return old if old is not None and (old is new or old == new) else new

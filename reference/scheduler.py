@@ -850,7 +850,7 @@ class Scheduler:
                 ops = last.ops
             if l3 == last.l3_ops:
                 l3 = last.l3_ops
-            if mamba is not None and mamba == last.mamba:
+            if mamba is not last.mamba and mamba == last.mamba:
                 mamba = last.mamba
             if (self.step == last.step and requests is last.requests and cache is last.cache
                     and slots is last.free_slots and ops is last.ops and l3 is last.l3_ops

@@ -14,6 +14,7 @@ from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier
+from kvconf.reference.mamba import MambaCache
 from kvconf.reference.scheduler import Scheduler, SchedulerSnapshot
 from kvconf.reference.snapshot import CacheSnapshot
 
@@ -122,13 +123,17 @@ def test_a_snapshot_sees_a_changed_shape_and_keys_changed_in_place():
 
 def scratch_scheduler(s: Scheduler) -> SchedulerSnapshot:
     """The snapshot of ``s`` built from nothing: no view or part of an earlier one, its cache's
-    included."""
+    and its Mamba pools' included."""
     cache = PrefixCache.__new__(PrefixCache)
     vars(cache).update(vars(s.cache))
     cache._forget_views()
     fresh = Scheduler.__new__(Scheduler)
     vars(fresh).update(vars(s))
     fresh.cache, fresh._views, fresh._snap = cache, {}, None
+    if s.mamba is not None:
+        fresh.mamba = MambaCache.__new__(MambaCache)
+        vars(fresh.mamba).update(vars(s.mamba))
+        fresh.mamba._entry_views, fresh.mamba._view = {}, None
     return fresh.snapshot()
 
 
