@@ -120,7 +120,7 @@ class PrefixCache:
         # the ids of those nodes.
         self._order: list[tuple[Node, int, tuple, NodeView]] = []
         self._ids: set[int] = set()
-        self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
+        self._held: tuple[dict[int, Lock], tuple[LockView, ...]] | None = None
         self._lock_made: dict[int, tuple[Lock, LockView]] = {}  # each held lock's view
         self._transfer_made: dict[int, TransferView] = {}  # each copy in flight's view
 
@@ -826,7 +826,7 @@ class PrefixCache:
         changed (reparented, or its key of another length: the offsets below it move)."""
         order, fields = self._order, _FIELDS
         changed = 0  # the first node whose fields changed
-        for n, _start, seen, _view in order:  # ``_seen`` spelled in place: the hot loop
+        for n, _start, seen, _view in order:  # ``_seen`` spelled in place: the hot loops
             if (fields(n) if not n.keys else (*fields(n), tuple(n.keys))) != seen:
                 break
             changed += 1
@@ -837,7 +837,7 @@ class PrefixCache:
         out = [view for _n, _start, _seen_then, view in entries]
         for entry in order[changed:]:
             n, start, seen, view = entry
-            now = _seen(n)
+            now = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
             if now != seen:
                 if now[0] is not seen[0] or len(now[1]) != len(seen[1]) \
                         or nodes.get(n.id) is not n:
@@ -900,13 +900,13 @@ class PrefixCache:
         """The locks held, as the last snapshot showed them while they are the same locks (a
         lock never changes while it is held); each held lock keeps its view from one snapshot
         to the next."""
-        held = self._locks.items()
+        held = self._locks.held()
         last = self._held
-        if last is not None and last[0] == held:
+        if last is not None and last[0] == held:  # the same handles, each the same lock
             return last[1]
         made = self._lock_made
         now: dict[int, tuple[Lock, LockView]] = {}
-        for h, lk in held:
+        for h, lk in held.items():
             got = made.get(h)
             if got is None or got[0] is not lk or got[1].node != lk.node.id:
                 got = (lk, LockView(h, lk.node.id, lk.tier, lk.internal))
