@@ -6,6 +6,7 @@ evictions, unloads) and on the scheduler's fingerprinted workloads."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 
 import pytest
@@ -15,6 +16,7 @@ from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier
 from kvconf.reference.mamba import MambaCache
+from kvconf.reference.pages import PagePool
 from kvconf.reference.scheduler import Scheduler, SchedulerSnapshot
 from kvconf.reference.snapshot import CacheSnapshot
 
@@ -22,11 +24,20 @@ CONFIGS = (EngineConfig(), EngineConfig(device_pages=8, host_pages=6), EngineCon
 
 
 def scratch(cache: PrefixCache) -> CacheSnapshot:
-    """The snapshot of ``cache`` built from nothing: no view, order or part of an earlier one."""
+    """The snapshot of ``cache`` built from nothing: no view, order or part of an earlier one,
+    its pools' included."""
     fresh = PrefixCache.__new__(PrefixCache)
     vars(fresh).update(vars(cache))
     fresh._forget_views()
+    fresh.pools = {tier: unshown(pool) for tier, pool in cache.pools.items()}
     return fresh.snapshot()
+
+
+def unshown(pool: PagePool) -> PagePool:
+    """A copy of ``pool`` that made no view yet (``PagePool.view`` keeps its last one)."""
+    twin = copy.copy(pool)
+    twin._shown = None
+    return twin
 
 
 class Checked(PrefixCache):
@@ -127,6 +138,7 @@ def scratch_scheduler(s: Scheduler) -> SchedulerSnapshot:
     cache = PrefixCache.__new__(PrefixCache)
     vars(cache).update(vars(s.cache))
     cache._forget_views()
+    cache.pools = {tier: unshown(pool) for tier, pool in s.cache.pools.items()}
     fresh = Scheduler.__new__(Scheduler)
     vars(fresh).update(vars(s))
     fresh.cache, fresh._views, fresh._snap = cache, {}, None
