@@ -17,7 +17,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier
 from kvconf.reference.mamba import MambaCache
 from kvconf.reference.pages import PagePool
-from kvconf.reference.scheduler import Scheduler, SchedulerSnapshot
+from kvconf.reference.scheduler import Scheduler, SchedulerError, SchedulerSnapshot
 from kvconf.reference.snapshot import CacheSnapshot
 
 CONFIGS = (EngineConfig(), EngineConfig(device_pages=8, host_pages=6), EngineConfig(page_size=1))
@@ -41,13 +41,15 @@ def unshown(pool: PagePool) -> PagePool:
 
 
 class Checked(PrefixCache):
-    """A reference whose every snapshot is compared with the one built from nothing."""
+    """A reference whose every snapshot is compared with the one built from nothing; one taken
+    again with nothing done in between is the very same object."""
 
     taken = 0
 
     def snapshot(self) -> CacheSnapshot:
         snap = super().snapshot()
         assert snap == scratch(self)
+        assert super().snapshot() is snap
         Checked.taken += 1
         return snap
 
@@ -151,8 +153,9 @@ def scratch_scheduler(s: Scheduler) -> SchedulerSnapshot:
 
 class CheckedScheduler(Scheduler):
     """A reference scheduler whose every snapshot is compared with the one built from nothing,
-    taken after each plan and each event list as well as when the workload asks; a snapshot
-    taken again with nothing done in between is the very same object."""
+    taken around each plan and each event list as well as when the workload asks; a snapshot
+    taken again with nothing done in between (or only a rejected event list) is the very same
+    object."""
 
     taken = 0
 
@@ -169,10 +172,13 @@ class CheckedScheduler(Scheduler):
         return plan
 
     def advance(self, events) -> None:
+        before = self.snapshot()
         try:
             super().advance(events)
-        finally:  # a rejected list changes nothing: the snapshot is the last one's
-            self.snapshot()
+        except SchedulerError:  # a rejected list changes nothing: the snapshot is the last one
+            assert self.snapshot() is before
+            raise
+        self.snapshot()
 
 
 @pytest.mark.parametrize("part", range(4))
