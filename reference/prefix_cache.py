@@ -116,8 +116,8 @@ class PrefixCache:
         """What ``snapshot`` keeps of the last one, to reuse what did not change: nothing."""
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
         # The last snapshot's nodes in its order, each with its key's token offset, the fields
-        # its view was made from (``_seen``) and that view, reused while the fields stay; and
-        # the ids of those nodes.
+        # its view was made from (``_FIELDS`` and L3 keys) and that view, reused while the
+        # fields stay; and the ids of those nodes.
         self._order: list[tuple[Node, int, tuple, NodeView]] = []
         self._ids: set[int] = set()
         self._held: tuple[dict[int, Lock], tuple[LockView, ...]] | None = None
@@ -826,7 +826,7 @@ class PrefixCache:
         changed (reparented, or its key of another length: the offsets below it move)."""
         order, fields = self._order, _FIELDS
         changed = 0  # the first node whose fields changed
-        for n, _start, seen, _view in order:  # ``_seen`` spelled in place: the hot loops
+        for n, _start, seen, _view in order:
             if (fields(n) if not n.keys else (*fields(n), tuple(n.keys))) != seen:
                 break
             changed += 1
@@ -834,7 +834,7 @@ class PrefixCache:
             return shown
         nodes = self._nodes
         entries = order[:changed]
-        out = [view for _n, _start, _seen_then, view in entries]
+        out = [view for _n, _start, _seen, view in entries]
         for entry in order[changed:]:
             n, start, seen, view = entry
             now = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
@@ -855,8 +855,9 @@ class PrefixCache:
         last = {entry[0].id: entry for entry in self._order}
         entries: list[tuple[Node, int, tuple, NodeView]] = []
         out: list[NodeView] = []
+        fields = _FIELDS
         for n, start in self._ordered():
-            now = _seen(n)
+            now = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
             old = last.get(n.id)
             if old is not None and old[2] == now and old[1] == start:
                 view = old[3]
@@ -917,13 +918,9 @@ class PrefixCache:
         return views
 
 
-# What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
+# What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``):
+# with its L3 keys copied (a list may change in place), what the view is made from and what the
+# next snapshot compares. A key is the same array object while the node keeps it (``_split``
+# gives the node a new one).
 _FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
                      "device_access", "host_access", "pending")
-
-
-def _seen(n: Node) -> tuple:
-    """What a node's view is made from: ``_FIELDS``, and its L3 keys copied (a list may change
-    in place). A key is the same array object while the node keeps it (``_split`` gives the
-    node a new one)."""
-    return _FIELDS(n) if not n.keys else (*_FIELDS(n), tuple(n.keys))
