@@ -71,6 +71,11 @@ def _scope(namespace: int, count: int) -> bytes:
     return namespace.to_bytes(8, "little", signed=True) + count.to_bytes(4, "little")
 
 
+# ``_link`` and ``_scope`` together, packed in one call: the kit asks for a block hash for every
+# block an event names (EVENT-4).
+_HEAD = struct.Struct("<BQqI")
+
+
 def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int:
     """The reference's 64-bit block hash (EVENT-5).
 
@@ -78,7 +83,11 @@ def block_hash(parent: int | None, namespace: int, tokens: Sequence[int]) -> int
     tokens, each as little-endian integers; the spec fixes the inputs, an engine picks the
     function.
     """
-    data = _link(parent) + _scope(namespace, len(tokens)) + token_bytes(tokens)
+    try:
+        head = _HEAD.pack(parent is not None, parent or 0, namespace, len(tokens))
+    except struct.error:  # out of range or not an int: raised as ``_link``/``_scope`` raise it
+        head = _link(parent) + _scope(namespace, len(tokens))
+    data = head + token_bytes(tokens)
     return int.from_bytes(blake2b(data, digest_size=8).digest(), "little")
 
 

@@ -10,6 +10,7 @@ Every slot has exactly one owner: the free list, an entry, a request, or a trans
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from kvconf.reference.tiers import Tier
 
@@ -34,7 +35,10 @@ class MambaEntry:
         return self.device if tier is Tier.DEVICE else self.host
 
 
-@dataclass(slots=True, frozen=True)
+# The views are not frozen, as ``reference.snapshot``'s are not: a frozen slotted dataclass pays
+# one ``object.__setattr__`` per field when made. Nothing changes one once made; an entry's view
+# hashes by value.
+@dataclass(slots=True, unsafe_hash=True)
 class MambaEntryView:
     id: int
     namespace: int
@@ -46,7 +50,7 @@ class MambaEntryView:
     tokens: tuple[int, ...] = ()  # the prefix the state summarises (MAMBA-10 reads it)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)  # not frozen: see MambaEntryView
 class MambaView:
     """The Mamba state pools' owners and free slots on each tier, and the cached entries."""
 
@@ -66,6 +70,10 @@ class MambaCache:
         self.by_id: dict[int, MambaEntry] = {}
         self.clock = 0
         self._seq = 0
+        # Each entry's fields and view at the last ``view``, reused while the fields stay; and
+        # the last view, handed out again while it shows the pools and entries as they are.
+        self._entry_views: dict[int, tuple[tuple, MambaEntryView]] = {}
+        self._view: MambaView | None = None
 
     # ------------------------------------------------------------- slots
     def alloc(self, tier: Tier, owner: str) -> int | None:
@@ -165,10 +173,29 @@ class MambaCache:
             del self.by_id[e.id]
 
     def view(self) -> MambaView:
-        return MambaView(
-            {t: tuple(o) for t, o in self.owners.items()},
-            {t: tuple(f) for t, f in self.free_slots.items()},
-            tuple(MambaEntryView(e.id, e.namespace, e.depth, e.device, e.host, e.protect, e.busy,
-                                 e.tokens)
-                  for e in sorted(self.entries.values(), key=lambda e: e.id)),
-        )
+        """The pools and entries as a snapshot shows them. An entry whose fields are as at the
+        last view keeps its view, and a view equal to the last one is the last one: compared
+        field by field, so what a subclass changes anywhere shows."""
+        made, now = self._entry_views, {}
+        entries = []
+        for e in sorted(self.entries.values(), key=_BY_ID):
+            seen = _ENTRY_FIELDS(e)
+            got = made.get(e.id)
+            if got is None or got[0] != seen:
+                got = (seen, MambaEntryView(*seen))
+            now[e.id] = got
+            entries.append(got[1])
+        self._entry_views = now
+        view = MambaView({t: tuple(o) for t, o in self.owners.items()},
+                         {t: tuple(f) for t, f in self.free_slots.items()}, tuple(entries))
+        last = self._view
+        if last is not None and last == view:
+            return last
+        self._view = view
+        return view
+
+
+_BY_ID = attrgetter("id")
+# What an entry's view shows of it, in ``MambaEntryView``'s order.
+_ENTRY_FIELDS = attrgetter("id", "namespace", "depth", "device", "host", "protect", "busy",
+                           "tokens")

@@ -40,7 +40,7 @@ class PagePool:
     deterministic choice.
     """
 
-    __slots__ = ("_cached", "_free", "_owner", "size", "tier")
+    __slots__ = ("_cached", "_free", "_owner", "_shown", "size", "tier")
 
     def __init__(self, tier: Tier, size: int) -> None:
         if size < 0:
@@ -50,6 +50,8 @@ class PagePool:
         self._free: list[int] = list(range(size - 1, -1, -1))
         self._owner: list[str] = [FREE] * size
         self._cached = 0  # pages tree nodes own, kept with every move (POOL-6)
+        # The free list and owners as the last view showed them, copied, and that view.
+        self._shown: tuple[list[int], list[str], PoolView] | None = None
 
     @property
     def free_count(self) -> int:
@@ -119,9 +121,18 @@ class PagePool:
         return list(self._free)
 
     def view(self, last: PoolView | None = None) -> PoolView:
-        """The pool as a snapshot shows it: ``last`` itself when that shows it as it is now."""
+        """The pool as a snapshot shows it: ``last`` itself when that shows it as it is now.
+        When ``last`` is the view this pool made last, the lists it was made from are compared
+        as they are now (most snapshots: nothing copied); else the view's own tuples are."""
+        shown = self._shown
+        if shown is not None and shown[2] is last and last.size == self.size \
+                and shown[1] == self._owner and shown[0] == self._free:
+            return last
         free, owners = tuple(self._free), tuple(self._owner)
         if last is not None and last.owners == owners and last.free == free \
                 and last.size == self.size:
-            return last
-        return PoolView(self.tier, self.size, free, owners)
+            view = last
+        else:
+            view = PoolView(self.tier, self.size, free, owners)
+        self._shown = (list(free), list(owners), view)
+        return view

@@ -75,3 +75,8 @@ class LockTable:
 
     def items(self) -> list[tuple[int, Lock]]:
         return list(self._locks.items())
+
+    def held(self) -> dict[int, Lock]:
+        """Each lock held, by handle: a copy, compared whole by a snapshot (a lock never
+        changes while it is held)."""
+        return dict(self._locks)

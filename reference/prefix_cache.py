@@ -114,11 +114,13 @@ class PrefixCache:
 
     def _forget_views(self) -> None:
         """What ``snapshot`` keeps of the last one, to reuse what did not change: nothing."""
-        # Each node's fields and view at the last snapshot, reused while the fields stay.
-        self._views: dict[int, tuple[tuple, NodeView]] = {}
         self._last: CacheSnapshot | None = None  # the last snapshot, whose equal parts are reused
-        self._order: list[tuple[Node, int]] = []  # the nodes and offsets of the last snapshot
-        self._held: tuple[list[tuple[int, Lock]], tuple[LockView, ...]] | None = None
+        # The last snapshot's nodes in its order, each with its key's token offset, the fields
+        # its view was made from (``_FIELDS`` and L3 keys) and that view, reused while the
+        # fields stay; and the ids of those nodes.
+        self._order: list[tuple[Node, int, tuple, NodeView]] = []
+        self._ids: set[int] = set()
+        self._held: tuple[dict[int, Lock], tuple[LockView, ...]] | None = None
         self._lock_made: dict[int, tuple[Lock, LockView]] = {}  # each held lock's view
         self._transfer_made: dict[int, TransferView] = {}  # each copy in flight's view
 
@@ -149,11 +151,12 @@ class PrefixCache:
     def counters(self) -> dict[str, int]:
         """The cache's own counts, kept incrementally, never by a scan (POOL-6)."""
         out: dict[str, int] = {}
+        pinned = self._pinned
         for tier, pool in self.pools.items():
             available, cached, evictable = _COUNTERS[tier]
             out[available] = pool.free_count
             out[cached] = pool.cached_count
-            out[evictable] = self.evictable(tier)
+            out[evictable] = pool.cached_count - pinned[tier]  # as ``evictable`` counts them
         return out
 
     def _pin_changed(self, node: Node, tier: Tier, sign: int) -> None:
@@ -763,16 +766,21 @@ class PrefixCache:
         else:
             was = last.pools
             pools = {t: p.view(was.get(t)) for t, p in self.pools.items()}
-            pools = _same(pools, was)
-            roots = _same(roots, last.roots)
-            if nodes is not last.nodes:  # else the last one's already (``_node_views``)
-                nodes = _same(nodes, last.nodes)
-            if locks is not last.locks:
-                locks = _same(locks, last.locks)
-            if transfers is not last.transfers:
-                transfers = _same(transfers, last.transfers)
-            if l3 is not last.l3:
-                l3 = _same(l3, last.l3)
+            # A part equal to the last one's is that one: equal parts of two snapshots are one
+            # object, so a reader compares them by identity. (The node list and the locks are
+            # the last ones already when equal: ``_node_views``, ``_lock_views_now``.)
+            if pools == was:
+                pools = was
+            if roots == last.roots:
+                roots = last.roots
+            if nodes is not last.nodes and nodes == last.nodes:
+                nodes = last.nodes
+            if locks is not last.locks and locks == last.locks:
+                locks = last.locks
+            if transfers is not last.transfers and transfers == last.transfers:
+                transfers = last.transfers
+            if l3 is not last.l3 and l3 == last.l3:
+                l3 = last.l3
             if (nodes is last.nodes and pools is was and roots is last.roots
                     and locks is last.locks and transfers is last.transfers and l3 is last.l3):
                 return last
@@ -803,54 +811,78 @@ class PrefixCache:
         the last snapshot keeps the view it had then, and the node list is the last one's
         when every view is. One pass along the last order while the tree's shape (its nodes,
         each one's parent and key length) is as it was; the order again when it is not."""
-        order, nodes = self._order, self._nodes
-        if len(order) == len(nodes):
-            out = self._views_along(order, same_shape=True)
+        if self._last is not None and len(self._order) == len(self._nodes) \
+                and self._nodes.keys() == self._ids:
+            out = self._views_along(self._last.nodes)
             if out is not None:
                 return out
-        self._order = self._ordered()
-        out = self._views_along(self._order, same_shape=False)
-        assert out is not None
-        return out
+        return self._views_reordered()
 
-    def _views_along(self, order: list[tuple[Node, int]],
-                     same_shape: bool) -> tuple[NodeView, ...] | None:
-        """The views of ``order``'s nodes, the last ones where a node's fields (``_FIELDS``,
-        and its L3 keys copied: a list may change in place) and offset are as they were.
-        ``same_shape``: ``order`` is the last snapshot's, and None is returned as soon as a
-        node shows the shape changed (gone, reparented, or its key of another length: the
-        offsets below it move)."""
-        last, nodes = self._views, self._nodes
-        views: dict[int, tuple[tuple, NodeView]] = {}
-        out: list[NodeView] = []
-        fresh = not same_shape
-        fields = _FIELDS
-        for n, start in order:
-            seen = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
-            old = last.get(n.id)
-            if old is not None and old[0] == seen and (same_shape or old[1].start == start):
-                views[n.id] = old
-                out.append(old[1])
-                continue
-            if same_shape and (old is None or nodes.get(n.id) is not n
-                               or old[0][0] is not seen[0] or len(old[0][1]) != len(seen[1])):
-                return None
-            fresh = True
-            parent = n.parent
-            view = NodeView(  # by position: the fields in ``NodeView``'s order
-                n.id, n.namespace, parent.id if parent is not None else None, start,
-                tuple(n.key), n.device, n.host, n.hashes, n.device_ref, n.host_ref,
-                n.device_access, n.host_access, n.seq, n.pending,
-                tuple(k.hex() for k in n.keys) if n.keys else (),
-            )
-            views[n.id] = (seen, view)
+    def _views_along(self, shown: tuple[NodeView, ...]) -> tuple[NodeView, ...] | None:
+        """The views along the last snapshot's order, whose nodes are the tree's now:
+        ``shown``, the last snapshot's node list, while every node shows the fields its view
+        was made from (the usual case: one comparison a node, nothing made), else each node's
+        view, made again where its fields changed. None as soon as a node shows the shape
+        changed (reparented, or its key of another length: the offsets below it move)."""
+        order, fields = self._order, _FIELDS
+        changed = 0  # the first node whose fields changed
+        for n, _start, seen, _view in order:
+            if (fields(n) if not n.keys else (*fields(n), tuple(n.keys))) != seen:
+                break
+            changed += 1
+        else:
+            return shown
+        nodes = self._nodes
+        entries = order[:changed]
+        out = [view for _n, _start, _seen, view in entries]
+        for entry in order[changed:]:
+            n, start, seen, view = entry
+            now = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
+            if now != seen:
+                if now[0] is not seen[0] or len(now[1]) != len(seen[1]) \
+                        or nodes.get(n.id) is not n:
+                    return None
+                view = self._node_view(n, start, now, entry)
+                entry = (n, start, now, view)
+            entries.append(entry)
             out.append(view)
-        if same_shape and views.keys() != nodes.keys():
-            return None  # a node gone and another come (ids are never reused)
-        if not fresh and self._last is not None:
-            return self._last.nodes  # every view the last one's, in the same order
-        self._views = views
+        self._order = entries
         return tuple(out)
+
+    def _views_reordered(self) -> tuple[NodeView, ...]:
+        """Every node's view in a new order (``_ordered``): the last one where the node's
+        fields and offset are as they were, else one made now."""
+        last = {entry[0].id: entry for entry in self._order}
+        entries: list[tuple[Node, int, tuple, NodeView]] = []
+        out: list[NodeView] = []
+        fields = _FIELDS
+        for n, start in self._ordered():
+            now = fields(n) if not n.keys else (*fields(n), tuple(n.keys))
+            old = last.get(n.id)
+            if old is not None and old[2] == now and old[1] == start:
+                view = old[3]
+            else:
+                view = self._node_view(n, start, now, old)
+            entries.append((n, start, now, view))
+            out.append(view)
+        self._order = entries
+        self._ids = set(self._nodes)
+        return tuple(out)
+
+    def _node_view(self, n: Node, start: int, seen: tuple,
+                   old: tuple[Node, int, tuple, NodeView] | None) -> NodeView:
+        """``n``'s view, its key at token offset ``start``, made from the fields ``seen``;
+        ``old`` the node's entry in the last order, if it had one."""
+        parent = n.parent
+        # A node whose key is the one its last view was made from (most often only its
+        # access times or pins moved) shows the same tokens: that view's tuple of them.
+        key = old[3].key if old is not None and old[2][1] is seen[1] else tuple(n.key)
+        return NodeView(  # by position: the fields in ``NodeView``'s order
+            n.id, n.namespace, parent.id if parent is not None else None, start,
+            key, n.device, n.host, n.hashes, n.device_ref, n.host_ref,
+            n.device_access, n.host_access, n.seq, n.pending,
+            tuple(k.hex() for k in n.keys) if n.keys else (),
+        )
 
     def _ordered(self) -> list[tuple[Node, int]]:
         """Every node with the token offset of its key, parents before children (by depth,
@@ -869,13 +901,13 @@ class PrefixCache:
         """The locks held, as the last snapshot showed them while they are the same locks (a
         lock never changes while it is held); each held lock keeps its view from one snapshot
         to the next."""
-        held = self._locks.items()
+        held = self._locks.held()
         last = self._held
-        if last is not None and last[0] == held:
+        if last is not None and last[0] == held:  # the same handles, each the same lock
             return last[1]
         made = self._lock_made
         now: dict[int, tuple[Lock, LockView]] = {}
-        for h, lk in held:
+        for h, lk in held.items():
             got = made.get(h)
             if got is None or got[0] is not lk or got[1].node != lk.node.id:
                 got = (lk, LockView(h, lk.node.id, lk.tier, lk.internal))
@@ -886,12 +918,9 @@ class PrefixCache:
         return views
 
 
-# What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``).
+# What a node's view shows of it, besides its offset and L3 keys (``PrefixCache.snapshot``):
+# with its L3 keys copied (a list may change in place), what the view is made from and what the
+# next snapshot compares. A key is the same array object while the node keeps it (``_split``
+# gives the node a new one).
 _FIELDS = attrgetter("parent", "key", "device", "host", "hashes", "device_ref", "host_ref",
                      "device_access", "host_access", "pending")
-
-
-def _same(new, old):
-    """``old`` when it equals ``new`` (the part of a snapshot that did not change), else ``new``:
-    equal parts of two snapshots are one object, so a reader compares them by identity."""
-    return old if old is not None and (old is new or old == new) else new

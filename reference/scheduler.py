@@ -142,7 +142,10 @@ class Request:
         return self.pages[self.shared :]
 
 
-@dataclass(slots=True, frozen=True)
+# The views a snapshot is made of are not frozen, as ``reference.snapshot``'s are not: a frozen
+# slotted dataclass pays one ``object.__setattr__`` per field when made (seventeen here, for each
+# request a plan or an event changed). Nothing changes one once made; they hash by value.
+@dataclass(slots=True, unsafe_hash=True)
 class RequestView:
     """One request as a snapshot shows it: its state, its pages and slots, what it waits for."""
 
@@ -165,7 +168,7 @@ class RequestView:
     mamba_state: int | None = None  # the protected entry of its retract state (D162-5)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see RequestView
 class SchedulerSnapshot:
     """A white-box view of a scheduler: its requests, its cache, free slots and transfers in
     flight."""
@@ -227,6 +230,7 @@ class Scheduler:
         self._arrivals = 0
         # The last snapshot's view of each request, with the fields it was made from.
         self._views: dict[str, tuple[tuple, RequestView]] = {}
+        self._snap: SchedulerSnapshot | None = None  # the last snapshot, whose equal parts stay
         self._slots = list(range(c.max_slots - 1, -1, -1))
         self._ops: dict[int, str] = {}  # writeback op id -> request id
         self.step = 0
@@ -626,15 +630,23 @@ class Scheduler:
             self._apply(ev)
 
     def _check(self, events: Sequence[RuntimeEvent]) -> None:
+        if not events:
+            return
         states = _StatesAfter(self.requests)
-        ops = dict(self._ops)
-        l3 = dict(self._l3)
+        # The writebacks and L3 transfers in flight as the events so far leave them: copied
+        # when the first event that acknowledges one comes (most lists have none).
+        ops: dict[int, str] | None = None
+        l3: dict[int, str] | None = None
         for ev in events:
             kind = _EVENT_OF.get(type(ev))  # a request's event, the common case
             if kind is None:
                 if isinstance(ev, WritebackDone):
+                    if ops is None:
+                        ops = dict(self._ops)
                     self._check_writeback(ev, ops, states)
                 elif isinstance(ev, (PrefetchDone, BackupDone)):
+                    if l3 is None:
+                        l3 = dict(self._l3)
                     self._check_l3(ev, l3, states)
                 else:
                     raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
@@ -642,8 +654,9 @@ class Scheduler:
             rid = ev.rid
             now = states.get(rid) or states.of(rid)  # changed by an earlier event, or as it is
             if now is None:
-                raise SchedulerError("unknown_request", f"{kind} for unknown request {rid!r}",
-                                     rid, None, str(kind))
+                raise SchedulerError("unknown_request",
+                                     f"{kind.value} for unknown request {rid!r}", rid, None,
+                                     kind.value)
             state, aw = now
             targets = TRANSITIONS.get((state, kind))  # None: not in the table (REQ-2)
             ok = targets is not None
@@ -652,15 +665,15 @@ class Scheduler:
                 if isinstance(ev.token, bool) or not isinstance(ev.token, int) \
                         or not 0 <= ev.token < 2**63:
                     raise SchedulerError("bad_token", f"token {ev.token!r} for {rid!r}", rid,
-                                         state, str(kind))
+                                         state, kind.value)
             if kind is FINISH:
                 ok = ok and not aw
-            if not ok:
+            if not ok:  # a probe the kit sends often: names spelled by value, as ``str`` does
                 why = " (its sampled token is still due)" if aw else ""
                 raise SchedulerError(
                     "invalid_transition",
-                    f"{kind} is not allowed for request {rid!r} in state {state}{why}",
-                    rid, state, str(kind),
+                    f"{kind.value} is not allowed for request {rid!r} in state {state.value}{why}",
+                    rid, state, kind.value,
                 )
             nxt = (self._finish_target(self.requests[rid], state) if kind is FINISH
                    else targets[0])
@@ -805,22 +818,47 @@ class Scheduler:
 
     def snapshot(self) -> SchedulerSnapshot:
         """The white-box view, requests by arrival (the order ``requests`` keeps). A request
-        whose fields are as at the last snapshot keeps the view it had then, so an oracle
-        can tell by identity which requests a call left alone."""
-        last, views = self._views, {}
+        whose fields are as at the last snapshot keeps the view it had then, and so does each
+        part (the request list, the free slots, the copies in flight, the Mamba pools) equal to
+        the last one's: a snapshot equal to the last one is the last one. Each part is compared
+        as it is now, never taken on trust from a flag, so an oracle can tell by identity what
+        a call left alone."""
+        last_views, views, out = self._views, {}, []
         for r in self.requests.values():
             seen = (r.rid, r.state, r.spec.namespace, len(r.tokens), r.computed, tuple(r.pages),
                     r.shared, r.lock, r.slot, r.awaiting, r.op, r.hlock, r.prefetch, r.mamba,
                     r.ckpt, r.mfailed, r.mstate[0] if r.mstate is not None else None)
-            old = last.get(r.rid)
-            views[r.rid] = old if old is not None and old[0] == seen else (seen,
-                                                                           RequestView(*seen))
+            old = last_views.get(r.rid)
+            if old is None or old[0] != seen:
+                old = (seen, RequestView(*seen))
+            views[r.rid] = old
+            out.append(old[1])
         self._views = views
-        return SchedulerSnapshot(self.step, tuple(v for _seen, v in views.values()),
-                                 self.cache.snapshot(), tuple(self._slots),
-                                 tuple(sorted(self._ops.items())),
-                                 tuple(sorted(self._l3.items())),
-                                 self.mamba.view() if self.mamba is not None else None)
+        requests = tuple(out)
+        cache = self.cache.snapshot()
+        slots = tuple(self._slots)
+        ops = tuple(sorted(self._ops.items())) if self._ops else ()
+        l3 = tuple(sorted(self._l3.items())) if self._l3 else ()
+        mamba = self.mamba.view() if self.mamba is not None else None
+        last = self._snap
+        if last is not None:  # a part equal to the last one's is that one: one object
+            if requests == last.requests:
+                requests = last.requests
+            if slots == last.free_slots:
+                slots = last.free_slots
+            if ops == last.ops:
+                ops = last.ops
+            if l3 == last.l3_ops:
+                l3 = last.l3_ops
+            if mamba is not last.mamba and mamba == last.mamba:
+                mamba = last.mamba
+            if (self.step == last.step and requests is last.requests and cache is last.cache
+                    and slots is last.free_slots and ops is last.ops and l3 is last.l3_ops
+                    and mamba is last.mamba):
+                return last
+        snap = SchedulerSnapshot(self.step, requests, cache, slots, ops, l3, mamba)
+        self._snap = snap
+        return snap
 
     # ----------------------------------------------------------------- Mamba (chapter mamba)
     def _mamba_reuse(self, r: Request, m):

@@ -5,9 +5,10 @@ an oracle can cross-check them; a snapshot built from one map would agree with i
 
 Nothing changes a view once made: a snapshot keeps the views of what did not change, and the
 oracles tell by identity what they need not judge again. The views made at every step (a node's,
-a pool's, the snapshot itself) are not frozen all the same, as ``reference.plan``'s ``ForwardRow``
-is not: a frozen slotted dataclass pays one ``object.__setattr__`` per field when made, several
-times the cost of a plain one. They hash by value like the rest.
+a pool's, a lock's, a copy's, the snapshot itself) are not frozen all the same, as
+``reference.plan``'s ``ForwardRow`` is not: a frozen slotted dataclass pays one
+``object.__setattr__`` per field when made, several times the cost of a plain one. They hash by
+value like the rest.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class PoolView:
     owners: tuple[str, ...]  # per page: "free", "caller", "node:<id>", "transfer:<op>"
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class LockView:
     """A lock held on a node on one tier (PIN-1); ``internal`` for the cache's own locks."""
 
@@ -67,7 +68,7 @@ class LockView:
     internal: bool
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class TransferView:
     """A writeback or loadback in flight and the (source, destination) pages it holds."""
 
@@ -77,7 +78,7 @@ class TransferView:
     pairs: tuple[tuple[int, int], ...]  # (source page, destination page)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see the module's docstring
 class L3View:
     """An L3 prefetch or backup in flight and the host pages it holds (spec chapter l3_store)."""
 

@@ -742,6 +742,27 @@ def test_parent_hash_is_announced_first_and_hashes_are_recomputable():
             assert list(n.hashes) == chain(None, 3, full, 2)[-len(n.hashes):]
 
 
+@pytest.mark.behaviours("EVENT-5")
+def test_block_hash_is_blake2b_of_its_inputs_spelled_out():
+    """``block_hash`` packs its head in one call: the same bytes as the flag, parent, namespace
+    and count spelled one by one, and a value out of range is rejected as they reject it."""
+    from hashlib import blake2b
+
+    def spelled(parent, ns, tokens):
+        data = (bytes([parent is not None]) + (parent or 0).to_bytes(8, "little")
+                + ns.to_bytes(8, "little", signed=True) + len(tokens).to_bytes(4, "little")
+                + b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in tokens))
+        return int.from_bytes(blake2b(data, digest_size=8).digest(), "little")
+
+    for parent in (None, 0, 1, 2**64 - 1):
+        for ns in (0, 5, -1, 2**63 - 1, -(2**63)):
+            for tokens in ((), (7,), (1, 2**40 + 3, 2**32 - 1)):
+                assert block_hash(parent, ns, tokens) == spelled(parent, ns, tokens)
+    for parent, ns in ((2**64, 0), (-1, 0), (None, 2**63), (None, -(2**63) - 1)):
+        with pytest.raises(OverflowError):
+            block_hash(parent, ns, (1,))
+
+
 # --------------------------------------------------------------------------------- determinism
 def _script(c: PrefixCache) -> list[Any]:
     """A fixed history touching every operation; returns every result it saw."""

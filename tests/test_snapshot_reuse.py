@@ -1,10 +1,12 @@
-"""The reference's snapshot reuses what did not change (``PrefixCache.snapshot``): every
-snapshot it hands out must equal, field by field, the one built from nothing at the same
-moment, on many seeded walks of every shape the walk draws (splits, evictions, unloads)."""
+"""The reference's snapshots reuse what did not change (``PrefixCache.snapshot``,
+``Scheduler.snapshot``): every snapshot they hand out must equal, field by field, the one built
+from nothing at the same moment, on many seeded walks of every shape the walk draws (splits,
+evictions, unloads) and on the scheduler's fingerprinted workloads."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 
 import pytest
@@ -13,27 +15,41 @@ from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
 from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.reference import CacheConfig, CacheError, PrefixCache, Tier
+from kvconf.reference.mamba import MambaCache
+from kvconf.reference.pages import PagePool
+from kvconf.reference.scheduler import Scheduler, SchedulerError, SchedulerSnapshot
 from kvconf.reference.snapshot import CacheSnapshot
 
 CONFIGS = (EngineConfig(), EngineConfig(device_pages=8, host_pages=6), EngineConfig(page_size=1))
 
 
 def scratch(cache: PrefixCache) -> CacheSnapshot:
-    """The snapshot of ``cache`` built from nothing: no view, order or part of an earlier one."""
+    """The snapshot of ``cache`` built from nothing: no view, order or part of an earlier one,
+    its pools' included."""
     fresh = PrefixCache.__new__(PrefixCache)
     vars(fresh).update(vars(cache))
     fresh._forget_views()
+    fresh.pools = {tier: unshown(pool) for tier, pool in cache.pools.items()}
     return fresh.snapshot()
 
 
+def unshown(pool: PagePool) -> PagePool:
+    """A copy of ``pool`` that made no view yet (``PagePool.view`` keeps its last one)."""
+    twin = copy.copy(pool)
+    twin._shown = None
+    return twin
+
+
 class Checked(PrefixCache):
-    """A reference whose every snapshot is compared with the one built from nothing."""
+    """A reference whose every snapshot is compared with the one built from nothing; one taken
+    again with nothing done in between is the very same object."""
 
     taken = 0
 
     def snapshot(self) -> CacheSnapshot:
         snap = super().snapshot()
         assert snap == scratch(self)
+        assert super().snapshot() is snap
         Checked.taken += 1
         return snap
 
@@ -116,3 +132,65 @@ def test_a_snapshot_sees_a_changed_shape_and_keys_changed_in_place():
     assert {n.start for n in c.snapshot().nodes if n.parent == mid.id} == {4}
     mid.keys.append(mid.keys[0])  # in place: the same list
     assert len(next(n for n in c.snapshot().nodes if n.id == mid.id).keys) == 2
+
+
+def scratch_scheduler(s: Scheduler) -> SchedulerSnapshot:
+    """The snapshot of ``s`` built from nothing: no view or part of an earlier one, its cache's
+    and its Mamba pools' included."""
+    cache = PrefixCache.__new__(PrefixCache)
+    vars(cache).update(vars(s.cache))
+    cache._forget_views()
+    cache.pools = {tier: unshown(pool) for tier, pool in s.cache.pools.items()}
+    fresh = Scheduler.__new__(Scheduler)
+    vars(fresh).update(vars(s))
+    fresh.cache, fresh._views, fresh._snap = cache, {}, None
+    if s.mamba is not None:
+        fresh.mamba = MambaCache.__new__(MambaCache)
+        vars(fresh.mamba).update(vars(s.mamba))
+        fresh.mamba._entry_views, fresh.mamba._view = {}, None
+    return fresh.snapshot()
+
+
+class CheckedScheduler(Scheduler):
+    """A reference scheduler whose every snapshot is compared with the one built from nothing,
+    taken around each plan and each event list as well as when the workload asks; a snapshot
+    taken again with nothing done in between (or only a rejected event list) is the very same
+    object."""
+
+    taken = 0
+
+    def snapshot(self) -> SchedulerSnapshot:
+        snap = super().snapshot()
+        assert snap == scratch_scheduler(self)
+        assert super().snapshot() is snap
+        CheckedScheduler.taken += 1
+        return snap
+
+    def next_plan(self):
+        plan = super().next_plan()
+        self.snapshot()
+        return plan
+
+    def advance(self, events) -> None:
+        before = self.snapshot()
+        try:
+            super().advance(events)
+        except SchedulerError:  # a rejected list changes nothing: the snapshot is the last one
+            assert self.snapshot() is before
+            raise
+        self.snapshot()
+
+
+@pytest.mark.parametrize("part", range(4))
+def test_every_scheduler_snapshot_equals_the_one_built_from_nothing(part, monkeypatch):
+    """The scheduler's snapshot reuses each request's view and each part equal to the last
+    one's (``Scheduler.snapshot``), and is the last one when all are: on the fingerprinted
+    workloads (retraction, loadback, failed copies, L3, Mamba, windows, adapters, rejected
+    event lists), every one equals the snapshot built from nothing at the same moment."""
+    from test_scheduler_fingerprints import Player
+
+    monkeypatch.setattr("test_scheduler_fingerprints.Scheduler", CheckedScheduler)
+    before = CheckedScheduler.taken
+    for seed in range(part, 48, 4):
+        Player(seed).run(60)
+    assert CheckedScheduler.taken - before > 12 * 60 * 3
