@@ -30,6 +30,30 @@ DECLARED_TRANSITIONS: dict[Feature, dict[tuple[State, Event], tuple[State, ...]]
 }
 
 
+def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool) -> bool:
+    """Whether every page a row of the forward computes into is used (read or computed through,
+    by the spans ``PlanOracle.own_pages`` reads) by that row alone. Then none of its checks can
+    fail: each asks for another row using a page some row computes into. Slices, not index
+    loops: the plan oracle's PLAN-10 check ran first, so every span lies inside its table."""
+    one: dict[int, Any] = {}  # page -> the one row using it; ``rows`` itself when several do
+    written: list[int] = []
+    for r in rows:
+        rid, start = r.rid, r.start
+        if start < 0:
+            return False  # index loops and slices differ below zero: the full check decides
+        end = start + len(r.input_tokens)
+        first = max(0, start - window + 1) if window else 0
+        spans = [(r.page_table, 0 if window_table or not window else first)]
+        if window_table and r.window_table:
+            spans.append((r.window_table, first))
+        for table, lo in spans:
+            for pg in table[lo // p : -(-end // p)]:
+                if one.setdefault(pg, rid) != rid:
+                    one[pg] = rows
+            written.extend(table[start // p : -(-end // p)])
+    return all(one[pg] is not rows for pg in written)
+
+
 def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[State, ...]]:
     """The transition table an engine declaring ``features`` is held to."""
     table = dict(TRANSITIONS)
@@ -229,6 +253,8 @@ class PlanOracle(Oracle):
         other row reads positions of that page, it reuses what the forward is still computing
         (PLAN-12)."""
         p = page_size
+        if self.incremental and _one_user_each(plan.rows, p, window, window_table):
+            return  # every page a row computes into is used by that row alone: nothing fails
         used: dict[int, set[str]] = {}
         read: dict[int, set[str]] = {}  # pages holding positions a row reads (before its start)
         written: dict[int, str] = {}
@@ -410,14 +436,18 @@ class RequestStateOracle(Oracle):
         tree, whichever step (admission, publish, recovery) put them there."""
         if not v.shared and v.lock is None:
             return  # it holds nothing of the tree
-        held = [(f"shared page {pg}", int(owners[pg].split(":", 1)[1]))
-                for pg in v.pages[: v.shared]]
-        if v.lock is not None and v.lock in locked:
-            held.append((f"pinned node (lock {v.lock})", locked[v.lock]))
-        for what, node_id in held:
-            node = tree.nodes.get(node_id)
-            if node is not None and node.namespace != v.namespace:
-                raise self.fail("NS-3", f"{v.rid} (namespace {v.namespace}, {v.state}) holds "
+        shared = v.pages[: v.shared]
+        held = [int(owners[pg].split(":", 1)[1]) for pg in shared]  # node ids, all read first
+        pinned = v.lock is not None and v.lock in locked
+        if pinned:
+            held.append(locked[v.lock])
+        nodes, ns = tree.nodes, v.namespace
+        for i, node_id in enumerate(held):
+            node = nodes.get(node_id)
+            if node is not None and node.namespace != ns:
+                what = (f"shared page {shared[i]}" if i < len(shared)
+                        else f"pinned node (lock {v.lock})")  # only for the message
+                raise self.fail("NS-3", f"{v.rid} (namespace {ns}, {v.state}) holds "
                                 f"{what} of namespace {node.namespace}")
 
 

@@ -244,9 +244,6 @@ class SchedulerDriver:
     def _snapshot(self):
         return self.engine.snapshot() if self.white else None
 
-    def _call(self, what: str, fn, *args):
-        return call_legal(what, fn, *args)
-
     def _tag(self, rid: str, i: int) -> int:
         req, tags = self.live[rid], self.tags[rid]
         if i >= len(tags):
@@ -256,11 +253,11 @@ class SchedulerDriver:
             self.content.origin.update(dict.fromkeys(new, req.ns))
         return tags[i]
 
-    def _drain(self) -> list[Any]:
+    def _drain(self) -> tuple[Any, ...]:
         """The KV events published since the last drain, kept in ``published``."""
-        events = list(self.engine.drain_events())
+        events = tuple(self.engine.drain_events())
         self.tape.append(("drain",))
-        self.published.append(tuple(events))
+        self.published.append(events)
         return events
 
     def _prefix_named(self, h: int) -> tuple[int, tuple[int, ...]] | None:
@@ -283,10 +280,11 @@ class SchedulerDriver:
 
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
+        where = f"after the {phase} of plan {self._at}" if phase != "submit" else \
+            "after a submit"
         if self.kv is not None:  # the events up to now against the device tier (EVENT-6)
             self.kv.take(self._drain())
-            self.kv.device(after, f"after the {phase} of plan {self._at}"
-                           if phase != "submit" else "after a submit")
+            self.kv.device(after, where)
         if self.states is not None and after is not None:
             self.states.check(phase, self.snap, after, self.live, self.p, external,
                               self.config.sliding_window)
@@ -298,19 +296,17 @@ class SchedulerDriver:
         if phase == "plan":
             self.before_plan = self.snap
         self.snap = after
-        self._account(phase)
+        self._account(phase, where)
 
-    def _account(self, phase: str) -> None:
+    def _account(self, phase: str, where: str) -> None:
         """The engine's copies in flight against the runtime's (HOST-10) and its counters
-        against its state (POOL-6), after every call."""
-        where = f"after the {phase} of plan {self._at}" if phase != "submit" else \
-            "after a submit"
+        against its state (POOL-6), after every call (``where``: which, for the messages)."""
         if self.transfers is not None and self.snap is not None:
             plan = phase == "plan"
             self.transfers.check_sched(self.snap, self.held_ops, self.landing if plan else (),
                                        where, between=not plan)
         if self.counter is not None:
-            counts = self._call("counters", self.engine.counters)
+            counts = call_legal("counters", self.engine.counters)
             self.counter.check_sched(counts, self.snap, self.sizes, self.config.max_slots,
                                      where)
 
@@ -337,7 +333,7 @@ class SchedulerDriver:
             specs = [a for a in arrivals if a.at == step]
             if specs:
                 self._submit(specs)
-            plan = self._call("next_plan", self.engine.next_plan)
+            plan = call_legal("next_plan", self.engine.next_plan)
             self._plan(step, plan)
             if step >= last_arrival and self._quiet(plan):
                 self._at_rest(step)
@@ -372,7 +368,7 @@ class SchedulerDriver:
         if self.white and self.snap is not None:
             self.rest.scheduler(self.snap, self.config.max_slots, where)
         if self.counter is not None:
-            counts = self._call("counters", self.engine.counters)
+            counts = call_legal("counters", self.engine.counters)
             counts = self.counter.check_sched(counts, self.snap, self.sizes,
                                               self.config.max_slots, where)
             self.rest.counts(counts, self.sizes, where, slots=self.config.max_slots)
@@ -393,7 +389,7 @@ class SchedulerDriver:
                               new_tokens=1)])
         for k in range(step + 1, step + 1 + self.trace.max_plans):
             flight.beat()
-            plan = self._call("next_plan", self.engine.next_plan)
+            plan = call_legal("next_plan", self.engine.next_plan)
             self._plan(k, plan)
             if self._quiet(plan):
                 return
@@ -469,7 +465,7 @@ class SchedulerDriver:
             self.left[a.rid] = a.new_tokens
             hits = self.l3.hits(a.rid) if self.l3 is not None else 0
             specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns, hits))
-        self._call("submit", self.engine.submit, specs)
+        call_legal("submit", self.engine.submit, specs)
         self.tape.append(("submit", specs))
         self._states("submit", {})
 
@@ -588,7 +584,7 @@ class SchedulerDriver:
                                 f"{type(e).__name__} on a legal Abort of "
                                 f"{', '.join(a.rid for a in cancels)}: {e}") from e
         rest = [e for e in events if not isinstance(e, Abort)]
-        self._call("advance", self.engine.advance, rest)
+        call_legal("advance", self.engine.advance, rest)
         self.tape.append(("advance", rest))
         self._acknowledged(events)
         if self.kv is not None:
