@@ -122,6 +122,8 @@ class CounterOracle(Oracle):
         # nodes and their unpinned pages; by tier, the pool and its free and cached pages.
         self.unpinned: tuple | None = None
         self.pooled: dict[Tier, tuple] = {}
+        # The scheduler level's last counts that held, with what they were judged against.
+        self.fine: tuple | None = None
 
     def _shown(self, snap: CacheSnapshot) -> dict[str, int]:
         """``snapshot_counts`` of ``snap``, each part kept while what it reads is the same: a
@@ -237,9 +239,18 @@ class CounterOracle(Oracle):
         cache = getattr(snap, "cache", None)
         shown = self._shown(cache) if isinstance(cache, CacheSnapshot) else None
         free = getattr(snap, "free_slots", None) if shown is not None else None
-        if self.incremental and type(counts) is dict \
-                and _fine_sched(counts, shown, free, sizes, slots):
-            return dict(counts)  # every check below holds: no message to build
+        if self.incremental and type(counts) is dict:
+            # The same counts (all ints, as there) against the very parts of the last counts
+            # that held: ``_fine_sched`` reads nothing else, so it holds again.
+            now = (shown, None if free is None else len(free), sizes, slots)
+            last = self.fine
+            if (last is not None and counts == last[0] and now[0] is last[1][0]
+                    and now[1:] == last[1][1:]
+                    and all(type(v) is int for v in counts.values())):
+                return dict(counts)
+            if _fine_sched(counts, shown, free, sizes, slots):
+                self.fine = (dict(counts), now)
+                return dict(counts)  # every check below holds: no message to build
         out = self.names(counts, SCHED_COUNTERS, where)
         if shown is not None:
             want = dict(shown)

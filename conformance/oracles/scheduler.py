@@ -344,10 +344,10 @@ class RequestStateOracle(Oracle):
         else:
             prev = {v.rid: v for v in before.requests}
         self._by_rid = (after.requests, {v.rid: v for v in after.requests})
-        tree = TreeView(after.cache)
+        tree: TreeView | None = None  # built when a request holds something of the tree
         owners = after.cache.pools[Tier.DEVICE].owners
         locks = after.cache.locks
-        locked = {lk.handle: lk.node for lk in locks} if locks else {}
+        locked: dict[int, int] | None = None
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
         behind: list[tuple[str, list[int]]] = []  # table slots a window let go of (WIN-4)
@@ -400,7 +400,12 @@ class RequestStateOracle(Oracle):
             for pg in v.pages[: v.shared]:
                 if not owners[pg].startswith("node:"):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
-            self._own_namespace(v, tree, owners, locked)
+            if v.shared or v.lock is not None:  # it holds something of the tree (NS-3)
+                if tree is None:
+                    tree = TreeView(after.cache)
+                if locked is None:
+                    locked = {lk.handle: lk.node for lk in locks} if locks else {}
+                self._own_namespace(v, tree, owners, locked)
             req = live.get(v.rid)
             # What it had computed before this call (a retraction resets the count to zero).
             was = old if old is not None and old.state is not v.state else v
@@ -413,6 +418,8 @@ class RequestStateOracle(Oracle):
                 old is None or old.state is not v.state
             ):
                 rule = "FIN-1" if v.state is State.DRAINING else "PLAN-6"
+                if tree is None:
+                    tree = TreeView(after.cache)
                 got = tree.longest(v.namespace, req.tokens[:full], Tier.DEVICE)
                 if got < full:
                     raise self.fail(rule, f"{v.rid} is {v.state} but only {got} of its {full} "

@@ -171,9 +171,10 @@ class SchedulerDriver:
         # yet dropped: position -> (device page, tag), where its row wrote it (WIN-4).
         self.own: dict[str, dict[int, tuple[int, int]]] = {}
         # PLAN-12: a forward is one step. Its rows' reads see the memory as it was before it;
-        # what they compute is written once every row has read: (page, slot) -> (request,
-        # position) this forward computes, and the writes (and drops) waiting for its end.
-        self.computing: dict[tuple[int, int], tuple[str, int]] = {}
+        # what they compute is written once every row has read: (request, pages, slots,
+        # positions) of each write this forward computes (read only to name the row a wrong
+        # read reuses, ``_computing``), and the writes (and drops) waiting for its end.
+        self.computing: list[tuple[str, list[int], list[int], range]] = []
         self.after_forward: list[Any] = []
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         # HOST-14: writebacks a plan named in its flush, landed before its forward, each
@@ -528,8 +529,8 @@ class SchedulerDriver:
             if self.mstates is not None:
                 self._forward_state(row, req)
         reads, self.deferred_reads = self.deferred_reads, None
-        drops = [f for f in self.after_forward if reads is not None
-                 and getattr(f, "func", None) == self._drop_behind]
+        drops = [f for f in self.after_forward
+                 if getattr(f, "func", None) == self._drop_behind] if reads is not None else []
         for write in self.after_forward:  # the forward's end: what it computed lands (PLAN-12)
             if write not in drops:
                 write()
@@ -537,7 +538,7 @@ class SchedulerDriver:
             self._read(*args)
         for drop in drops:  # and dropped behind a window only once the forward has read it
             drop()
-        self.after_forward, self.computing = [], {}
+        self.after_forward, self.computing = [], []
         events: list = []
         if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
             events.extend(self._ack_loads(plan.loadbacks))
@@ -689,8 +690,7 @@ class SchedulerDriver:
                                        f"{row.rid} computes position {i} into the null page "
                                        f"{self.null} of its table {list(table)}")
             slots = [i % p for i in writes]
-            self.computing.update(((pg, sl), (row.rid, i))
-                                  for pg, sl, i in zip(pages, slots, writes, strict=True))
+            self.computing.append((row.rid, pages, slots, writes))
             self.after_forward.append(partial(self.memory.write, Tier.DEVICE, pages, slots,
                                               tags))
         if w and not self.window_table:
@@ -740,13 +740,22 @@ class SchedulerDriver:
         for i, tag in zip(reads, got, strict=True):
             if tag != self._tag(row.rid, i):
                 page = table[i // p]
-                other = self.computing.get((page, i % p))
+                other = self._computing().get((page, i % p))
                 if other is not None:
                     raise self.content.same_forward(row, i, page, *other)
                 if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
                 raise self.content.wrong(row, ns, i, page, tag, window,
                                          failed=(Tier.DEVICE, page) in self.failed_remains)
+
+    def _computing(self) -> dict[tuple[int, int], tuple[str, int]]:
+        """(page, slot) -> (request, position) this forward computes, the last write of a slot
+        winning (PLAN-12); built only to name it in a finding."""
+        out: dict[tuple[int, int], tuple[str, int]] = {}
+        for rid, pages, slots, writes in self.computing:
+            out.update(((pg, sl), (rid, i)) for pg, sl, i in zip(pages, slots, writes,
+                                                                 strict=True))
+        return out
 
     def _ack_loads(self, loads: Sequence[CopyOp]) -> list[LoadbackDone]:
         """Acknowledge the loadbacks held back last time and this plan's, except those the
