@@ -306,6 +306,9 @@ class TransferOracle(Oracle):
         self.passed: tuple | None = None  # what the last scheduler-level check that held read
         # Per pool (pages or state slots, tier): the last owner tuple seen holding no transfer.
         self.clean: dict[tuple[str, Tier], tuple[str, ...]] = {}
+        # The last pools and Mamba view (the very objects) found with no page or slot owned by
+        # a transfer (``_leaks``).
+        self.no_transfer: tuple[Any, Any] | None = None
 
     def _gone(self, what: str, op_id: Any, where: str) -> str:
         when = self.acked.get(op_id)
@@ -415,23 +418,34 @@ class TransferOracle(Oracle):
                live: set[str], where: str) -> None:
         """HOST-10: no page is owned by a transfer that lists no such page in flight (``dst``:
         (tier, page, owner) of every listed copy), no Mamba state slot by a copy the runtime
-        does not hold (``live``: their owner names)."""
-        for tier, pool in cache.pools.items():
+        does not hold (``live``: their owner names). Only an owner that is a transfer can
+        break it: pools and Mamba views found with none (the very objects, which a snapshot
+        keeps while they do not change) hold again whatever ``dst`` and ``live`` are."""
+        mamba = getattr(snap, "mamba", None)
+        pools = cache.pools
+        last = self.no_transfer
+        if self.incremental and last is not None and last[0] is pools and last[1] is mamba:
+            return
+        clean = True
+        for tier, pool in pools.items():
             if not self._any_transfer(pool.owners, ("pages", tier)):
                 continue
+            clean = False
             for pg, owner in enumerate(pool.owners):
                 if owner.startswith("transfer:") and (tier, pg, owner) not in dst:
                     raise self.fail("HOST-10", f"{where}: {tier} page {pg} is owned by {owner}, "
                                     "which lists no such page in flight: a leak")
-        mamba = getattr(snap, "mamba", None)
         if mamba is not None:
             for tier, owners in mamba.owners.items():
                 if not self._any_transfer(owners, ("states", tier)):
                     continue
+                clean = False
                 for slot, owner in enumerate(owners):
                     if owner.startswith("transfer:") and owner not in live:
                         raise self.fail("HOST-10", f"{where}: {tier} state slot {slot} is owned "
                                         f"by {owner}, a copy the runtime does not hold: a leak")
+        if clean:
+            self.no_transfer = (pools, mamba)
 
     def _any_transfer(self, owners: Sequence[str], where: tuple[str, Tier]) -> bool:
         """``_any_transfer``, remembered for the last owner tuple of each pool (``where``) found

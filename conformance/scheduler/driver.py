@@ -102,6 +102,11 @@ class SchedulerDriver:
         if Feature.MIXED_ONLY in feats:  # no unmixed mode: judged with the switch on (PLAN-3)
             self.config = trace.config.model_copy(update={"mixed": True})
         self.white = Feature.SNAPSHOT in feats
+        # Switches read every plan, read once (a feature test hashes an Enum member in Python).
+        self.loadback_ack = Feature.LOADBACK_ACK in feats
+        self.deferred_loadback = Feature.DEFERRED_LOADBACK in feats
+        self.keeps_prefix = Feature.KEEPS_WINDOW_PREFIX in feats
+        self.ignores_unknown = Feature.IGNORES_UNKNOWN_EVENTS in feats
         self.memory_only = memory_only
         # PLAN-13: a runtime that writes a layer's KV for every row before any row attends;
         # a row's reads then see what the whole forward computes.
@@ -505,7 +510,7 @@ class SchedulerDriver:
             for row in plan.rows:
                 self._drop_behind(row.rid, row.start - w + 1)
         running = frozenset(r.rid for r in plan.rows if r.kind == "decode")  # PLAN-7
-        if Feature.DEFERRED_LOADBACK in self.engine.features:  # HOST-13: admitted here
+        if self.deferred_loadback:  # HOST-13: admitted here
             planned = {r.rid for r in plan.rows}
             for op in plan.loadbacks:
                 if op.rid in self.live and op.rid not in planned:
@@ -540,7 +545,7 @@ class SchedulerDriver:
             drop()
         self.after_forward, self.computing = [], []
         events: list = []
-        if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
+        if self.loadback_ack:  # each landed loadback (HOST-8)
             events.extend(self._ack_loads(plan.loadbacks))
         external: dict[str, set[Event]] = {}
         # Backups start before this plan's writebacks: a source page reused by one of them
@@ -609,7 +614,7 @@ class SchedulerDriver:
             held["writeback"][op.op_id] = op.rid
         for o in plan.l3:
             held["l3"][o.op_id] = o.rid
-        if Feature.LOADBACK_ACK in self.engine.features:
+        if self.loadback_ack:
             for op in plan.loadbacks:
                 held["loadback"][op.op_id] = op.rid
             self.landing = []
@@ -698,7 +703,7 @@ class SchedulerDriver:
             if row.kind == "prefill" and row.start == row.reused:  # an admission: a new table
                 own.clear()
             # A runtime that keeps the window-equivalent prefix never drops the first w (WIN-2).
-            keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
+            keep = w if self.keeps_prefix else 0
             own.update((i, (row.page_table[i // p], t))
                        for i, t in zip(writes, tags, strict=True) if i >= keep)
             self.after_forward.append(partial(self._drop_behind, row.rid, row.start + n - w))
@@ -976,7 +981,7 @@ class SchedulerDriver:
         what, events, pair = self._chosen_probe(step)
         unknown = what.startswith(UNKNOWN)
         what = what.removeprefix(UNKNOWN)
-        may_ignore = unknown and Feature.IGNORES_UNKNOWN_EVENTS in self.engine.features
+        may_ignore = unknown and self.ignores_unknown
         if may_ignore and self.probes == "known":
             return  # the replay without the events the engine ignores (REQ-6)
         if pair is not None:
