@@ -334,6 +334,17 @@ class RequestStateOracle(Oracle):
         return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
                 and getattr(after, "ops", None) == getattr(before, "ops", None))
 
+    def _same_parts(self, before, after, window: int) -> bool:
+        """Whether ``before`` is the state of the last check that held and ``after`` shows the
+        very same device pool, tree and locks and the same copies in flight (the requests
+        aside). Not under a window, where a slot behind it depends on the state before the last
+        one too (WIN-4)."""
+        if window or before is None or before is not self._passed:
+            return False
+        c, d = after.cache, before.cache
+        return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
+                and getattr(after, "ops", None) == getattr(before, "ops", None))
+
     def _check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
                external: dict[str, set[Event]], window: int) -> None:
         last = self._by_rid
@@ -351,8 +362,29 @@ class RequestStateOracle(Oracle):
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
         behind: list[tuple[str, list[int]]] = []  # table slots a window let go of (WIN-4)
+        # A request whose view is the very one of the last check that held, against the very
+        # device pool, tree and locks and the same copies in flight: every check of it below
+        # reads only these, except that its slot and local pages are no other request's.
+        kept = self.incremental and self._same_parts(before, after, window)
         for v in after.requests:
             old = prev.get(v.rid)
+            if kept and old is v:
+                if v.slot is not None:
+                    if v.slot in slots:
+                        raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and "
+                                        f"{v.rid}")
+                    slots[v.slot] = v.rid
+                for pg in v.pages[v.shared :]:
+                    if pg in claimed:
+                        raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
+                                        f"{claimed[pg]}")
+                    claimed[pg] = v.rid
+                if v.rid in live and v.state is State.WRITING_BACK and (
+                    v.op is None or v.op not in {op for op, _rid in after.ops}
+                ):  # as below: whether the runtime knows it may differ from the last time
+                    raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in "
+                                    "flight")
+                continue
             if old is not None and old.state is not v.state:
                 events = PLAN_EVENTS if phase == "plan" else frozenset(
                     external.get(v.rid, set()) | {Event.WRITEBACK_DONE, Event.PREFETCH_DONE})
