@@ -39,25 +39,16 @@ class ReferenceSchedulerAdapter:
         except CacheError as e:
             raise EngineRejected(e.code, e.message) from None
 
-    # The three calls a runtime makes every plan map the reference's errors inline (as
-    # ``_call`` does): one Python frame less on the path every plan and probe takes.
+    # Every call maps the reference's errors in ``_call``: a finding's signature names the
+    # frame that raised EngineRejected.
     def submit(self, specs: Sequence[RequestSpec]) -> None:
-        try:
-            self.sched.submit(list(specs))
-        except (SchedulerError, CacheError) as e:
-            raise EngineRejected(e.code, e.message) from None
+        self._call(self.sched.submit, list(specs))
 
     def next_plan(self) -> Plan:
-        try:
-            return self.sched.next_plan()
-        except (SchedulerError, CacheError) as e:
-            raise EngineRejected(e.code, e.message) from None
+        return self._call(self.sched.next_plan)
 
     def advance(self, events: Sequence[RuntimeEvent]) -> None:
-        try:
-            self.sched.advance(list(events))
-        except (SchedulerError, CacheError) as e:
-            raise EngineRejected(e.code, e.message) from None
+        self._call(self.sched.advance, list(events))
 
     def model_window(self, model_config: Mapping[str, Any]) -> int:
         """The sliding window this scheduler reads from a model config (WIN-1)."""
