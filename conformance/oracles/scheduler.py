@@ -650,6 +650,8 @@ class RuntimeEventOracle(Oracle):
         acknowledgement and the host pages ``abandoned`` belong to copies that failed and were
         never acknowledged: no fresh or copied-into page of the plan is one a loadback in flight
         still owns, and no loadback reads a host page whose copy has not landed."""
+        if not loads and not plan.loadbacks:
+            return  # every check below reads a loadback in flight or one of the plan
         for op in loads:
             dst = {d for _s, d in op.pairs}
             src = {s for s, _d in op.pairs}

@@ -82,6 +82,13 @@ def _illegal(state: State, awaiting: bool) -> tuple[Event, ...]:
                  or (kind is Event.FINISH and awaiting))
 
 
+@cache
+def _named(member: State | Event) -> tuple[str, str]:
+    """A state's or event's text in a probe's message and its value in the (state, event)
+    pair, read once (an Enum member formats and reads its value in Python)."""
+    return f"{member}", member.value
+
+
 @lru_cache(maxsize=16)
 def _rest_tags(ns: int, tokens: tuple[int, ...]) -> tuple[int, ...]:
     """The tags of the at-rest request's positions (``position_tags`` from the start): its
@@ -984,7 +991,8 @@ class SchedulerDriver:
         v, kind = views[i], kinds[i][k]
         ev = (ExtendResult(v.rid, 0) if kind is Event.EXTEND_RESULT else Finish(v.rid)
               if kind is Event.FINISH else Abort(v.rid))
-        return f"{kind} for {v.rid} in {v.state}", [ev], (v.state.value, kind.value)
+        (kind_text, kind_value), (state_text, state_value) = _named(kind), _named(v.state)
+        return f"{kind_text} for {v.rid} in {state_text}", [ev], (state_value, kind_value)
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
