@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Oracle, Violation
 from kvconf.conformance.oracles.event_stream import StoredBlocks
-from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.oracles.tree_view import TreeView, same_fields
 from kvconf.conformance.runtime.memory import POISON, ZEROED
 from kvconf.reference.plan import Plan
 from kvconf.reference.requests import HOLDS, TRANSITIONS, Event, State
@@ -23,6 +24,8 @@ from kvconf.reference.tiers import Tier
 PLAN_EVENTS = frozenset({Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.RETRACT,
                          Event.RETRACT_NO_COPY, Event.WRITEBACK, Event.PREFETCH})
 L3_STATES = frozenset({State.PREFETCHING, State.PREFETCH_DONE})
+# What EVENT-6's comparison with the device tier reads of a node (``TreeView.device_hashes``).
+_DEVICE_BLOCKS = attrgetter("id", "parent", "device", "hashes")
 # Transitions outside the table that an allowance adds for the engine declaring it (requests
 # chapter, "Declared transitions").
 DECLARED_TRANSITIONS: dict[Feature, dict[tuple[State, Event], tuple[State, ...]]] = {
@@ -834,9 +837,15 @@ class SchedEventOracle(Oracle):
         if self.resolve is not None or snap is None:
             return
         cache, last = snap.cache, self.device_passed
-        if (self.incremental and not self.taken and last is not None and last[0] is cache.nodes
-                and last[1] == cache.roots):
-            return  # the same tree and no event since the last check that held
+        if self.incremental and not self.taken and last is not None and last[1] == cache.roots:
+            if last[0] is cache.nodes:
+                return  # the same tree and no event since the last check that held
+            if same_fields(cache.nodes, last[0], _DEVICE_BLOCKS):
+                # No event since, and every node shows the same id, parent, device pages and
+                # hashes: the device tier's blocks (all ``drift`` reads of the tree) are those
+                # of the last check that held.
+                self.device_passed = (cache.nodes, last[1])
+                return
         drift = self.blocks.drift(cache)
         if drift is not None:
             raise self.fail("EVENT-6", f"{where}: {drift}")
