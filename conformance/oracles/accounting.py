@@ -73,9 +73,15 @@ def _in_tree(pool: Any) -> int:
 _COUNTED = attrgetter("parent", "device", "host", "device_ref", "host_ref")
 
 
-def _any_transfer(owners: Iterable[str]) -> bool:
-    """Whether any owner is a copy in flight (one pass in C; most steps have none)."""
-    return any(map(str.startswith, owners, repeat("transfer:")))
+def _any_transfer(owners: Sequence[str]) -> bool:
+    """Whether any owner may be a copy in flight (most steps have none): the owners joined by
+    NUL hold NUL + "transfer:" wherever an owner starts so, so False is exact; a True the
+    caller's scan of each owner then settles (an owner holding that inside would pass here).
+    Two passes in C, a few times faster than testing each owner."""
+    try:
+        return "\x00transfer:" in "\x00".join(("", *owners))
+    except TypeError:  # not all strings: each tested, as before
+        return any(map(str.startswith, owners, repeat("transfer:")))
 
 
 def _ids(items: Iterable[Any]) -> str:
