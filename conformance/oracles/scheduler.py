@@ -37,7 +37,7 @@ def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool)
     """Whether every page a row of the forward computes into is used (read or computed through,
     by the spans ``PlanOracle.own_pages`` reads) by that row alone. Then none of its checks can
     fail: each asks for another row using a page some row computes into. Slices, not index
-    loops: the plan oracle's PLAN-10 check ran first, so every span lies inside its table."""
+    loops, where every span lies inside its table (as after PLAN-10); otherwise False."""
     one: dict[int, Any] = {}  # page -> the one row using it; ``rows`` itself when several do
     written: list[int] = []
     for r in rows:
@@ -50,6 +50,8 @@ def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool)
         if window_table and r.window_table:
             spans.append((r.window_table, first))
         for table, lo in spans:
+            if -(-end // p) > len(table):
+                return False  # past its table: the index loops of the full check decide
             for pg in table[lo // p : -(-end // p)]:
                 if one.setdefault(pg, rid) != rid:
                     one[pg] = rows
@@ -176,7 +178,10 @@ class PlanOracle(Oracle):
                                 f"(reused {r.reused})")
             if r.kind == "prefill" and r.reused and r.reused >= n:
                 raise self.fail("PLAN-4", f"{r.rid} reuses all {n} tokens: none is computed")
-            self.table_covers(plan.step, r, page_size)
+            end = r.start + len(r.input_tokens)
+            if end > len(r.page_table) * page_size or (
+                    r.window_table and end > len(r.window_table) * page_size):
+                self.table_covers(plan.step, r, page_size)  # raises, naming the table
             tables.update(r.page_table)
             tables.update(r.window_table)
         self.check_deferred(plan, live)

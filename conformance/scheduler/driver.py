@@ -499,7 +499,7 @@ class SchedulerDriver:
         self._handed(plan)
         if self.plans is not None:
             self.plans.check(plan, self.live, self.config, self.p, self.window_table)
-        if not self.memory_only:
+        if not self.memory_only and (self.loads_later or plan.loadbacks):  # HOST-2/8/9
             self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
                                   self.abandoned_pages)
         if self.kv is not None:
