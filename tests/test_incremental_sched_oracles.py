@@ -19,8 +19,10 @@ from kvconf.conformance.mutants.scheduler import L3_PLANTED, PLANTED_SCHED
 from kvconf.conformance.mutants.window import PLANTED_WINDOW
 from kvconf.conformance.oracles import Oracle, Violation
 from kvconf.conformance.oracles.scheduler import PlanOracle, _one_user_each
+from kvconf.conformance.oracles.tree_view import TreeView
 from kvconf.conformance.running.runner import L3_FUZZ
 from kvconf.conformance.scheduler.generator import play_sched, seeded_workload
+from kvconf.conformance.scheduler.l3_runtime import L3Runtime, _host_blocks
 from kvconf.conformance.scheduler.trace import SchedConfig
 from kvconf.reference.plan import ForwardRow, Plan
 
@@ -134,3 +136,23 @@ def test_incremental_sched_oracles_judge_tight_and_window_workloads_as_the_full_
         partial(R, scheduler_cls=MUTANTS[n]), monkeypatch, config, range(6)))
         for n in sorted(MUTANTS))
     assert found >= 5, "the workloads reach too few mutants to compare verdicts"
+
+
+def test_fetched_blocks_read_the_host_pages_tree_view_blocks_show(monkeypatch):
+    """``L3Runtime._check_fetched`` reads each block's host page from ``_host_blocks``: on
+    every snapshot it checks in the L3 fuzz case's workloads, the same keys, in the same
+    order, with the host page ``TreeView.blocks()`` gives."""
+    real = L3Runtime._check_fetched
+    seen = []
+
+    def check(self, snap):
+        want = {k: b.host for k, b in TreeView(snap.cache).blocks().items()}
+        got = _host_blocks(snap.cache, TreeView(snap.cache))
+        assert list(got.items()) == list(want.items())
+        seen.append(len(got))
+        return real(self, snap)
+
+    monkeypatch.setattr(L3Runtime, "_check_fetched", check)
+    for seed in range(8):
+        play_sched(R, seeded_workload(seed, L3_FUZZ, R.features))
+    assert len(seen) > 50 and max(seen) > 4
