@@ -68,6 +68,10 @@ def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[S
     return table
 
 
+# The answers of ``reachable`` under each table, by the allowances that made it (``table_for``).
+_REACHABLE: dict[frozenset[Feature], dict[tuple[State, State, frozenset[Event]], bool]] = {}
+
+
 @dataclass
 class Live:
     """What the driver (the runtime) knows of one request, without looking inside the engine."""
@@ -310,11 +314,16 @@ class RequestStateOracle(Oracle):
 
     def __init__(self, features: frozenset[Feature] = frozenset()) -> None:
         self.table = table_for(features)  # REQ-7: what the engine's allowances add
-        # Each (from, to, events) question has one answer under a fixed table: ask it once.
-        self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = {}
+        # Each (from, to, events) question has one answer under a fixed table: ask it once,
+        # for every oracle held to the same table (it depends only on the allowances declared).
+        declared = frozenset(f for f in DECLARED_TRANSITIONS if f in features)
+        self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = \
+            _REACHABLE.setdefault(declared, {})
         # The requests of the last ``after`` checked, by id: the next check's ``before``.
         self._by_rid: tuple[Any, dict[str, Any]] | None = None
         self._passed: Any = None  # the ``after`` of the last check that held
+        self._nodes: tuple[Any, dict[int, Any]] | None = None  # ``_node_map``'s last answer
+        self._ids: dict[str, int] = {}  # "node:<id>" -> id, each owner name parsed once
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
@@ -363,7 +372,7 @@ class RequestStateOracle(Oracle):
         else:
             prev = {v.rid: v for v in before.requests}
         self._by_rid = (after.requests, {v.rid: v for v in after.requests})
-        tree: TreeView | None = None  # built when a request holds something of the tree
+        tree: TreeView | None = None  # built when FIN-1 or PLAN-6 asks what the tree caches
         owners = after.cache.pools[Tier.DEVICE].owners
         locks = after.cache.locks
         locked: dict[int, int] | None = None
@@ -441,11 +450,9 @@ class RequestStateOracle(Oracle):
                 if not owners[pg].startswith("node:"):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
             if v.shared or v.lock is not None:  # it holds something of the tree (NS-3)
-                if tree is None:
-                    tree = TreeView(after.cache)
                 if locked is None:
                     locked = {lk.handle: lk.node for lk in locks} if locks else {}
-                self._own_namespace(v, tree, owners, locked)
+                self._own_namespace(v, self._node_map(after.cache), owners, locked)
             req = live.get(v.rid)
             # What it had computed before this call (a retraction resets the count to zero).
             was = old if old is not None and old.state is not v.state else v
@@ -478,17 +485,31 @@ class RequestStateOracle(Oracle):
                             f"requests hold {len(claimed)}")
 
 
-    def _own_namespace(self, v, tree: TreeView, owners, locked: dict[int, int]) -> None:
+    def _node_map(self, cache) -> dict[int, Any]:
+        """The cache's nodes by id, kept while its node list is the very same object."""
+        last = self._nodes
+        if last is None or last[0] is not cache.nodes:
+            last = self._nodes = (cache.nodes, cache.node_map())
+        return last[1]
+
+    def _own_namespace(self, v, nodes: dict[int, Any], owners, locked: dict[int, int]) -> None:
         """NS-3: the pages a request shares and the node it pins are in its own namespace's
         tree, whichever step (admission, publish, recovery) put them there."""
         if not v.shared and v.lock is None:
             return  # it holds nothing of the tree
         shared = v.pages[: v.shared]
-        held = [int(owners[pg].split(":", 1)[1]) for pg in shared]  # node ids, all read first
+        ids = self._ids
+        held = []  # node ids, all read first
+        for pg in shared:
+            owner = owners[pg]
+            node_id = ids.get(owner)
+            if node_id is None:
+                node_id = ids[owner] = int(owner.split(":", 1)[1])
+            held.append(node_id)
         pinned = v.lock is not None and v.lock in locked
         if pinned:
             held.append(locked[v.lock])
-        nodes, ns = tree.nodes, v.namespace
+        ns = v.namespace
         for i, node_id in enumerate(held):
             node = nodes.get(node_id)
             if node is not None and node.namespace != ns:
