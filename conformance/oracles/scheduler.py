@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -345,7 +345,7 @@ class RequestStateOracle(Oracle):
         if before is None or before is not self._passed:
             return False
         a, b = after.requests, before.requests
-        if len(a) != len(b) or not all(x is y for x, y in zip(a, b, strict=True)):
+        if len(a) != len(b) or not all(map(is_, a, b)):  # one pass in C
             return False
         c, d = after.cache, before.cache
         return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
