@@ -20,7 +20,7 @@ from kvconf.conformance.mutants.window import PLANTED_WINDOW
 from kvconf.conformance.oracles import Oracle, Violation
 from kvconf.conformance.oracles.scheduler import PlanOracle, _one_user_each
 from kvconf.conformance.oracles.tree_view import TreeView
-from kvconf.conformance.running.runner import L3_FUZZ
+from kvconf.conformance.running.runner import L3_FUZZ, MAMBA_FUZZ
 from kvconf.conformance.scheduler.generator import play_sched, seeded_workload
 from kvconf.conformance.scheduler.l3_runtime import L3Runtime, _host_blocks
 from kvconf.conformance.scheduler.trace import SchedConfig
@@ -123,13 +123,14 @@ def test_own_pages_fast_path_passes_only_what_the_full_check_passes(monkeypatch,
     assert passed > 300 and failed > 300
 
 
-# Tight pools (retractions, evictions, slots run out) and a sliding window, where the swarm
-# goes less often: every skip both ways against the reference and every mutant.
+# Tight pools (retractions, evictions, slots run out), a sliding window and Mamba state slots,
+# where the swarm goes less often: every skip both ways against the reference and every mutant.
 @pytest.mark.parametrize("config", [
     SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4),
     SchedConfig(sliding_window=3),
-], ids=["tight", "window"])
-def test_incremental_sched_oracles_judge_tight_and_window_workloads_as_the_full_ones(
+    MAMBA_FUZZ,
+], ids=["tight", "window", "mamba"])
+def test_incremental_sched_oracles_judge_tight_window_and_mamba_workloads_as_the_full_ones(
         monkeypatch, config):
     assert all(o[0] == "passed" for o in _same_both_ways(R, monkeypatch, config, range(6)))
     found = sum(any(o[0] != "passed" for o in _same_both_ways(
