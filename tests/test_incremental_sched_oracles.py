@@ -8,6 +8,7 @@ the L3 fuzz case's workloads too, against the reference and every L3 mutant."""
 
 from __future__ import annotations
 
+import random
 from functools import partial
 
 import pytest
@@ -17,8 +18,13 @@ from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
 from kvconf.conformance.mutants.scheduler import L3_PLANTED, PLANTED_SCHED
 from kvconf.conformance.mutants.window import PLANTED_WINDOW
 from kvconf.conformance.oracles import Oracle, Violation
-from kvconf.conformance.running.runner import L3_FUZZ
+from kvconf.conformance.oracles.scheduler import PlanOracle, _one_user_each
+from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.running.runner import L3_FUZZ, MAMBA_FUZZ
 from kvconf.conformance.scheduler.generator import play_sched, seeded_workload
+from kvconf.conformance.scheduler.l3_runtime import L3Runtime, _host_blocks
+from kvconf.conformance.scheduler.trace import SchedConfig
+from kvconf.reference.plan import ForwardRow, Plan
 
 MUTANTS = {**PLANTED_SCHED, **PLANTED_MAMBA, **PLANTED_WINDOW}
 SEEDS = range(10)
@@ -71,3 +77,83 @@ def test_incremental_l3_checks_judge_every_l3_mutant_as_the_full_ones(monkeypatc
             partial(R, scheduler_cls=PLANTED_SCHED[n]), monkeypatch, L3_FUZZ, range(8)))
         for n in sorted(L3_PLANTED))
     assert found >= len(L3_PLANTED) // 2, "the workloads reach too few L3 mutants"
+
+
+# The fast paths of single checks, against their full checks on inputs built to break them.
+def _rows(rng: random.Random, pages: int, page_size: int, window: int, window_table: bool):
+    """A forward of a few rows over a small pool: tables often share pages, rows start
+    anywhere inside their tables (as PLAN-10 leaves them)."""
+    rows = []
+    for k in range(rng.randint(1, 4)):
+        table = tuple(rng.randrange(pages) for _ in range(rng.randint(1, 5)))
+        n = rng.randint(1, len(table) * page_size)
+        start = rng.randrange(n)
+        wtable = (tuple(rng.randrange(pages) for _ in table) if window_table else ())
+        rows.append(ForwardRow(f"r{k % 3}" if rng.random() < 0.2 else f"r{k}", "prefill", 0,
+                               start, (1,) * (n - start), 0, table, (), k, False,
+                               window_table=wtable))
+    return tuple(rows)
+
+
+@pytest.mark.parametrize("window,window_table", [(0, False), (3, False), (3, True)])
+def test_own_pages_fast_path_passes_only_what_the_full_check_passes(monkeypatch, window,
+                                                                      window_table):
+    """``_one_user_each`` lets ``PlanOracle.own_pages`` return before its checks: on random
+    forwards whose tables share pages, every forward it passes, the full check passes too,
+    and both ways give the same verdict (each way is reached many times)."""
+    rng = random.Random(23)
+    passed = failed = 0
+    for _ in range(3000):
+        p = rng.choice((1, 2, 4))
+        rows = _rows(rng, rng.randint(2, 12), p, window, window_table)
+        plan = Plan(7, rows, (), ())
+        verdicts = []
+        for incremental in (False, True):
+            monkeypatch.setattr(Oracle, "incremental", incremental)
+            try:
+                PlanOracle().own_pages(plan, p, window, window_table)
+                verdicts.append(None)
+            except Violation as v:
+                verdicts.append((v.behaviours, v.message))
+        assert verdicts[0] == verdicts[1], rows
+        if _one_user_each(rows, p, window, window_table):
+            assert verdicts[0] is None, rows
+            passed += 1
+        failed += verdicts[0] is not None
+    assert passed > 300 and failed > 300
+
+
+# Tight pools (retractions, evictions, slots run out), a sliding window and Mamba state slots,
+# where the swarm goes less often: every skip both ways against the reference and every mutant.
+@pytest.mark.parametrize("config", [
+    SchedConfig(device_pages=10, host_pages=8, max_tokens=6, max_batch=3, max_slots=4),
+    SchedConfig(sliding_window=3),
+    MAMBA_FUZZ,
+], ids=["tight", "window", "mamba"])
+def test_incremental_sched_oracles_judge_tight_window_and_mamba_workloads_as_the_full_ones(
+        monkeypatch, config):
+    assert all(o[0] == "passed" for o in _same_both_ways(R, monkeypatch, config, range(6)))
+    found = sum(any(o[0] != "passed" for o in _same_both_ways(
+        partial(R, scheduler_cls=MUTANTS[n]), monkeypatch, config, range(6)))
+        for n in sorted(MUTANTS))
+    assert found >= 5, "the workloads reach too few mutants to compare verdicts"
+
+
+def test_fetched_blocks_read_the_host_pages_tree_view_blocks_show(monkeypatch):
+    """``L3Runtime._check_fetched`` reads each block's host page from ``_host_blocks``: on
+    every snapshot it checks in the L3 fuzz case's workloads, the same keys, in the same
+    order, with the host page ``TreeView.blocks()`` gives."""
+    real = L3Runtime._check_fetched
+    seen = []
+
+    def check(self, snap):
+        want = {k: b.host for k, b in TreeView(snap.cache).blocks().items()}
+        got = _host_blocks(snap.cache, TreeView(snap.cache))
+        assert list(got.items()) == list(want.items())
+        seen.append(len(got))
+        return real(self, snap)
+
+    monkeypatch.setattr(L3Runtime, "_check_fetched", check)
+    for seed in range(8):
+        play_sched(R, seeded_workload(seed, L3_FUZZ, R.features))
+    assert len(seen) > 50 and max(seen) > 4

@@ -8,6 +8,7 @@ the engine offers it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import is_
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Oracle, Violation
@@ -82,7 +83,7 @@ class L3Oracle(Oracle):
         parts = (owners, cache.nodes, cache.transfers, cache.l3)
         last = self.passed
         if (self.incremental and last is not None and last[1] == cache.roots
-                and all(a is b for a, b in zip(parts, last[0], strict=True))):
+                and all(map(is_, parts, last[0]))):  # four parts each
             return
         self._tree(cache, owners)
         self.passed = (parts, dict(cache.roots))

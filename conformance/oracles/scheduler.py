@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, is_
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Oracle, Violation
 from kvconf.conformance.oracles.event_stream import StoredBlocks
-from kvconf.conformance.oracles.tree_view import TreeView
+from kvconf.conformance.oracles.tree_view import TreeView, same_fields
 from kvconf.conformance.runtime.memory import POISON, ZEROED
 from kvconf.reference.plan import Plan
 from kvconf.reference.requests import HOLDS, TRANSITIONS, Event, State
@@ -23,11 +24,39 @@ from kvconf.reference.tiers import Tier
 PLAN_EVENTS = frozenset({Event.CHUNK, Event.LAST_CHUNK, Event.DECODE, Event.RETRACT,
                          Event.RETRACT_NO_COPY, Event.WRITEBACK, Event.PREFETCH})
 L3_STATES = frozenset({State.PREFETCHING, State.PREFETCH_DONE})
+# What EVENT-6's comparison with the device tier reads of a node (``TreeView.device_hashes``).
+_DEVICE_BLOCKS = attrgetter("id", "parent", "device", "hashes")
 # Transitions outside the table that an allowance adds for the engine declaring it (requests
 # chapter, "Declared transitions").
 DECLARED_TRANSITIONS: dict[Feature, dict[tuple[State, Event], tuple[State, ...]]] = {
     Feature.PREEMPTS_PREFILLING: {(State.PREFILLING, Event.RETRACT_NO_COPY): (State.RETRACTED,)},
 }
+
+
+def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool) -> bool:
+    """Whether every page a row of the forward computes into is used (read or computed through,
+    by the spans ``PlanOracle.own_pages`` reads) by that row alone. Then none of its checks can
+    fail: each asks for another row using a page some row computes into. Slices, not index
+    loops, where every span lies inside its table (as after PLAN-10); otherwise False."""
+    one: dict[int, Any] = {}  # page -> the one row using it; ``rows`` itself when several do
+    written: list[int] = []
+    for r in rows:
+        rid, start = r.rid, r.start
+        if start < 0:
+            return False  # index loops and slices differ below zero: the full check decides
+        end = start + len(r.input_tokens)
+        first = max(0, start - window + 1) if window else 0
+        spans = [(r.page_table, 0 if window_table or not window else first)]
+        if window_table and r.window_table:
+            spans.append((r.window_table, first))
+        for table, lo in spans:
+            if -(-end // p) > len(table):
+                return False  # past its table: the index loops of the full check decide
+            for pg in table[lo // p : -(-end // p)]:
+                if one.setdefault(pg, rid) != rid:
+                    one[pg] = rows
+            written.extend(table[start // p : -(-end // p)])
+    return all(one[pg] is not rows for pg in written)
 
 
 def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[State, ...]]:
@@ -37,6 +66,10 @@ def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[S
         if feature in features:
             table.update(extra)
     return table
+
+
+# The answers of ``reachable`` under each table, by the allowances that made it (``table_for``).
+_REACHABLE: dict[frozenset[Feature], dict[tuple[State, State, frozenset[Event]], bool]] = {}
 
 
 @dataclass
@@ -149,7 +182,10 @@ class PlanOracle(Oracle):
                                 f"(reused {r.reused})")
             if r.kind == "prefill" and r.reused and r.reused >= n:
                 raise self.fail("PLAN-4", f"{r.rid} reuses all {n} tokens: none is computed")
-            self.table_covers(plan.step, r, page_size)
+            end = r.start + len(r.input_tokens)
+            if end > len(r.page_table) * page_size or (
+                    r.window_table and end > len(r.window_table) * page_size):
+                self.table_covers(plan.step, r, page_size)  # raises, naming the table
             tables.update(r.page_table)
             tables.update(r.window_table)
         self.check_deferred(plan, live)
@@ -229,6 +265,8 @@ class PlanOracle(Oracle):
         other row reads positions of that page, it reuses what the forward is still computing
         (PLAN-12)."""
         p = page_size
+        if self.incremental and _one_user_each(plan.rows, p, window, window_table):
+            return  # every page a row computes into is used by that row alone: nothing fails
         used: dict[int, set[str]] = {}
         read: dict[int, set[str]] = {}  # pages holding positions a row reads (before its start)
         written: dict[int, str] = {}
@@ -276,11 +314,16 @@ class RequestStateOracle(Oracle):
 
     def __init__(self, features: frozenset[Feature] = frozenset()) -> None:
         self.table = table_for(features)  # REQ-7: what the engine's allowances add
-        # Each (from, to, events) question has one answer under a fixed table: ask it once.
-        self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = {}
+        # Each (from, to, events) question has one answer under a fixed table: ask it once,
+        # for every oracle held to the same table (it depends only on the allowances declared).
+        declared = frozenset(f for f in DECLARED_TRANSITIONS if f in features)
+        self._reachable: dict[tuple[State, State, frozenset[Event]], bool] = \
+            _REACHABLE.setdefault(declared, {})
         # The requests of the last ``after`` checked, by id: the next check's ``before``.
         self._by_rid: tuple[Any, dict[str, Any]] | None = None
         self._passed: Any = None  # the ``after`` of the last check that held
+        self._nodes: tuple[Any, dict[int, Any]] | None = None  # ``_node_map``'s last answer
+        self._ids: dict[str, int] = {}  # "node:<id>" -> id, each owner name parsed once
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
@@ -302,7 +345,18 @@ class RequestStateOracle(Oracle):
         if before is None or before is not self._passed:
             return False
         a, b = after.requests, before.requests
-        if len(a) != len(b) or not all(x is y for x, y in zip(a, b, strict=True)):
+        if len(a) != len(b) or not all(map(is_, a, b)):  # one pass in C
+            return False
+        c, d = after.cache, before.cache
+        return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
+                and getattr(after, "ops", None) == getattr(before, "ops", None))
+
+    def _same_parts(self, before, after, window: int) -> bool:
+        """Whether ``before`` is the state of the last check that held and ``after`` shows the
+        very same device pool, tree and locks and the same copies in flight (the requests
+        aside). Not under a window, where a slot behind it depends on the state before the last
+        one too (WIN-4)."""
+        if window or before is None or before is not self._passed:
             return False
         c, d = after.cache, before.cache
         return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
@@ -318,15 +372,36 @@ class RequestStateOracle(Oracle):
         else:
             prev = {v.rid: v for v in before.requests}
         self._by_rid = (after.requests, {v.rid: v for v in after.requests})
-        tree = TreeView(after.cache)
+        tree: TreeView | None = None  # built when FIN-1 or PLAN-6 asks what the tree caches
         owners = after.cache.pools[Tier.DEVICE].owners
         locks = after.cache.locks
-        locked = {lk.handle: lk.node for lk in locks} if locks else {}
+        locked: dict[int, int] | None = None
         claimed: dict[int, str] = {}
         slots: dict[int, str] = {}
         behind: list[tuple[str, list[int]]] = []  # table slots a window let go of (WIN-4)
+        # A request whose view is the very one of the last check that held, against the very
+        # device pool, tree and locks and the same copies in flight: every check of it below
+        # reads only these, except that its slot and local pages are no other request's.
+        kept = self.incremental and self._same_parts(before, after, window)
         for v in after.requests:
             old = prev.get(v.rid)
+            if kept and old is v:
+                if v.slot is not None:
+                    if v.slot in slots:
+                        raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and "
+                                        f"{v.rid}")
+                    slots[v.slot] = v.rid
+                for pg in v.pages[v.shared :]:
+                    if pg in claimed:
+                        raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
+                                        f"{claimed[pg]}")
+                    claimed[pg] = v.rid
+                if v.rid in live and v.state is State.WRITING_BACK and (
+                    v.op is None or v.op not in {op for op, _rid in after.ops}
+                ):  # as below: whether the runtime knows it may differ from the last time
+                    raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in "
+                                    "flight")
+                continue
             if old is not None and old.state is not v.state:
                 events = PLAN_EVENTS if phase == "plan" else frozenset(
                     external.get(v.rid, set()) | {Event.WRITEBACK_DONE, Event.PREFETCH_DONE})
@@ -374,7 +449,10 @@ class RequestStateOracle(Oracle):
             for pg in v.pages[: v.shared]:
                 if not owners[pg].startswith("node:"):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
-            self._own_namespace(v, tree, owners, locked)
+            if v.shared or v.lock is not None:  # it holds something of the tree (NS-3)
+                if locked is None:
+                    locked = {lk.handle: lk.node for lk in locks} if locks else {}
+                self._own_namespace(v, self._node_map(after.cache), owners, locked)
             req = live.get(v.rid)
             # What it had computed before this call (a retraction resets the count to zero).
             was = old if old is not None and old.state is not v.state else v
@@ -387,6 +465,8 @@ class RequestStateOracle(Oracle):
                 old is None or old.state is not v.state
             ):
                 rule = "FIN-1" if v.state is State.DRAINING else "PLAN-6"
+                if tree is None:
+                    tree = TreeView(after.cache)
                 got = tree.longest(v.namespace, req.tokens[:full], Tier.DEVICE)
                 if got < full:
                     raise self.fail(rule, f"{v.rid} is {v.state} but only {got} of its {full} "
@@ -405,19 +485,37 @@ class RequestStateOracle(Oracle):
                             f"requests hold {len(claimed)}")
 
 
-    def _own_namespace(self, v, tree: TreeView, owners, locked: dict[int, int]) -> None:
+    def _node_map(self, cache) -> dict[int, Any]:
+        """The cache's nodes by id, kept while its node list is the very same object."""
+        last = self._nodes
+        if last is None or last[0] is not cache.nodes:
+            last = self._nodes = (cache.nodes, cache.node_map())
+        return last[1]
+
+    def _own_namespace(self, v, nodes: dict[int, Any], owners, locked: dict[int, int]) -> None:
         """NS-3: the pages a request shares and the node it pins are in its own namespace's
         tree, whichever step (admission, publish, recovery) put them there."""
         if not v.shared and v.lock is None:
             return  # it holds nothing of the tree
-        held = [(f"shared page {pg}", int(owners[pg].split(":", 1)[1]))
-                for pg in v.pages[: v.shared]]
-        if v.lock is not None and v.lock in locked:
-            held.append((f"pinned node (lock {v.lock})", locked[v.lock]))
-        for what, node_id in held:
-            node = tree.nodes.get(node_id)
-            if node is not None and node.namespace != v.namespace:
-                raise self.fail("NS-3", f"{v.rid} (namespace {v.namespace}, {v.state}) holds "
+        shared = v.pages[: v.shared]
+        ids = self._ids
+        held = []  # node ids, all read first
+        for pg in shared:
+            owner = owners[pg]
+            node_id = ids.get(owner)
+            if node_id is None:
+                node_id = ids[owner] = int(owner.split(":", 1)[1])
+            held.append(node_id)
+        pinned = v.lock is not None and v.lock in locked
+        if pinned:
+            held.append(locked[v.lock])
+        ns = v.namespace
+        for i, node_id in enumerate(held):
+            node = nodes.get(node_id)
+            if node is not None and node.namespace != ns:
+                what = (f"shared page {shared[i]}" if i < len(shared)
+                        else f"pinned node (lock {v.lock})")  # only for the message
+                raise self.fail("NS-3", f"{v.rid} (namespace {ns}, {v.state}) holds "
                                 f"{what} of namespace {node.namespace}")
 
 
@@ -581,6 +679,8 @@ class RuntimeEventOracle(Oracle):
         acknowledgement and the host pages ``abandoned`` belong to copies that failed and were
         never acknowledged: no fresh or copied-into page of the plan is one a loadback in flight
         still owns, and no loadback reads a host page whose copy has not landed."""
+        if not loads and not plan.loadbacks:
+            return  # every check below reads a loadback in flight or one of the plan
         for op in loads:
             dst = {d for _s, d in op.pairs}
             src = {s for s, _d in op.pairs}
@@ -763,9 +863,15 @@ class SchedEventOracle(Oracle):
         if self.resolve is not None or snap is None:
             return
         cache, last = snap.cache, self.device_passed
-        if (self.incremental and not self.taken and last is not None and last[0] is cache.nodes
-                and last[1] == cache.roots):
-            return  # the same tree and no event since the last check that held
+        if self.incremental and not self.taken and last is not None and last[1] == cache.roots:
+            if last[0] is cache.nodes:
+                return  # the same tree and no event since the last check that held
+            if same_fields(cache.nodes, last[0], _DEVICE_BLOCKS):
+                # No event since, and every node shows the same id, parent, device pages and
+                # hashes: the device tier's blocks (all ``drift`` reads of the tree) are those
+                # of the last check that held.
+                self.device_passed = (cache.nodes, last[1])
+                return
         drift = self.blocks.drift(cache)
         if drift is not None:
             raise self.fail("EVENT-6", f"{where}: {drift}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -82,6 +82,20 @@ def _illegal(state: State, awaiting: bool) -> tuple[Event, ...]:
                  or (kind is Event.FINISH and awaiting))
 
 
+@cache
+def _named(member: State | Event) -> tuple[str, str]:
+    """A state's or event's text in a probe's message and its value in the (state, event)
+    pair, read once (an Enum member formats and reads its value in Python)."""
+    return f"{member}", member.value
+
+
+@lru_cache(maxsize=16)
+def _rest_tags(ns: int, tokens: tuple[int, ...]) -> tuple[int, ...]:
+    """The tags of the at-rest request's positions (``position_tags`` from the start): its
+    prompt is the same after every workload of a configuration."""
+    return tuple(position_tags(ns, tokens, 0, None))
+
+
 def sample(seed: int, rid: str, position: int) -> int:
     """The runtime's token: a function of the request and position, not of the plan order."""
     h = hashlib.blake2b(f"{seed}:{rid}:{position}".encode(), digest_size=4).digest()
@@ -102,6 +116,11 @@ class SchedulerDriver:
         if Feature.MIXED_ONLY in feats:  # no unmixed mode: judged with the switch on (PLAN-3)
             self.config = trace.config.model_copy(update={"mixed": True})
         self.white = Feature.SNAPSHOT in feats
+        # Switches read every plan, read once (a feature test hashes an Enum member in Python).
+        self.loadback_ack = Feature.LOADBACK_ACK in feats
+        self.deferred_loadback = Feature.DEFERRED_LOADBACK in feats
+        self.keeps_prefix = Feature.KEEPS_WINDOW_PREFIX in feats
+        self.ignores_unknown = Feature.IGNORES_UNKNOWN_EVENTS in feats
         self.memory_only = memory_only
         # PLAN-13: a runtime that writes a layer's KV for every row before any row attends;
         # a row's reads then see what the whole forward computes.
@@ -171,9 +190,10 @@ class SchedulerDriver:
         # yet dropped: position -> (device page, tag), where its row wrote it (WIN-4).
         self.own: dict[str, dict[int, tuple[int, int]]] = {}
         # PLAN-12: a forward is one step. Its rows' reads see the memory as it was before it;
-        # what they compute is written once every row has read: (page, slot) -> (request,
-        # position) this forward computes, and the writes (and drops) waiting for its end.
-        self.computing: dict[tuple[int, int], tuple[str, int]] = {}
+        # what they compute is written once every row has read: (request, pages, slots,
+        # positions) of each write this forward computes (read only to name the row a wrong
+        # read reuses, ``_computing``), and the writes (and drops) waiting for its end.
+        self.computing: list[tuple[str, list[int], list[int], range]] = []
         self.after_forward: list[Any] = []
         self.later: list[tuple[CopyOp, Any]] = []  # writebacks acknowledged a plan later
         # HOST-14: writebacks a plan named in its flush, landed before its forward, each
@@ -244,23 +264,23 @@ class SchedulerDriver:
     def _snapshot(self):
         return self.engine.snapshot() if self.white else None
 
-    def _call(self, what: str, fn, *args):
-        return call_legal(what, fn, *args)
-
     def _tag(self, rid: str, i: int) -> int:
         req, tags = self.live[rid], self.tags[rid]
         if i >= len(tags):
-            prev = tags[-1].to_bytes(8, "little") if tags else None
-            new = position_tags(req.ns, req.tokens, len(tags), prev)
+            if rid == REST_RID and not tags:  # the same in every workload: computed once
+                new = list(_rest_tags(req.ns, tuple(req.tokens)))
+            else:
+                prev = tags[-1].to_bytes(8, "little") if tags else None
+                new = position_tags(req.ns, req.tokens, len(tags), prev)
             tags.extend(new)
             self.content.origin.update(dict.fromkeys(new, req.ns))
         return tags[i]
 
-    def _drain(self) -> list[Any]:
+    def _drain(self) -> tuple[Any, ...]:
         """The KV events published since the last drain, kept in ``published``."""
-        events = list(self.engine.drain_events())
+        events = tuple(self.engine.drain_events())
         self.tape.append(("drain",))
-        self.published.append(tuple(events))
+        self.published.append(events)
         return events
 
     def _prefix_named(self, h: int) -> tuple[int, tuple[int, ...]] | None:
@@ -283,10 +303,11 @@ class SchedulerDriver:
 
     def _states(self, phase: str, external: dict[str, set[Event]]) -> None:
         after = self._snapshot()
+        where = f"after the {phase} of plan {self._at}" if phase != "submit" else \
+            "after a submit"
         if self.kv is not None:  # the events up to now against the device tier (EVENT-6)
             self.kv.take(self._drain())
-            self.kv.device(after, f"after the {phase} of plan {self._at}"
-                           if phase != "submit" else "after a submit")
+            self.kv.device(after, where)
         if self.states is not None and after is not None:
             self.states.check(phase, self.snap, after, self.live, self.p, external,
                               self.config.sliding_window)
@@ -298,19 +319,17 @@ class SchedulerDriver:
         if phase == "plan":
             self.before_plan = self.snap
         self.snap = after
-        self._account(phase)
+        self._account(phase, where)
 
-    def _account(self, phase: str) -> None:
+    def _account(self, phase: str, where: str) -> None:
         """The engine's copies in flight against the runtime's (HOST-10) and its counters
-        against its state (POOL-6), after every call."""
-        where = f"after the {phase} of plan {self._at}" if phase != "submit" else \
-            "after a submit"
+        against its state (POOL-6), after every call (``where``: which, for the messages)."""
         if self.transfers is not None and self.snap is not None:
             plan = phase == "plan"
             self.transfers.check_sched(self.snap, self.held_ops, self.landing if plan else (),
                                        where, between=not plan)
         if self.counter is not None:
-            counts = self._call("counters", self.engine.counters)
+            counts = call_legal("counters", self.engine.counters)
             self.counter.check_sched(counts, self.snap, self.sizes, self.config.max_slots,
                                      where)
 
@@ -337,7 +356,7 @@ class SchedulerDriver:
             specs = [a for a in arrivals if a.at == step]
             if specs:
                 self._submit(specs)
-            plan = self._call("next_plan", self.engine.next_plan)
+            plan = call_legal("next_plan", self.engine.next_plan)
             self._plan(step, plan)
             if step >= last_arrival and self._quiet(plan):
                 self._at_rest(step)
@@ -372,7 +391,7 @@ class SchedulerDriver:
         if self.white and self.snap is not None:
             self.rest.scheduler(self.snap, self.config.max_slots, where)
         if self.counter is not None:
-            counts = self._call("counters", self.engine.counters)
+            counts = call_legal("counters", self.engine.counters)
             counts = self.counter.check_sched(counts, self.snap, self.sizes,
                                               self.config.max_slots, where)
             self.rest.counts(counts, self.sizes, where, slots=self.config.max_slots)
@@ -393,7 +412,7 @@ class SchedulerDriver:
                               new_tokens=1)])
         for k in range(step + 1, step + 1 + self.trace.max_plans):
             flight.beat()
-            plan = self._call("next_plan", self.engine.next_plan)
+            plan = call_legal("next_plan", self.engine.next_plan)
             self._plan(k, plan)
             if self._quiet(plan):
                 return
@@ -469,7 +488,7 @@ class SchedulerDriver:
             self.left[a.rid] = a.new_tokens
             hits = self.l3.hits(a.rid) if self.l3 is not None else 0
             specs.append(RequestSpec(a.rid, tuple(a.tokens), a.ns, hits))
-        self._call("submit", self.engine.submit, specs)
+        call_legal("submit", self.engine.submit, specs)
         self.tape.append(("submit", specs))
         self._states("submit", {})
 
@@ -480,7 +499,7 @@ class SchedulerDriver:
         self._handed(plan)
         if self.plans is not None:
             self.plans.check(plan, self.live, self.config, self.p, self.window_table)
-        if not self.memory_only:
+        if not self.memory_only and (self.loads_later or plan.loadbacks):  # HOST-2/8/9
             self.events.in_flight(plan, self.loads_later, [op for op, _h in self.later],
                                   self.abandoned_pages)
         if self.kv is not None:
@@ -508,7 +527,7 @@ class SchedulerDriver:
             for row in plan.rows:
                 self._drop_behind(row.rid, row.start - w + 1)
         running = frozenset(r.rid for r in plan.rows if r.kind == "decode")  # PLAN-7
-        if Feature.DEFERRED_LOADBACK in self.engine.features:  # HOST-13: admitted here
+        if self.deferred_loadback:  # HOST-13: admitted here
             planned = {r.rid for r in plan.rows}
             for op in plan.loadbacks:
                 if op.rid in self.live and op.rid not in planned:
@@ -532,8 +551,8 @@ class SchedulerDriver:
             if self.mstates is not None:
                 self._forward_state(row, req)
         reads, self.deferred_reads = self.deferred_reads, None
-        drops = [f for f in self.after_forward if reads is not None
-                 and getattr(f, "func", None) == self._drop_behind]
+        drops = [f for f in self.after_forward
+                 if getattr(f, "func", None) == self._drop_behind] if reads is not None else []
         for write in self.after_forward:  # the forward's end: what it computed lands (PLAN-12)
             if write not in drops:
                 write()
@@ -541,9 +560,9 @@ class SchedulerDriver:
             self._read(*args)
         for drop in drops:  # and dropped behind a window only once the forward has read it
             drop()
-        self.after_forward, self.computing = [], {}
+        self.after_forward, self.computing = [], []
         events: list = []
-        if Feature.LOADBACK_ACK in self.engine.features:  # each landed loadback (HOST-8)
+        if self.loadback_ack:  # each landed loadback (HOST-8)
             events.extend(self._ack_loads(plan.loadbacks))
         external: dict[str, set[Event]] = {}
         # Backups start before this plan's writebacks: a source page reused by one of them
@@ -588,7 +607,7 @@ class SchedulerDriver:
                                 f"{type(e).__name__} on a legal Abort of "
                                 f"{', '.join(a.rid for a in cancels)}: {e}") from e
         rest = [e for e in events if not isinstance(e, Abort)]
-        self._call("advance", self.engine.advance, rest)
+        call_legal("advance", self.engine.advance, rest)
         self.tape.append(("advance", rest))
         self._acknowledged(events)
         if self.kv is not None:
@@ -612,7 +631,7 @@ class SchedulerDriver:
             held["writeback"][op.op_id] = op.rid
         for o in plan.l3:
             held["l3"][o.op_id] = o.rid
-        if Feature.LOADBACK_ACK in self.engine.features:
+        if self.loadback_ack:
             for op in plan.loadbacks:
                 held["loadback"][op.op_id] = op.rid
             self.landing = []
@@ -693,8 +712,7 @@ class SchedulerDriver:
                                        f"{row.rid} computes position {i} into the null page "
                                        f"{self.null} of its table {list(table)}")
             slots = [i % p for i in writes]
-            self.computing.update(((pg, sl), (row.rid, i))
-                                  for pg, sl, i in zip(pages, slots, writes, strict=True))
+            self.computing.append((row.rid, pages, slots, writes))
             self.after_forward.append(partial(self.memory.write, Tier.DEVICE, pages, slots,
                                               tags))
         if w and not self.window_table:
@@ -702,7 +720,7 @@ class SchedulerDriver:
             if row.kind == "prefill" and row.start == row.reused:  # an admission: a new table
                 own.clear()
             # A runtime that keeps the window-equivalent prefix never drops the first w (WIN-2).
-            keep = w if Feature.KEEPS_WINDOW_PREFIX in self.engine.features else 0
+            keep = w if self.keeps_prefix else 0
             own.update((i, (row.page_table[i // p], t))
                        for i, t in zip(writes, tags, strict=True) if i >= keep)
             self.after_forward.append(partial(self._drop_behind, row.rid, row.start + n - w))
@@ -730,6 +748,8 @@ class SchedulerDriver:
               window: bool = False) -> None:
         """Every position in ``reads`` holds its own tag in the page ``table`` gives it (the
         window table's reads are WIN-3's)."""
+        if not reads:
+            return  # nothing read (a first chunk): nothing to compare
         if self.deferred_reads is not None:  # PLAN-13: read once the forward has written
             self.deferred_reads.append((row, ns, table, reads, window))
             return
@@ -744,13 +764,22 @@ class SchedulerDriver:
         for i, tag in zip(reads, got, strict=True):
             if tag != self._tag(row.rid, i):
                 page = table[i // p]
-                other = self.computing.get((page, i % p))
+                other = self._computing().get((page, i % p))
                 if other is not None:
                     raise self.content.same_forward(row, i, page, *other)
                 if tag == DROPPED:
                     raise self.content.dropped(row, i, page)
                 raise self.content.wrong(row, ns, i, page, tag, window,
                                          failed=(Tier.DEVICE, page) in self.failed_remains)
+
+    def _computing(self) -> dict[tuple[int, int], tuple[str, int]]:
+        """(page, slot) -> (request, position) this forward computes, the last write of a slot
+        winning (PLAN-12); built only to name it in a finding."""
+        out: dict[tuple[int, int], tuple[str, int]] = {}
+        for rid, pages, slots, writes in self.computing:
+            out.update(((pg, sl), (rid, i)) for pg, sl, i in zip(pages, slots, writes,
+                                                                 strict=True))
+        return out
 
     def _ack_loads(self, loads: Sequence[CopyOp]) -> list[LoadbackDone]:
         """Acknowledge the loadbacks held back last time and this plan's, except those the
@@ -962,7 +991,8 @@ class SchedulerDriver:
         v, kind = views[i], kinds[i][k]
         ev = (ExtendResult(v.rid, 0) if kind is Event.EXTEND_RESULT else Finish(v.rid)
               if kind is Event.FINISH else Abort(v.rid))
-        return f"{kind} for {v.rid} in {v.state}", [ev], (v.state.value, kind.value)
+        (kind_text, kind_value), (state_text, state_value) = _named(kind), _named(v.state)
+        return f"{kind_text} for {v.rid} in {state_text}", [ev], (state_value, kind_value)
 
     def _probe(self, step: int) -> None:
         """Events the engine must reject without changing anything (REQ-2)."""
@@ -971,7 +1001,7 @@ class SchedulerDriver:
         what, events, pair = self._chosen_probe(step)
         unknown = what.startswith(UNKNOWN)
         what = what.removeprefix(UNKNOWN)
-        may_ignore = unknown and Feature.IGNORES_UNKNOWN_EVENTS in self.engine.features
+        may_ignore = unknown and self.ignores_unknown
         if may_ignore and self.probes == "known":
             return  # the replay without the events the engine ignores (REQ-6)
         if pair is not None:

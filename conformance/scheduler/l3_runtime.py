@@ -165,18 +165,38 @@ class L3Runtime:
         self.tree_passed = (seen[0], dict(seen[1]), dict(seen[2]))
 
     def _check_fetched(self, snap) -> None:
-        for (ns, prefix), block in TreeView(snap.cache).blocks().items():
-            src = self.fetched.get(block.host) if block.host is not None else None
+        for (ns, prefix), host in _host_blocks(snap.cache, TreeView(snap.cache)).items():
+            src = self.fetched.get(host) if host is not None else None
             if src is None:
                 continue
             rid, page = src
             req = self.live[rid]
             if ns != req.ns or len(prefix) != (page + 1) * self.p \
                     or list(prefix) != req.tokens[: len(prefix)]:
-                assert block.host is not None
+                assert host is not None
                 want = tuple(_tags(ns, prefix)[-self.p :])
-                raise self.oracle.fetched_block(ns, len(prefix), block.host,
-                                                self._read(block.host), want, req.ns)
+                raise self.oracle.fetched_block(ns, len(prefix), host, self._read(host), want,
+                                                req.ns)
+
+
+def _host_blocks(cache, view: TreeView) -> dict[tuple, int | None]:
+    """``TreeView.blocks()`` keyed alike (a later block of the same key taking its place),
+    each to the block's host page only: the one field ``_check_fetched`` reads, without a
+    ``Block`` built for every page of the tree."""
+    out: dict[tuple, int | None] = {}
+    prefix: dict[int, tuple[int, ...]] = {}
+    live = view.reachable()
+    p = view.p
+    for n in cache.nodes:  # parents come before children
+        base = prefix[n.parent] if n.parent is not None else ()
+        full = base + n.key
+        prefix[n.id] = full
+        host = n.host
+        for i in range(len(n.key) // p):
+            end = len(base) + (i + 1) * p
+            key = (n.namespace, full[:end]) if n.id in live else (n.namespace, full[:end], n.id)
+            out[key] = host[i] if host is not None else None
+    return out
 
 
 def _tags(ns: int, tokens: Sequence[int]) -> list[int]:

@@ -51,7 +51,8 @@ def replay(engine, tape: Tape) -> None:
             flight.beat()
             want = entry[1]
             got = plan_record(want[1], call_legal("next_plan", engine.next_plan))
-            oracle.compare([want], [got], offset=plans)
+            if got != want:  # the oracle only where they differ: it raises then
+                oracle.compare([want], [got], offset=plans)
             plans += 1
         elif kind == "submit":
             call_legal("submit", engine.submit, entry[1])
