@@ -1,6 +1,6 @@
 """Where a cache fuzz case's time goes, oracle by oracle: seconds in each oracle's hooks.
 
-Usage: python benchmarks/oracle_costs.py [--walks 200] [--steps 40] [--seed 0] [--tight]
+Usage: python benchmarks/oracle_costs.py [--walks 200] [--steps 40] [--seed 0] [--tight] [--ceiling]
 
 Plays seeded walks (``kvconf.conformance.cache.generator.play_walk``) against the reference
 engine in this process, with every oracle hook and every engine call timed, and prints each
@@ -10,6 +10,10 @@ process (``time.process_time``: a loaded machine slows the wall clock, not this)
 inside another (a block hash an oracle asks for) counts once, for the inner one. Without a
 profiler's overhead, so the shares are those of a real run (each timed call adds a little to
 "the kit").
+
+``--ceiling`` first plays the same walks untimed twice, with every oracle and with none (no
+oracle, so no snapshot or counts read for one either), and prints both rates and their ratio:
+what all the judging costs, the most any work on the oracles and the looks they take can give.
 """
 
 from __future__ import annotations
@@ -62,14 +66,35 @@ class TimedEngine(ReferenceCacheAdapter):
         return _timed(value, "engine: snapshot etc." if name in LOOKS else "engine: own calls")
 
 
+def _rate(config: EngineConfig, a, oracles) -> float:
+    """Steps per CPU second of the walks, untimed, judged by ``oracles``."""
+    holder = TraceHolder()
+    t0 = time.process_time()
+    for k in range(a.walks):
+        play_walk(ReferenceCacheAdapter, config, holder, a.seed * 1_000_003 + k, a.steps,
+                  oracles=oracles)
+    return holder.steps / (time.process_time() - t0)
+
+
+def ceiling(config: EngineConfig, a) -> None:
+    judged, bare = _rate(config, a, STEP_ORACLES), _rate(config, a, ())
+    print(f"every oracle: {judged:,.0f} steps/s; no oracle (nor the snapshots and counts they "
+          f"read): {bare:,.0f} steps/s; {bare / judged:.2f}x: the judging is "
+          f"{100 * (1 - judged / bare):.0f}% of a case")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--walks", type=int, default=200)
     ap.add_argument("--steps", type=int, default=40, help="rules per walk (the profile's steps)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tight", action="store_true", help="8 device and 6 host pages")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="first the same walks with every oracle and with none, untimed")
     a = ap.parse_args()
     config = EngineConfig(device_pages=8, host_pages=6) if a.tight else EngineConfig()
+    if a.ceiling:
+        ceiling(config, a)
     _time_oracles()
     tape.replay = _timed(tape.replay, "DET-1 replay: the kit")  # the walk calls tape.replay
     holder = TraceHolder()
