@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from kvconf.conformance.runtime.content import position_tags
+from kvconf.conformance.runtime.content import prompt_tags
 from kvconf.conformance.runtime.memory import DROPPED, POISON, TORN, ZEROED
 from kvconf.reference.hybrid_types import Group
 
@@ -101,17 +101,11 @@ class HybridMemory:
     def __init__(self, page_size: int, store: HybridStore | None = None) -> None:
         self.p = page_size
         self.store = store if store is not None else DictStore(page_size)
-        self._tags: dict[tuple[int, tuple[int, ...]], list[int]] = {}
         self.depths: dict[int, int] = {}  # state tag written -> its depth (for messages)
 
     def tags(self, ns: int, tokens: Sequence[int]) -> list[int]:
-        key = (ns, tuple(tokens))
-        got = self._tags.get(key)
-        if got is None:
-            if len(self._tags) > 4096:
-                self._tags.clear()
-            got = self._tags[key] = position_tags(ns, list(tokens), 0, None)
-        return got
+        """The KV tag of every position of ``tokens`` (shared: read it, never change it)."""
+        return prompt_tags(ns, tokens)
 
     def tag(self, ns: int, tokens: Sequence[int], i: int) -> int:
         return self.tags(ns, tokens)[i]

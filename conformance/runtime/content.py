@@ -59,3 +59,22 @@ def position_tags(ns: int, tokens: Sequence[int], start: int, prev: bytes | None
         h = hashlib.blake2b(h + t.to_bytes(4, "little"), digest_size=8).digest()
         out.append(int.from_bytes(h, "little"))
     return out
+
+
+# The position tags of the prompts asked for lately: the at-rest request after every workload
+# of a configuration, a hybrid request at each of its writes and reads. A pure function of its
+# key; emptied when full, so it stays small.
+_PROMPTS: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+_PROMPTS_SIZE = 4096
+
+
+def prompt_tags(ns: int, tokens: Sequence[int]) -> list[int]:
+    """``position_tags`` of every position of ``tokens`` from the start. Shared between
+    callers: read it, never change it."""
+    key = (ns, tuple(tokens))
+    got = _PROMPTS.get(key)
+    if got is None:
+        if len(_PROMPTS) >= _PROMPTS_SIZE:
+            _PROMPTS.clear()
+        got = _PROMPTS[key] = position_tags(ns, tokens, 0, None)
+    return got

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from functools import cache, lru_cache, partial
+from functools import cache, partial
 from typing import Any
 
 from kvconf.conformance.engine.features import Feature
@@ -33,7 +33,7 @@ from kvconf.conformance.oracles.scheduler import (
     SchedEventOracle,
 )
 from kvconf.conformance.running import flight
-from kvconf.conformance.runtime.content import position_tags
+from kvconf.conformance.runtime.content import position_tags, prompt_tags
 from kvconf.conformance.runtime.memory import (
     DROPPED,
     ZEROED,
@@ -87,13 +87,6 @@ def _named(member: State | Event) -> tuple[str, str]:
     """A state's or event's text in a probe's message and its value in the (state, event)
     pair, read once (an Enum member formats and reads its value in Python)."""
     return f"{member}", member.value
-
-
-@lru_cache(maxsize=16)
-def _rest_tags(ns: int, tokens: tuple[int, ...]) -> tuple[int, ...]:
-    """The tags of the at-rest request's positions (``position_tags`` from the start): its
-    prompt is the same after every workload of a configuration."""
-    return tuple(position_tags(ns, tokens, 0, None))
 
 
 def sample(seed: int, rid: str, position: int) -> int:
@@ -267,11 +260,10 @@ class SchedulerDriver:
     def _tag(self, rid: str, i: int) -> int:
         req, tags = self.live[rid], self.tags[rid]
         if i >= len(tags):
-            if rid == REST_RID and not tags:  # the same in every workload: computed once
-                new = list(_rest_tags(req.ns, tuple(req.tokens)))
+            if not tags:  # a prompt asked for before (the at-rest one) is hashed once
+                new = prompt_tags(req.ns, req.tokens)
             else:
-                prev = tags[-1].to_bytes(8, "little") if tags else None
-                new = position_tags(req.ns, req.tokens, len(tags), prev)
+                new = position_tags(req.ns, req.tokens, len(tags), tags[-1].to_bytes(8, "little"))
             tags.extend(new)
             self.content.origin.update(dict.fromkeys(new, req.ns))
         return tags[i]
@@ -757,7 +749,7 @@ class SchedulerDriver:
         got = self.memory.read(Tier.DEVICE, [table[i // p] for i in reads],
                                [i % p for i in reads])
         # All as they should be: compared at once (the tags are computed in order).
-        if reads and reads[-1] < len(self.live[row.rid].tokens):
+        if reads[-1] < len(self.live[row.rid].tokens):
             self._tag(row.rid, reads[-1])
             if list(got) == self.tags[row.rid][reads.start : reads.stop]:
                 return
