@@ -88,16 +88,25 @@ def _ids(items: Iterable[Any]) -> str:
     return ", ".join(str(i) for i in sorted(items, key=str))
 
 
+def _plain_counts(counts: dict[str, int], shown: Mapping[str, int] | None,
+                  known: frozenset[str]) -> bool:
+    """Whether every count is an int of at least 0 under a name in ``known``, equal to the
+    state's (``shown``) where the state shows it: what both levels' ``_fine`` test first."""
+    for k, v in counts.items():
+        if type(v) is not int or v < 0 or k not in known:
+            return False
+        if shown is not None and k in shown and shown[k] != v:
+            return False
+    return True
+
+
 def _fine_sched(counts: dict[str, int], shown: Mapping[str, int] | None, free: Any,
                 sizes: Mapping[Tier, int], slots: int) -> bool:
     """Whether every check of ``CounterOracle.check_sched`` holds, decided in one pass without
     building a message; False whenever it would raise (the verdict then is always the full
     check's)."""
-    for k, v in counts.items():
-        if type(v) is not int or v < 0 or k not in SCHED_COUNTERS:
-            return False
-        if shown is not None and k in shown and shown[k] != v:
-            return False
+    if not _plain_counts(counts, shown, SCHED_COUNTERS):
+        return False
     if free is not None and "free_slots" in counts and counts["free_slots"] != len(free):
         return False
     if counts.get("free_slots", 0) > slots:
@@ -280,11 +289,8 @@ def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led,
     message; False whenever ``_judge`` would raise (it may be False where ``_judge`` finds
     nothing: the verdict is always ``_judge``'s). ``early``: the engine's loadbacks are
     stream-ordered (HOST-11), their destinations cached already, not landing."""
-    for k, v in counts.items():
-        if type(v) is not int or v < 0 or k not in CACHE_COUNTERS:
-            return False
-        if shown is not None and k in shown and shown[k] != v:
-            return False
+    if not _plain_counts(counts, shown, CACHE_COUNTERS):
+        return False
     landing = {Tier.DEVICE: 0, Tier.HOST: 0}
     for op in (*led.transfers.values(), *led.stranded.values()):
         if early and op.kind == "loadback":

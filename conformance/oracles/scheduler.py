@@ -337,19 +337,14 @@ class RequestStateOracle(Oracle):
 
     def _unchanged(self, before, after) -> bool:
         """Whether ``after`` shows what ``before``, the state of the last check that held,
-        showed: every request the very same view (a snapshot keeps an unchanged request's
-        view), the device pool, the tree and the locks the very same objects, the same copies
-        in flight. Then no request changed state, and every other check reads only these: it
-        holds again. Not under a window, where what a slot behind it may be depends on the
-        state before the last one too (WIN-4)."""
-        if before is None or before is not self._passed:
+        showed: the very same device pool, tree, locks and copies (``_same_parts``) and every
+        request the very same view (a snapshot keeps an unchanged request's view). Then no
+        request changed state, and every other check reads only these: it holds again. The
+        caller asks only without a window (WIN-4)."""
+        if not self._same_parts(before, after, 0):
             return False
         a, b = after.requests, before.requests
-        if len(a) != len(b) or not all(map(is_, a, b)):  # one pass in C
-            return False
-        c, d = after.cache, before.cache
-        return (c.pools is d.pools and c.nodes is d.nodes and c.locks is d.locks
-                and getattr(after, "ops", None) == getattr(before, "ops", None))
+        return len(a) == len(b) and all(map(is_, a, b))  # one pass in C
 
     def _same_parts(self, before, after, window: int) -> bool:
         """Whether ``before`` is the state of the last check that held and ``after`` shows the
