@@ -98,6 +98,11 @@ class CacheDriver:
         # Run both ways by the tests: with ``Oracle.incremental`` off, every one every step.
         self.quiet = [fn for fn in self.hooks["after_step"]
                       if not (fn.__self__.after_acks_only and fn.__self__.incremental)]
+        # Each hook's handlers under a name of its own: read on every call the hook is for.
+        self._on_alloc, self._on_forward, self._on_match, self._on_insert, self._on_evict = (
+            self.hooks[h] for h in ("on_alloc", "on_forward", "on_match", "on_insert",
+                                    "on_evict"))
+        self._after_all = self.hooks["after_step"]
         self.ledger = Ledger(
             engine.page_size,
             memory(engine.page_size,
@@ -135,17 +140,29 @@ class CacheDriver:
         return self._last
 
     def _counters(self) -> dict[str, int] | None:
-        """The engine's counts now, where an oracle judges them (POOL-6)."""
+        """The engine's counts now, where an oracle judges them (POOL-6). A read: it leaves the
+        last snapshot current and is not on the tape (``_call``)."""
         if not self.counting:
             return None
-        return self._call("counters", self.engine.counters)
+        try:
+            return self.engine.counters()
+        except EngineRejected as e:
+            raise rejected("counters", e) from e
+        except Violation:
+            raise
+        except Exception as e:
+            raise raised("counters", e) from e
 
     def _call(self, call: str, fn, *args, legal: bool = True):
-        """Call the engine; a rejection of a legal call or any crash is a FAULT-2 violation."""
-        if call != "counters":
-            self._clean = False
+        """Call the engine; a rejection of a legal call or any crash is a FAULT-2 violation.
+        The usual answer, of the very type the protocol names (or a call with no type to
+        check), is taken as it is; any other goes to ``_check_return``."""
+        self._clean = False
         try:
-            out = _check_return(call, fn(*args), self.ctx.index)
+            out = fn(*args)
+            types = RETURNS.get(call)
+            if types is not None and type(out) not in types:
+                out = _check_return(call, out, self.ctx.index)
         except EngineRejected as e:
             if legal:
                 raise rejected(call, e) from e
@@ -154,7 +171,7 @@ class CacheDriver:
             raise
         except Exception as e:
             raise raised(call, e) from e
-        if self.tape is not None and call != "counters":
+        if self.tape is not None:
             self.tape.append((self.ctx.index, call, *record(call, args, out)))
         return out
 
@@ -166,7 +183,7 @@ class CacheDriver:
     def _after_step(self) -> None:
         """The oracles' ``after_step``, of those with something to judge in this step."""
         ctx = self.ctx
-        for fn in self.hooks["after_step"] if ctx.acks else self.quiet:
+        for fn in self._after_all if ctx.acks else self.quiet:
             fn(ctx)
 
     # ----------------------------------------------------------------- engine calls
@@ -181,7 +198,9 @@ class CacheDriver:
         if pages is None:
             return None
         pages = list(pages)
-        self._notify("on_alloc", pages)
+        ctx = self.ctx
+        for fn in self._on_alloc:
+            fn(ctx, pages)
         self.ledger.held.update(pages)
         return pages
 
@@ -190,11 +209,15 @@ class CacheDriver:
         tags = page_tags(ns, tokens, self.engine.page_size)
         self.ledger.remember(ns, tokens, tags)
         self.ledger.memory.write_pages(Tier.DEVICE, pages, tags[first : first + len(pages)])
-        self._notify("on_forward", pages)
+        ctx = self.ctx
+        for fn in self._on_forward:
+            fn(ctx, pages)
 
     def _match(self, ns: int, tokens: Sequence[int]) -> Match:
         m = self._call("match", self.engine.match, ns, list(tokens))
-        self._notify("on_match", ns, tokens, m)
+        ctx = self.ctx
+        for fn in self._on_match:
+            fn(ctx, ns, tokens, m)
         return m
 
     def _lock(self, step: int, ns: int, tokens: Sequence[int], m: Match, tier: Tier) -> LockRecord:
@@ -210,7 +233,9 @@ class CacheDriver:
 
     def _insert(self, ns: int, tokens: Sequence[int], pages: list[int]) -> dict[str, Any]:
         r = self._call("insert", self.engine.insert, ns, list(tokens), list(pages))
-        self._notify("on_insert", ns, tokens, pages, r)
+        ctx = self.ctx
+        for fn in self._on_insert:
+            fn(ctx, ns, tokens, pages, r)
         self.ledger.held.difference_update(pages)
         return {"cached_len": r.cached_len, "freed": sorted(r.freed)}
 
@@ -218,7 +243,9 @@ class CacheDriver:
         before = self._snapshot()
         freed = self._call("evict", self.engine.evict, tier, n)
         after = self._snapshot()
-        self._notify("on_evict", tier, n, freed, before, after)
+        ctx = self.ctx
+        for fn in self._on_evict:
+            fn(ctx, tier, n, freed, before, after)
         return freed
 
     def _ack(self, op: CopyOp, handle: Any, success: bool) -> None:
@@ -252,17 +279,17 @@ class CacheDriver:
             flight.step(line)
             if self.tape is not None:  # DET-1's replay announces the same steps
                 self.lines.append(line)
-        self.ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
+        self.ctx = ctx = Ctx(index, step.op, self.engine, self.ledger, before=self._snap)
         try:
             if self.tick_every_step or isinstance(step, TickStep):
                 self._call("tick", self.engine.tick)
             out = self._dispatch(index, step)
             events = self.engine.drain_events() if self.events_on else []
-            self.ctx.events = events
-            self._snap = self._snapshot()
-            self.ctx.after = self._snap
-            self.ctx.counters = self._counters()
-            self._after_step()
+            ctx.events = events
+            self._snap = ctx.after = self._snapshot()
+            ctx.counters = self._counters()
+            for fn in self._after_all if ctx.acks else self.quiet:
+                fn(ctx)
             out["events"] = rows = event_rows(events) if events else []
             if self.tape is not None and self.events_on:
                 self.tape.append((index, "drain_events", (), (rows, ())))

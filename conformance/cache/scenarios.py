@@ -51,13 +51,18 @@ class Scenario:
     requires: Requires = field(default_factory=Requires)  # the least config its steps need
     # Features that make what the scenario checks moot (NOT_SUPPORTED for an engine declaring one)
     excluded_by: frozenset[Feature] = frozenset()
+    # The steps widened to each page size asked for (``trace``): the kill matrix plays every
+    # scenario once per mutant. Steps are values nobody changes (a shrink copies what it cuts).
+    scaled: dict[int, tuple[Step, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def trace(self, config: EngineConfig) -> Trace:
         """The scenario at page size ``config.page_size``: every token becomes a page of it."""
         p = config.page_size
-        steps = [_scale(s, p) for s in self.steps]
+        steps = self.scaled.get(p)
+        if steps is None:
+            steps = self.scaled[p] = tuple(_scale(s, p) for s in self.steps)
         return Trace(name=self.name, behaviours=list(self.behaviours), config=config,
-                     steps=steps, clock=self.clock)
+                     steps=list(steps), clock=self.clock)
 
 
 def _scale(step: Step, p: int) -> Step:

@@ -61,6 +61,9 @@ RULES: tuple[str, ...] = (
 # Rules that can always run: a swarm draw keeps at least one, so every trace has a step to take.
 ALWAYS = ("match", "insert", "extend", "tick", "evict")
 _LOCKS = (None, Tier.DEVICE, Tier.HOST)
+# (rules, unloads) -> {the walk's facts: the rules ready} (``CacheWalk._now``): a few hundred
+# entries at most, the facts being seven booleans.
+_NOW: dict[tuple[tuple[str, ...], bool], dict[tuple[bool, ...], tuple[str, ...]]] = {}
 _TIERS = (Tier.DEVICE, Tier.HOST)
 
 
@@ -107,6 +110,9 @@ class CacheWalk:
         self.prompts: list[tuple[int, list[int]]] = []  # what was inserted, to aim matches at
         self.longer = 0  # prompts of more than a page (``offload_deeper`` needs one)
         self.unloads = Feature.UNLOAD in self.engine.features
+        # The rules ready under each set of the walk's facts (``_now``), shared by the walks of
+        # the same rules and the same ``unloads``.
+        self._seen = _NOW.setdefault((self.rules, self.unloads), {})
         holder.last = self.trace
         holder.examples += 1
 
@@ -114,11 +120,28 @@ class CacheWalk:
     def run(self, rules: int) -> None:
         """Play ``rules`` rules, each picked among those of the walk that can run now."""
         for _ in range(rules):
-            ready = self._ready_now()
-            now = [r for r in self.rules if ready[r]]
-            if not now:
-                now = [r for r in ALWAYS if r in self.rules] or ["tick"]
+            now = self._now()
             getattr(self, now[self.rng.randrange(len(now))])()
+
+    def _now(self) -> tuple[str, ...]:
+        """The rules that can run now, in the walk's order (``_ready_now``). Which ones is a
+        function of a few facts of the walk, so each answer is remembered by those facts (the
+        ``_facts`` of this step) for every walk of the same rules and engine features."""
+        facts = self._facts()
+        now = self._seen.get(facts)
+        if now is None:
+            ready = self._ready_now()
+            now = self._seen[facts] = tuple(r for r in self.rules if ready[r]) or tuple(
+                r for r in ALWAYS if r in self.rules) or ("tick",)
+        return now
+
+    def _facts(self) -> tuple[bool, ...]:
+        """Everything ``_ready_now`` reads of the walk, besides its rules and engine features."""
+        prompts = self.prompts
+        return (bool(prompts), bool(self.later), bool(self.live[Tier.DEVICE]),
+                bool(self.live[Tier.HOST]), self.longer > 0, len(prompts) >= 2,
+                bool(self.released) and any(map(self.driver.must_refuse, map(
+                    self.driver.ledger.locks.__getitem__, self.released))))
 
     def finish(self, determinism: bool = True) -> None:
         """Bring the engine to rest (POOL-5), then hand a fresh one the same calls (DET-1,

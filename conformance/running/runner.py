@@ -84,7 +84,7 @@ from kvconf.conformance.scheduler.window_cases import (
     window_config_case,
     window_config_fuzz_case,
 )
-from kvconf.conformance.trace import Trace
+from kvconf.conformance.trace import AckStep, Trace, TransferStep
 from kvconf.reference.requests import BY_OP, EXTERNAL, TRANSITIONS, State
 
 FUZZ_BEHAVIOURS = tuple(sorted({b for o in STEP_ORACLES for b in o.behaviours} | {"DET-1"}))
@@ -138,7 +138,7 @@ def scenario_case(sc) -> Case:
 
     # A failed copy is recovered from only by an engine without fatal_transfer_failure (HOST-4);
     # for one with it the runtime ends there (HOST-9), so such a scenario is not its.
-    fails = any(getattr(s, "success", True) is False for s in sc.steps)
+    fails = any(isinstance(s, (TransferStep, AckStep)) and s.success is False for s in sc.steps)
     return Case(sc.name, sc.behaviours, sc.needs | {Feature.CACHE}, run, requires=sc.requires,
                 excluded_by=sc.excluded_by | (frozenset({Feature.FATAL_TRANSFER_FAILURE})
                                               if fails else frozenset()))
@@ -290,11 +290,15 @@ def sched_fuzz_case(name: str, config: SchedConfig | Sequence[SchedConfig] | Non
     with ``config`` None the swarm: each workload draws its configuration from the switches
     the engine declares."""
     cs = _configs(config) if config is not None else ()
+    # What the configurations switch on, read once: ``all_cases`` builds every case for each
+    # mutant the kill matrix runs.
+    l3, mamba, cap = (any(c.l3_store for c in cs), any(c.mamba for c in cs),
+                      any(c.max_adapters for c in cs))
     behaviours = SCHED_FUZZ_BEHAVIOURS if config is None else tuple(
         b for b in SCHED_FUZZ_BEHAVIOURS
-        if (any(c.l3_store for c in cs) or not b.startswith("L3-"))
-        and (any(c.mamba for c in cs) or not b.startswith("MAMBA-"))
-        and (any(c.max_adapters for c in cs) or b != "PLAN-9"))
+        if (l3 or not b.startswith("L3-"))
+        and (mamba or not b.startswith("MAMBA-"))
+        and (cap or b != "PLAN-9"))
 
     def run(ctx: RunContext) -> CaseResult:
         t0 = time.perf_counter()
