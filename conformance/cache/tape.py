@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.faults import call_legal
+from kvconf.conformance.faults import raised, rejected
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.trace import Step
+from kvconf.conformance.violation import Violation
 
 # One call: (step index, call, arguments, answer as ``answer`` reads it). The call
 # "drain_events" has the event rows as its answer; REJECTED is the answer of a call the engine
@@ -112,7 +113,7 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                         else steps[announced].model_dump_json(exclude_none=True))
 
     recording = flight.on()
-    get_name = names.get
+    get_name, keyed = names.get, names.keyed
     drain = engine.drain_events
     methods: dict[str, Callable] = {}  # the engine's method of each call, looked up once
     for index, call, args, want in tape:
@@ -137,8 +138,15 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                     got = "accepted"
                 except EngineRejected:
                     got = REJECTED
-            else:
-                got = call_legal(call, fn, *args)
+            else:  # ``call_legal``, in line: one call of the engine for each on the tape
+                try:
+                    got = fn(*args)
+                except EngineRejected as e:
+                    raise rejected(call, e) from e
+                except Violation:
+                    raise
+                except Exception as e:
+                    raise raised(call, e) from e
         (a, first) = want
         if call not in SHAPED:  # ``answer`` is the value itself, naming nothing
             b, again = got, ()
@@ -148,8 +156,12 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
             except Exception:  # not what the first play's answer was: it differs
                 b, again = f"a {type(got).__name__}", ()
         if a == b:
-            for (k, x), (_, y) in zip(first, again, strict=True):
-                names.add(k, x, y)
+            if first or again:
+                for (k, x), (_, y) in zip(first, again, strict=True):
+                    try:
+                        keyed[(k, x)] = y  # ``_Names.add``, in line for a name that is a key
+                    except TypeError:
+                        names.add(k, x, y)
         else:
             v = oracle.fail("DET-1", f"step {index} differs between two runs: {call} answered "
                             f"{a} in the first and {b} in the second")
