@@ -22,11 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.faults import raised, rejected
+from kvconf.conformance.faults import call_legal
 from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.trace import Step
-from kvconf.conformance.violation import Violation
 
 # One call: (step index, call, arguments, answer as ``answer`` reads it). The call
 # "drain_events" has the event rows as its answer; REJECTED is the answer of a call the engine
@@ -138,15 +137,8 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
                     got = "accepted"
                 except EngineRejected:
                     got = REJECTED
-            else:  # ``call_legal``, in line: one call of the engine for each on the tape
-                try:
-                    got = fn(*args)
-                except EngineRejected as e:
-                    raise rejected(call, e) from e
-                except Violation:
-                    raise
-                except Exception as e:
-                    raise raised(call, e) from e
+            else:
+                got = call_legal(call, fn, *args)
         (a, first) = want
         if call not in SHAPED:  # ``answer`` is the value itself, naming nothing
             b, again = got, ()
