@@ -4,8 +4,9 @@ The walk remembers which rules can run under each set of its facts (``CacheWalk.
 seeded walks against the reference, an engine without unload and every cache mutant, the
 remembered answer is, at every step, the one ``_ready_now`` gives afresh. The tape takes a call's
 answer as it is for calls ``answer`` does not reshape (``tape.SHAPED``); for every other call
-``answer`` is that value. A scenario's steps widened to a page size are remembered
-(``Scenario.trace``) and are what widening them afresh gives.
+``answer`` is that value. A scenario's steps widened to a page size (copies with the widened
+fields replaced, ``_scale``) are remembered (``Scenario.trace``) and are what widening their
+fields and validating them afresh gives.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine
 from kvconf.conformance.mutants.cache import PLANTED
 from kvconf.conformance.oracles import Violation
+from kvconf.conformance.trace import Step
 
 CONFIGS = (EngineConfig(), EngineConfig(device_pages=8, host_pages=6), EngineConfig(page_size=1))
 
@@ -85,16 +87,36 @@ def test_recorded_arguments_are_copies_of_the_lists_only() -> None:
     assert args == (7, tier) and args[1] is tier
 
 
+def _widened(step: Step, p: int) -> Step:
+    """The long way: the step's fields widened and validated afresh."""
+    data = step.model_dump()
+    if "tokens" in data:
+        data["tokens"] = [t for t in data["tokens"] for _ in range(p)]
+    exp = data.get("expect")
+    if exp:
+        for k in ("device_len", "host_len", "cached_len"):
+            if exp.get(k) is not None:
+                exp[k] *= p
+    return type(step).model_validate(data)
+
+
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_remembered_scenario_steps_are_those_widened_afresh(p) -> None:
     config = EngineConfig(page_size=p)
+    widened = 0
     for sc in SCENARIOS:
+        fresh = [_widened(s, p) for s in sc.steps]
+        assert [_scale(s, p) for s in sc.steps] == fresh
         first, again = sc.trace(config), sc.trace(config)
-        fresh = [_scale(s, p).model_dump() for s in sc.steps]
-        assert [s.model_dump() for s in first.steps] == fresh
-        assert [s.model_dump() for s in again.steps] == fresh
+        for got in (first, again):
+            assert got.steps == fresh
+            assert [type(s) for s in got.steps] == [type(s) for s in fresh]
+            assert [s.model_dump_json() for s in got.steps] == [
+                s.model_dump_json() for s in fresh]
+        widened += sum(s != w for s, w in zip(sc.steps, fresh, strict=True))
         first.steps.append(first.steps[0])  # a trace's own list: the next one is as it was
         assert len(sc.trace(config).steps) == len(sc.steps)
+    assert widened > 0 if p > 1 else widened == 0
 
 
 def test_walks_keep_drawing_the_same_rules() -> None:

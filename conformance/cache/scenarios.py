@@ -66,16 +66,19 @@ class Scenario:
 
 
 def _scale(step: Step, p: int) -> Step:
-    """Scenarios are written at page size 1; widen every token into a page of ``p`` tokens."""
-    data = step.model_dump()
-    if "tokens" in data:
-        data["tokens"] = [t for t in data["tokens"] for _ in range(p)]
-    exp = data.get("expect")
-    if exp:
-        for k in ("device_len", "host_len", "cached_len"):
-            if exp.get(k) is not None:
-                exp[k] *= p
-    return type(step).model_validate(data)
+    """Scenarios are written at page size 1; widen every token into a page of ``p`` tokens.
+    A copy with the widened fields replaced (no second validation of a valid step: the kill
+    matrix widens every scenario it plays); a step with nothing to widen is itself."""
+    update: dict = {}
+    if "tokens" in type(step).model_fields:
+        update["tokens"] = [t for t in step.tokens for _ in range(p)]
+    exp = step.expect
+    if exp is not None:
+        lengths = {k: getattr(exp, k) * p for k in ("device_len", "host_len", "cached_len")
+                   if getattr(exp, k) is not None}
+        if lengths:
+            update["expect"] = exp.model_copy(update=lengths)
+    return step.model_copy(update=update) if update else step
 
 
 def E(**kw) -> Expect:
