@@ -113,6 +113,7 @@ class CacheWalk:
         # The rules ready under each set of the walk's facts (``_now``), shared by the walks of
         # the same rules and the same ``unloads``.
         self._seen = _NOW.setdefault((self.rules, self.unloads), {})
+        self.again = "unlock_again" in self.rules  # else no released lock is a fact of it
         holder.last = self.trace
         holder.examples += 1
 
@@ -140,7 +141,7 @@ class CacheWalk:
         prompts = self.prompts
         return (bool(prompts), bool(self.later), bool(self.live[Tier.DEVICE]),
                 bool(self.live[Tier.HOST]), self.longer > 0, len(prompts) >= 2,
-                bool(self.released) and any(map(self.driver.must_refuse, map(
+                bool(self.released) and self.again and any(map(self.driver.must_refuse, map(
                     self.driver.ledger.locks.__getitem__, self.released))))
 
     def finish(self, determinism: bool = True) -> None:
