@@ -204,3 +204,26 @@ def test_own_namespace_fast_path_passes_only_what_the_full_check_passes(monkeypa
                     passed += 1
                 failed += full is not None
     assert passed > 1000 and failed > 300
+
+
+@pytest.mark.parametrize("window,window_table", [(0, False), (3, False), (3, True)])
+def test_one_row_forward_is_decided_as_the_page_walk_decides(window, window_table):
+    """A forward of one row skips ``_one_user_each``'s walk over its pages: on single rows
+    that start anywhere (below zero too) with tables of any length (shorter than the row
+    too), its answer is the walk's, which a second row on a page of its own leaves as it is."""
+    rng = random.Random(41)
+    answers = set()
+    for _ in range(3000):
+        p = rng.choice((1, 2, 4))
+        table = tuple(rng.randrange(8) for _ in range(rng.randint(0, 5)))
+        wtable = tuple(rng.randrange(8) for _ in range(rng.randint(0, 5))) if window_table \
+            else ()
+        n = rng.randint(1, 12)
+        row = ForwardRow("a", "prefill", 0, rng.randint(-3, 10), (1,) * n, 0, table, (), 0,
+                         False, window_table=wtable)
+        alone = ForwardRow("b", "prefill", 0, 0, (1,), 0, (10**6,), (), 1, False,
+                           window_table=(10**6 + 1,) if window_table else ())
+        one = _one_user_each((row,), p, window, window_table)
+        assert one == _one_user_each((row, alone), p, window, window_table), row
+        answers.add(one)
+    assert answers == {True, False}

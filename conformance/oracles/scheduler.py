@@ -38,6 +38,8 @@ def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool)
     by the spans ``PlanOracle.own_pages`` reads) by that row alone. Then none of its checks can
     fail: each asks for another row using a page some row computes into. Slices, not index
     loops, where every span lies inside its table (as after PLAN-10); otherwise False."""
+    if len(rows) == 1:  # a forward of one row (the commonest): it alone uses every page
+        return _inside_tables(rows[0], p, window_table)
     one: dict[int, Any] = {}  # page -> the one row using it; ``rows`` itself when several do
     written: list[int] = []
     for r in rows:
@@ -57,6 +59,18 @@ def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool)
                     one[pg] = rows
             written.extend(table[start // p : -(-end // p)])
     return all(one[pg] is not rows for pg in written)
+
+
+def _inside_tables(r: Any, p: int, window_table: bool) -> bool:
+    """Whether the row's spans (as ``_one_user_each`` takes them) lie inside its tables, from a
+    non-negative start: then every page a row computes into is used by that row, and where it
+    is the forward's only row, by that row alone."""
+    if r.start < 0:
+        return False
+    last = -(-(r.start + len(r.input_tokens)) // p)
+    if last > len(r.page_table):
+        return False
+    return not (window_table and r.window_table and last > len(r.window_table))
 
 
 def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[State, ...]]:
