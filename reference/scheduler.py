@@ -191,23 +191,17 @@ _QUEUE = {DECODING: 4, DRAINING: 0, PREFILLING: 1, SUBMITTED: 2, PREFETCH_DONE: 
 _EVENT_OF = {ExtendResult: EXTEND_RESULT, Finish: FINISH, Abort: Event.ABORT}
 
 
-class _StatesAfter(dict):
-    """Each request's (state, awaiting) as the events checked so far leave it: read from the
-    request until an event changes it, so checking a list costs what its events name, not a
-    copy of every request's state."""
-
-    def __init__(self, requests: dict[str, Request]) -> None:
-        super().__init__()
-        self._requests = requests
-
-    def of(self, rid: str) -> tuple[State, bool] | None:
-        """``rid``'s (state, awaiting) after the events so far; None for an unknown request."""
-        got = self.get(rid)
-        if got is None:
-            r = self._requests.get(rid)
-            if r is not None:
-                got = (r.state, r.awaiting)
-        return got
+def _state_after(after: dict[str, tuple[State, bool]], requests: dict[str, Request],
+                 rid: str) -> tuple[State, bool] | None:
+    """``rid``'s (state, awaiting) as the events checked so far leave it: ``after`` holds those
+    an event changed, any other is read from the request as it is, so checking a list costs
+    what its events name, not a copy of every request's state. None for an unknown request."""
+    got = after.get(rid)
+    if got is None:
+        r = requests.get(rid)
+        if r is not None:
+            got = (r.state, r.awaiting)
+    return got
 
 
 class Scheduler:
@@ -632,7 +626,9 @@ class Scheduler:
     def _check(self, events: Sequence[RuntimeEvent]) -> None:
         if not events:
             return
-        states = _StatesAfter(self.requests)
+        requests = self.requests
+        # Each request's (state, awaiting) that an event so far changed (``_state_after``).
+        states: dict[str, tuple[State, bool]] = {}
         # The writebacks and L3 transfers in flight as the events so far leave them: copied
         # when the first event that acknowledges one comes (most lists have none).
         ops: dict[int, str] | None = None
@@ -652,7 +648,10 @@ class Scheduler:
                     raise SchedulerError("bad_event", f"{ev!r} is not a runtime event")
                 continue
             rid = ev.rid
-            now = states.get(rid) or states.of(rid)  # changed by an earlier event, or as it is
+            now = states.get(rid)  # changed by an earlier event, or as it is
+            if now is None:
+                r = requests.get(rid)
+                now = None if r is None else (r.state, r.awaiting)
             if now is None:
                 raise SchedulerError("unknown_request",
                                      f"{kind.value} for unknown request {rid!r}", rid, None,
@@ -680,7 +679,7 @@ class Scheduler:
             states[rid] = (nxt, aw and kind is not EXTEND_RESULT)
 
     def _check_writeback(self, ev: WritebackDone, ops: dict[int, str],
-                         states: _StatesAfter) -> None:
+                         states: dict[str, tuple[State, bool]]) -> None:
         if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
             raise SchedulerError("bad_event", f"writeback id {ev.op_id!r} is not an int",
                                  event="WriteBackDone")
@@ -688,7 +687,7 @@ class Scheduler:
         if rid is None:
             raise SchedulerError("unknown_op", f"writeback {ev.op_id} is not in flight",
                                  event="WriteBackDone")
-        now = states.of(rid)
+        now = _state_after(states, self.requests, rid)
         if now is None or self.requests[rid].op != ev.op_id:
             return
         state, aw = now
@@ -696,7 +695,7 @@ class Scheduler:
             states[rid] = (next_states(state, WRITEBACK_DONE)[0], aw)
 
     def _check_l3(self, ev: PrefetchDone | BackupDone, l3: dict[int, str],
-                  states: _StatesAfter) -> None:
+                  states: dict[str, tuple[State, bool]]) -> None:
         name = type(ev).__name__
         kind = "prefetch" if isinstance(ev, PrefetchDone) else "backup"
         if isinstance(ev.op_id, bool) or not isinstance(ev.op_id, int):
@@ -715,7 +714,7 @@ class Scheduler:
                                      f"{ev.success!r} is not a bool", event=name)
         rid = l3.pop(ev.op_id)
         r = self.requests.get(rid)
-        now = states.of(rid)
+        now = _state_after(states, self.requests, rid)
         if isinstance(ev, PrefetchDone) and r is not None and r.prefetch == ev.op_id \
                 and now is not None and now[0] is State.PREFETCHING:
             states[rid] = (State.PREFETCH_DONE, now[1])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +19,7 @@ from kvconf.conformance.mutants.mamba import PLANTED_MAMBA
 from kvconf.conformance.mutants.scheduler import L3_PLANTED, PLANTED_SCHED
 from kvconf.conformance.mutants.window import PLANTED_WINDOW
 from kvconf.conformance.oracles import Oracle, Violation
-from kvconf.conformance.oracles.scheduler import PlanOracle, _one_user_each
+from kvconf.conformance.oracles.scheduler import PlanOracle, RequestStateOracle, _one_user_each
 from kvconf.conformance.oracles.tree_view import TreeView
 from kvconf.conformance.running.runner import L3_FUZZ, MAMBA_FUZZ
 from kvconf.conformance.scheduler.generator import play_sched, seeded_workload
@@ -157,3 +158,72 @@ def test_fetched_blocks_read_the_host_pages_tree_view_blocks_show(monkeypatch):
     for seed in range(8):
         play_sched(R, seeded_workload(seed, L3_FUZZ, R.features))
     assert len(seen) > 50 and max(seen) > 4
+
+
+def _ns3_case(rng: random.Random):
+    """A request view holding shared pages and perhaps a lock, over a pool whose owners name
+    nodes (some of another namespace, some missing from the node list, now and then a name
+    that holds no node id), and the lock map."""
+    nodes = tuple(SimpleNamespace(id=i, namespace=rng.choice((0, 0, 0, 1)))
+                  for i in rng.sample(range(12), rng.randint(0, 8)))
+    cache = SimpleNamespace(nodes=nodes, node_map=lambda: {n.id: n for n in nodes})
+    owners = tuple(rng.choice(("node:bad", "node:x:1")) if rng.random() < 0.02
+                   else f"node:{rng.randrange(14)}" for _ in range(10))
+    shared = rng.randint(0, 4)
+    lock = rng.choice((None, 1, 2, 3))
+    locked = {h: rng.randrange(14) for h in rng.sample((1, 2, 3), rng.randint(0, 3))}
+    v = SimpleNamespace(rid="a", state="Decoding", namespace=rng.choice((0, 1)), lock=lock,
+                        shared=shared, pages=tuple(rng.sample(range(10), shared)))
+    return v, cache, owners, locked
+
+
+def test_own_namespace_fast_path_passes_only_what_the_full_check_passes(monkeypatch):
+    """``_in_own_namespace`` lets NS-3 pass without ``_own_namespace``, from each owner name's
+    node namespace read once per node list: on random views, pools and node lists, reused
+    over several checks each (so the memo is read), every request it passes the full check
+    passes, and it passes most that do (each way is reached many times)."""
+    monkeypatch.setattr(Oracle, "incremental", True)
+    rng = random.Random(31)
+    oracle = RequestStateOracle()
+    passed = failed = 0
+    for _ in range(600):
+        v, cache, owners, locked = _ns3_case(rng)
+        for _again in range(4):  # the same node list: the memo of the last check is read
+            v2, _c, owners2, locked2 = _ns3_case(rng)
+            for view, own, lk in ((v, owners, locked), (v2, owners2, locked2)):
+                try:
+                    oracle._own_namespace(view, oracle._node_map(cache), own, lk)
+                    full = None
+                except Violation as e:
+                    full = e.behaviours
+                except ValueError:
+                    full = "raised"
+                fast = oracle._in_own_namespace(view, cache, own, lk)
+                if fast:
+                    assert full is None, (view, own, lk)
+                    passed += 1
+                failed += full is not None
+    assert passed > 1000 and failed > 300
+
+
+@pytest.mark.parametrize("window,window_table", [(0, False), (3, False), (3, True)])
+def test_one_row_forward_is_decided_as_the_page_walk_decides(window, window_table):
+    """A forward of one row skips ``_one_user_each``'s walk over its pages: on single rows
+    that start anywhere (below zero too) with tables of any length (shorter than the row
+    too), its answer is the walk's, which a second row on a page of its own leaves as it is."""
+    rng = random.Random(41)
+    answers = set()
+    for _ in range(3000):
+        p = rng.choice((1, 2, 4))
+        table = tuple(rng.randrange(8) for _ in range(rng.randint(0, 5)))
+        wtable = tuple(rng.randrange(8) for _ in range(rng.randint(0, 5))) if window_table \
+            else ()
+        n = rng.randint(1, 12)
+        row = ForwardRow("a", "prefill", 0, rng.randint(-3, 10), (1,) * n, 0, table, (), 0,
+                         False, window_table=wtable)
+        alone = ForwardRow("b", "prefill", 0, 0, (1,), 0, (10**6,), (), 1, False,
+                           window_table=(10**6 + 1,) if window_table else ())
+        one = _one_user_each((row,), p, window, window_table)
+        assert one == _one_user_each((row, alone), p, window, window_table), row
+        answers.add(one)
+    assert answers == {True, False}

@@ -38,6 +38,8 @@ def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool)
     by the spans ``PlanOracle.own_pages`` reads) by that row alone. Then none of its checks can
     fail: each asks for another row using a page some row computes into. Slices, not index
     loops, where every span lies inside its table (as after PLAN-10); otherwise False."""
+    if len(rows) == 1:  # a forward of one row (the commonest): it alone uses every page
+        return _inside_tables(rows[0], p, window_table)
     one: dict[int, Any] = {}  # page -> the one row using it; ``rows`` itself when several do
     written: list[int] = []
     for r in rows:
@@ -57,6 +59,18 @@ def _one_user_each(rows: Sequence[Any], p: int, window: int, window_table: bool)
                     one[pg] = rows
             written.extend(table[start // p : -(-end // p)])
     return all(one[pg] is not rows for pg in written)
+
+
+def _inside_tables(r: Any, p: int, window_table: bool) -> bool:
+    """Whether the row's spans (as ``_one_user_each`` takes them) lie inside its tables, from a
+    non-negative start: then every page a row computes into is used by that row, and where it
+    is the forward's only row, by that row alone."""
+    if r.start < 0:
+        return False
+    last = -(-(r.start + len(r.input_tokens)) // p)
+    if last > len(r.page_table):
+        return False
+    return not (window_table and r.window_table and last > len(r.window_table))
 
 
 def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[State, ...]]:
@@ -324,6 +338,10 @@ class RequestStateOracle(Oracle):
         self._passed: Any = None  # the ``after`` of the last check that held
         self._nodes: tuple[Any, dict[int, Any]] | None = None  # ``_node_map``'s last answer
         self._ids: dict[str, int] = {}  # "node:<id>" -> id, each owner name parsed once
+        # NS-3's reads of the last node list and lock list, by identity (``_namespaces``): an
+        # owner name's node namespace (None: no such node), and each lock's node id.
+        self._owner_ns: tuple[Any, dict[str, int | None]] | None = None
+        self._locked: tuple[Any, dict[int, int]] | None = None
 
     def check(self, phase: str, before, after, live: dict[str, Live], page_size: int,
               external: dict[str, set[Event]], window: int = 0) -> None:
@@ -446,8 +464,9 @@ class RequestStateOracle(Oracle):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
             if v.shared or v.lock is not None:  # it holds something of the tree (NS-3)
                 if locked is None:
-                    locked = {lk.handle: lk.node for lk in locks} if locks else {}
-                self._own_namespace(v, self._node_map(after.cache), owners, locked)
+                    locked = self._locks_now(locks)
+                if not self._in_own_namespace(v, after.cache, owners, locked):
+                    self._own_namespace(v, self._node_map(after.cache), owners, locked)
             req = live.get(v.rid)
             # What it had computed before this call (a retraction resets the count to zero).
             was = old if old is not None and old.state is not v.state else v
@@ -479,6 +498,59 @@ class RequestStateOracle(Oracle):
             raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
                             f"requests hold {len(claimed)}")
 
+
+    def _locks_now(self, locks) -> dict[int, int]:
+        """Each lock's node id by handle; while the lock list is the very same object (a
+        snapshot keeps it while no lock changed), the map made from it last time."""
+        last = self._locked
+        if self.incremental and last is not None and last[0] is locks:
+            return last[1]
+        locked = {lk.handle: lk.node for lk in locks} if locks else {}
+        self._locked = (locks, locked)
+        return locked
+
+    def _in_own_namespace(self, v, cache, owners, locked: dict[int, int]) -> bool:
+        """Whether NS-3 holds for ``v`` (``_own_namespace`` would find nothing), decided from
+        each owner name's node namespace, read from the node list once per owner name while
+        the node list is the very same object (its views never change); False where it does
+        not hold or cannot tell (an owner name no node list entry answers): then
+        ``_own_namespace`` judges, and names what is wrong. Off without ``incremental``."""
+        if not self.incremental:
+            return False
+        memo = self._owner_ns
+        if memo is None or memo[0] is not cache.nodes:
+            memo = self._owner_ns = (cache.nodes, {})
+        names = memo[1]
+        ns = v.namespace
+        for pg in v.pages[: v.shared]:
+            owner = owners[pg]
+            got = names.get(owner, names)  # ``names`` itself: not read yet
+            if got is names:
+                got = self._owner_namespace(owner, cache)
+                if got is names:
+                    return False  # a name that is no node id: ``_own_namespace`` says so
+                names[owner] = got
+            if got is not None and got != ns:
+                return False
+        if v.lock is not None and v.lock in locked:
+            node = self._node_map(cache).get(locked[v.lock])
+            if node is not None and node.namespace != ns:
+                return False
+        return True
+
+    def _owner_namespace(self, owner: str, cache) -> Any:
+        """The namespace of the node an owner name ``node:<id>`` names, as ``_own_namespace``
+        reads it; None where the node list has no such node; the memo itself
+        (``self._owner_ns[1]``) where the name holds no node id."""
+        ids = self._ids
+        node_id = ids.get(owner)
+        if node_id is None:
+            try:
+                node_id = ids[owner] = int(owner.split(":", 1)[1])
+            except (IndexError, ValueError):
+                return self._owner_ns[1] if self._owner_ns is not None else None
+        node = self._node_map(cache).get(node_id)
+        return None if node is None else node.namespace
 
     def _node_map(self, cache) -> dict[int, Any]:
         """The cache's nodes by id, kept while its node list is the very same object."""

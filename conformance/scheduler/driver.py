@@ -11,7 +11,7 @@ wrong page, a loadback after the forward or a namespace leak shows up as a wrong
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cache, partial
 from typing import Any
 
@@ -942,40 +942,45 @@ class SchedulerDriver:
                 self.live[op.rid].copying.discard(op.op_id)
         return out
 
-    def _fixed_probes(self, step: int, idle: list[Live]
-                      ) -> list[Callable[[], tuple[str, list, tuple[str, str] | None]]]:
-        """The illegal events tried whatever the states: black-box ones, and an ExtendResult
-        for a request with no token due (one of ``idle``). Each is made when called: every
-        plan tries one probe, so only the chosen one is built."""
-        out: list[Callable[[], tuple[str, list, tuple[str, str] | None]]] = [
-            lambda: (UNKNOWN + "an acknowledgement of an unknown writeback",
-                     [WritebackDone(10**9 + step, True)], None),
-            lambda: (UNKNOWN + "an Abort of a request never submitted",
-                     [Abort(f"nobody-{step}")], None),
-        ]
+    def _fixed_probe(self, step: int, k: int, idle: list[Live]
+                     ) -> tuple[str, list, tuple[str, str] | None]:
+        """The ``k``-th of the illegal events tried whatever the states (``_fixed_count`` of
+        them): black-box ones, and an ExtendResult for a request with no token due (one of
+        ``idle``). Every plan tries one probe, so only the chosen one is made."""
+        if k == 0:
+            return (UNKNOWN + "an acknowledgement of an unknown writeback",
+                    [WritebackDone(10**9 + step, True)], None)
+        if k == 1:
+            return (UNKNOWN + "an Abort of a request never submitted", [Abort(f"nobody-{step}")],
+                    None)
         if self.l3 is not None:
-            out.append(lambda: (UNKNOWN + "a PrefetchDone of an unknown prefetch",
-                                [PrefetchDone(10**9 + step, 0)], None))
-            out.append(lambda: (UNKNOWN + "a BackupDone of an unknown backup",
-                                [BackupDone(10**9 + step, True)], None))
-        if idle:
-            r = idle[step % len(idle)]
-            out.append(lambda: (f"an ExtendResult for {r.rid}, which has no token due",
-                                [ExtendResult(r.rid, 0)], None))
-        return out
+            if k == 2:
+                return (UNKNOWN + "a PrefetchDone of an unknown prefetch",
+                        [PrefetchDone(10**9 + step, 0)], None)
+            if k == 3:
+                return (UNKNOWN + "a BackupDone of an unknown backup",
+                        [BackupDone(10**9 + step, True)], None)
+        r = idle[step % len(idle)]
+        return (f"an ExtendResult for {r.rid}, which has no token due", [ExtendResult(r.rid, 0)],
+                None)
+
+    def _fixed_count(self, idle: bool) -> int:
+        """How many fixed probes there are (``_fixed_probe``): two black-box ones, two more with
+        an L3 store, and one more while some request has no token due (``idle``)."""
+        return 2 + (2 if self.l3 is not None else 0) + (1 if idle else 0)
 
     def _chosen_probe(self, step: int) -> tuple[str, list, tuple[str, str] | None]:
         """The illegal event to try after this call, in turn over the fixed ones and, with a
         snapshot, every (request, runtime event) its state does not allow (so each illegal
         pair gets tried). Only the chosen one is built: the pairs are counted, not made."""
         idle = [r for r in self.live.values() if not r.finished and not r.due]
-        fixed = self._fixed_probes(step, idle)
+        fixed = self._fixed_count(bool(idle))
         views = () if self.snap is None else self.snap.requests
         kinds = [_illegal(v.state, bool(v.awaiting)) for v in views]
-        k = step % (len(fixed) + sum(map(len, kinds)))
-        if k < len(fixed):
-            return fixed[k]()
-        k -= len(fixed)
+        k = step % (fixed + sum(map(len, kinds)))
+        if k < fixed:
+            return self._fixed_probe(step, k, idle)
+        k -= fixed
         i = 0
         while k >= len(kinds[i]):  # the k-th (request, event) pair
             k -= len(kinds[i])
