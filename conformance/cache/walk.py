@@ -113,7 +113,9 @@ class CacheWalk:
         # The rules ready under each set of the walk's facts (``_now``), shared by the walks of
         # the same rules and the same ``unloads``.
         self._seen = _NOW.setdefault((self.rules, self.unloads), {})
-        self.again = "unlock_again" in self.rules  # else no released lock is a fact of it
+        # Whether the walk may unlock a released lock again: else no released lock is a fact
+        # of its steps (``_facts``).
+        self.unlocks_again = "unlock_again" in self.rules
         holder.last = self.trace
         holder.examples += 1
 
@@ -141,7 +143,7 @@ class CacheWalk:
         prompts = self.prompts
         return (bool(prompts), bool(self.later), bool(self.live[Tier.DEVICE]),
                 bool(self.live[Tier.HOST]), self.longer > 0, len(prompts) >= 2,
-                bool(self.released) and self.again and any(map(self.driver.must_refuse, map(
+                bool(self.released) and self.unlocks_again and any(map(self.driver.must_refuse, map(
                     self.driver.ledger.locks.__getitem__, self.released))))
 
     def finish(self, determinism: bool = True) -> None:

@@ -73,6 +73,11 @@ def _inside_tables(r: Any, p: int, window_table: bool) -> bool:
     return not (window_table and r.window_table and last > len(r.window_table))
 
 
+# ``RequestStateOracle._in_own_namespace``'s markers: an owner name not read yet, and one
+# that names no node id (``_own_namespace`` then judges it).
+_UNREAD, _NOT_A_NODE = object(), object()
+
+
 def table_for(features: frozenset[Feature]) -> dict[tuple[State, Event], tuple[State, ...]]:
     """The transition table an engine declaring ``features`` is held to."""
     table = dict(TRANSITIONS)
@@ -524,10 +529,10 @@ class RequestStateOracle(Oracle):
         ns = v.namespace
         for pg in v.pages[: v.shared]:
             owner = owners[pg]
-            got = names.get(owner, names)  # ``names`` itself: not read yet
-            if got is names:
+            got = names.get(owner, _UNREAD)
+            if got is _UNREAD:
                 got = self._owner_namespace(owner, cache)
-                if got is names:
+                if got is _NOT_A_NODE:
                     return False  # a name that is no node id: ``_own_namespace`` says so
                 names[owner] = got
             if got is not None and got != ns:
@@ -540,15 +545,15 @@ class RequestStateOracle(Oracle):
 
     def _owner_namespace(self, owner: str, cache) -> Any:
         """The namespace of the node an owner name ``node:<id>`` names, as ``_own_namespace``
-        reads it; None where the node list has no such node; the memo itself
-        (``self._owner_ns[1]``) where the name holds no node id."""
+        reads it; None where the node list has no such node; ``_NOT_A_NODE`` where the name
+        holds no node id."""
         ids = self._ids
         node_id = ids.get(owner)
         if node_id is None:
             try:
                 node_id = ids[owner] = int(owner.split(":", 1)[1])
             except (IndexError, ValueError):
-                return self._owner_ns[1] if self._owner_ns is not None else None
+                return _NOT_A_NODE
         node = self._node_map(cache).get(node_id)
         return None if node is None else node.namespace
 
