@@ -404,21 +404,10 @@ class RequestStateOracle(Oracle):
         for v in after.requests:
             old = prev.get(v.rid)
             if kept and old is v:
-                if v.slot is not None:
-                    if v.slot in slots:
-                        raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and "
-                                        f"{v.rid}")
-                    slots[v.slot] = v.rid
-                for pg in v.pages[v.shared :]:
-                    if pg in claimed:
-                        raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
-                                        f"{claimed[pg]}")
-                    claimed[pg] = v.rid
-                if v.rid in live and v.state is State.WRITING_BACK and (
-                    v.op is None or v.op not in {op for op, _rid in after.ops}
-                ):  # as below: whether the runtime knows it may differ from the last time
-                    raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in "
-                                    "flight")
+                self._take_slot(v, slots)
+                self._claim_local(v, v.pages[v.shared :], claimed, owners)
+                if v.rid in live:  # whether the runtime knows it may differ from the last time
+                    self._writeback_in_flight(v, after)
                 continue
             if old is not None and old.state is not v.state:
                 events = PLAN_EVENTS if phase == "plan" else frozenset(
@@ -448,10 +437,7 @@ class RequestStateOracle(Oracle):
             local = v.pages[v.shared :]
             if local and "pages" not in holds:
                 raise self.fail("REQ-3", f"{v.rid} in {v.state} still holds pages {list(local)}")
-            if v.slot is not None:
-                if v.slot in slots:
-                    raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and {v.rid}")
-                slots[v.slot] = v.rid
+            self._take_slot(v, slots)
             # WIN-4: a local page wholly before the first position the request's row reads
             # (its row in flight, or the next one) may have been freed; its slot is a hole.
             gone = 0
@@ -459,11 +445,7 @@ class RequestStateOracle(Oracle):
                 start = min(old.computed, v.computed) if old is not None else v.computed
                 gone = max(0, min(len(local), (start - window + 1) // page_size - v.shared))
                 behind.append((v.rid, list(local[:gone])))
-            for pg in local[gone:]:
-                if pg in claimed or owners[pg] != "caller":
-                    raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
-                                    f"{claimed.get(pg) or owners[pg]}")
-                claimed[pg] = v.rid
+            self._claim_local(v, local[gone:], claimed, owners)
             for pg in v.pages[: v.shared]:
                 if not owners[pg].startswith("node:"):
                     raise self.fail("REQ-3", f"shared page {pg} of {v.rid} is {owners[pg]}")
@@ -490,10 +472,7 @@ class RequestStateOracle(Oracle):
                 if got < full:
                     raise self.fail(rule, f"{v.rid} is {v.state} but only {got} of its {full} "
                                     f"computed tokens are cached in namespace {v.namespace}")
-            if v.state is State.WRITING_BACK and (
-                v.op is None or v.op not in {op for op, _rid in after.ops}
-            ):
-                raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in flight")
+            self._writeback_in_flight(v, after)
         for rid, pages in behind:  # a slot behind the window is held where the page still is
             for pg in pages:
                 if 0 <= pg < len(owners) and owners[pg] == "caller" and pg not in claimed:
@@ -503,6 +482,37 @@ class RequestStateOracle(Oracle):
             raise self.fail("REQ-3", f"{caller} device pages are charged to the caller but the "
                             f"requests hold {len(claimed)}")
 
+
+    def _take_slot(self, v, slots: dict[int, str]) -> None:
+        """REQ-3: the request's slot, if it holds one, is no other request's of this check."""
+        if v.slot is not None:
+            if v.slot in slots:
+                raise self.fail("REQ-3", f"slot {v.slot} held by {slots[v.slot]} and {v.rid}")
+            slots[v.slot] = v.rid
+
+    def _claim_local(self, v, pages, claimed: dict[int, str], owners) -> None:
+        """REQ-3: each of the request's local ``pages`` is charged to the caller and is no
+        other request's of this check."""
+        for pg in pages:
+            if pg in claimed or owners[pg] != "caller":
+                raise self.fail("REQ-3", f"local page {pg} of {v.rid} is also "
+                                f"{claimed.get(pg) or owners[pg]}")
+            claimed[pg] = v.rid
+
+    def _writeback_in_flight(self, v, after) -> None:
+        """FIN-2: a request in WritingBack has its writeback among the copies in flight."""
+        if v.state is State.WRITING_BACK and (
+            v.op is None or v.op not in {op for op, _rid in after.ops}
+        ):
+            raise self.fail("FIN-2", f"{v.rid} is WritingBack with no writeback in flight")
+
+    def _node_id(self, owner: str) -> int:
+        """The node id an owner name ``node:<id>`` names, each name parsed once; raises as
+        ``int`` does for a name that holds none."""
+        node_id = self._ids.get(owner)
+        if node_id is None:
+            node_id = self._ids[owner] = int(owner.split(":", 1)[1])
+        return node_id
 
     def _locks_now(self, locks) -> dict[int, int]:
         """Each lock's node id by handle; while the lock list is the very same object (a
@@ -547,13 +557,10 @@ class RequestStateOracle(Oracle):
         """The namespace of the node an owner name ``node:<id>`` names, as ``_own_namespace``
         reads it; None where the node list has no such node; ``_NOT_A_NODE`` where the name
         holds no node id."""
-        ids = self._ids
-        node_id = ids.get(owner)
-        if node_id is None:
-            try:
-                node_id = ids[owner] = int(owner.split(":", 1)[1])
-            except (IndexError, ValueError):
-                return _NOT_A_NODE
+        try:
+            node_id = self._node_id(owner)
+        except (IndexError, ValueError):
+            return _NOT_A_NODE
         node = self._node_map(cache).get(node_id)
         return None if node is None else node.namespace
 
@@ -570,14 +577,7 @@ class RequestStateOracle(Oracle):
         if not v.shared and v.lock is None:
             return  # it holds nothing of the tree
         shared = v.pages[: v.shared]
-        ids = self._ids
-        held = []  # node ids, all read first
-        for pg in shared:
-            owner = owners[pg]
-            node_id = ids.get(owner)
-            if node_id is None:
-                node_id = ids[owner] = int(owner.split(":", 1)[1])
-            held.append(node_id)
+        held = [self._node_id(owners[pg]) for pg in shared]  # node ids, all read first
         pinned = v.lock is not None and v.lock in locked
         if pinned:
             held.append(locked[v.lock])
