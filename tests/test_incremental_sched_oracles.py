@@ -149,7 +149,7 @@ def test_fetched_blocks_read_the_host_pages_tree_view_blocks_show(monkeypatch):
 
     def check(self, snap):
         want = {k: b.host for k, b in TreeView(snap.cache).blocks().items()}
-        got = _host_blocks(snap.cache, TreeView(snap.cache))
+        got = _host_blocks(TreeView(snap.cache))
         assert list(got.items()) == list(want.items())
         seen.append(len(got))
         return real(self, snap)

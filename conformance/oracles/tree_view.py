@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kvconf.reference.snapshot import CacheSnapshot, NodeView
@@ -118,25 +118,32 @@ class TreeView:
 
     def _all_blocks(self) -> dict[tuple, Block]:
         out: dict[tuple, Block] = {}
+        for key, n, i in self.block_keys():
+            out[key] = Block(
+                n.id,
+                n.device[i] if n.device is not None else None,
+                n.host[i] if n.host is not None else None,
+                n.hashes[i] if i < len(n.hashes) else None,
+                n.device_ref,
+                n.host_ref,
+            )
+        return out
+
+    def block_keys(self) -> Iterator[tuple[tuple, NodeView, int]]:
+        """(the key ``blocks`` files the block under, its node, its page index in the node) for
+        every page of the tree, parents first: a later block of the same key takes the place of
+        an earlier one. For a reader that needs one field of each block, not a ``Block``."""
         prefix: dict[int, tuple[int, ...]] = {}
         live = self.reachable()
+        p = self.p
         for n in self.snap.nodes:  # parents come before children
             base = prefix[n.parent] if n.parent is not None else ()
             full = base + n.key
             prefix[n.id] = full
-            for i in range(len(n.key) // self.p):
-                end = len(base) + (i + 1) * self.p
-                key = (n.namespace, full[:end]) if n.id in live else (
-                    n.namespace, full[:end], n.id)
-                out[key] = Block(
-                    n.id,
-                    n.device[i] if n.device is not None else None,
-                    n.host[i] if n.host is not None else None,
-                    n.hashes[i] if i < len(n.hashes) else None,
-                    n.device_ref,
-                    n.host_ref,
-                )
-        return out
+            for i in range(len(n.key) // p):
+                end = len(base) + (i + 1) * p
+                yield ((n.namespace, full[:end]) if n.id in live else (
+                    n.namespace, full[:end], n.id)), n, i
 
     def reachable(self) -> set[int]:
         """Nodes of some namespace's tree; the rest belong to unloaded adapters (NS-2).

@@ -165,7 +165,7 @@ class L3Runtime:
         self.tree_passed = (seen[0], dict(seen[1]), dict(seen[2]))
 
     def _check_fetched(self, snap) -> None:
-        for (ns, prefix), host in _host_blocks(snap.cache, TreeView(snap.cache)).items():
+        for (ns, prefix), host in _host_blocks(TreeView(snap.cache)).items():
             src = self.fetched.get(host) if host is not None else None
             if src is None:
                 continue
@@ -179,24 +179,10 @@ class L3Runtime:
                                                 req.ns)
 
 
-def _host_blocks(cache, view: TreeView) -> dict[tuple, int | None]:
-    """``TreeView.blocks()`` keyed alike (a later block of the same key taking its place),
-    each to the block's host page only: the one field ``_check_fetched`` reads, without a
-    ``Block`` built for every page of the tree."""
-    out: dict[tuple, int | None] = {}
-    prefix: dict[int, tuple[int, ...]] = {}
-    live = view.reachable()
-    p = view.p
-    for n in cache.nodes:  # parents come before children
-        base = prefix[n.parent] if n.parent is not None else ()
-        full = base + n.key
-        prefix[n.id] = full
-        host = n.host
-        for i in range(len(n.key) // p):
-            end = len(base) + (i + 1) * p
-            key = (n.namespace, full[:end]) if n.id in live else (n.namespace, full[:end], n.id)
-            out[key] = host[i] if host is not None else None
-    return out
+def _host_blocks(view: TreeView) -> dict[tuple, int | None]:
+    """``TreeView.blocks()`` keyed alike, each to the block's host page only: the one field
+    ``_check_fetched`` reads, without a ``Block`` built for every page of the tree."""
+    return {key: n.host[i] if n.host is not None else None for key, n, i in view.block_keys()}
 
 
 def _tags(ns: int, tokens: Sequence[int]) -> list[int]:
