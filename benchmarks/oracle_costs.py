@@ -11,10 +11,13 @@ inside another (a block hash an oracle asks for) counts once, for the inner one.
 profiler's overhead, so the shares are those of a real run (each timed call adds a little to
 "the kit").
 
-``--ceiling`` first plays the same walks untimed twice, with every oracle and with none (no
-oracle, so no snapshot or counts read for one either), and prints both rates and their ratio:
-what all the judging costs, the most any work on the oracles and the looks they take can give;
-then the engine's share of the walks with every oracle and with none (its calls timed): the
+``--ceiling`` first plays the same walks untimed three times: with every oracle, with every
+oracle's hooks called but doing nothing (the snapshots and counts still read, every hook still
+dispatched), and with none (no oracle, so no snapshot or counts read for one either). It prints
+the three rates, what all the judging costs (the most any work on the oracles and the looks
+they take can give) and a step's microseconds split three ways: the checks themselves, the
+dispatch and the looks, and the rest (the walk, the driver, DET-1's replay and the engine).
+Then the engine's share of the walks with every oracle and with none (its calls timed): the
 most the engine's share can be however cheap the judging gets.
 """
 
@@ -30,6 +33,7 @@ from kvconf.conformance.cache.driver import HOOKS
 from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.oracles import STEP_ORACLES
+from kvconf.conformance.oracles.base import Oracle
 
 SPENT: dict[str, float] = defaultdict(float)
 LOOKS = ("snapshot", "counters", "block_hash")
@@ -78,6 +82,17 @@ def _rate(config: EngineConfig, a, oracles) -> float:
     return holder.steps / (time.process_time() - t0)
 
 
+def _nothing(self, *args, **kwargs) -> None:
+    """A hook that checks nothing."""
+
+
+def _hollow(cls: type[Oracle]) -> type[Oracle]:
+    """``cls`` with every hook it has doing nothing: what remains is the dispatch, and the
+    snapshot and counts the driver reads for it."""
+    hooks = {h: _nothing for h in HOOKS if getattr(cls, h) is not getattr(Oracle, h)}
+    return type(f"Hollow{cls.__name__}", (cls,), hooks)
+
+
 def _engine_share(config: EngineConfig, a, oracles) -> float:
     """The engine's own calls' share of the walks' CPU seconds, judged by ``oracles`` (its
     calls timed, as the table below times them; its looks for the oracles not counted)."""
@@ -93,9 +108,15 @@ def _engine_share(config: EngineConfig, a, oracles) -> float:
 
 def ceiling(config: EngineConfig, a) -> None:
     judged, bare = _rate(config, a, STEP_ORACLES), _rate(config, a, ())
-    print(f"every oracle: {judged:,.0f} steps/s; no oracle (nor the snapshots and counts they "
-          f"read): {bare:,.0f} steps/s; {bare / judged:.2f}x: the judging is "
-          f"{100 * (1 - judged / bare):.0f}% of a case")
+    hollow = _rate(config, a, tuple(_hollow(cls) for cls in STEP_ORACLES))
+    print(f"every oracle: {judged:,.0f} steps/s; every hook doing nothing: {hollow:,.0f} "
+          f"steps/s; no oracle (nor the snapshots and counts they read): {bare:,.0f} steps/s; "
+          f"{bare / judged:.2f}x: the judging is {100 * (1 - judged / bare):.0f}% of a case")
+    step, checks, looks = 1e6 / judged, 1e6 / judged - 1e6 / hollow, 1e6 / hollow - 1e6 / bare
+    print(f"a step: {step:.0f} us = the checks {checks:.0f} us ({100 * checks / step:.0f}%) + "
+          f"the dispatch and the looks {looks:.0f} us ({100 * looks / step:.0f}%) + the walk, "
+          f"the driver, DET-1's replay and the engine {1e6 / bare:.0f} us "
+          f"({100e6 / bare / step:.0f}%)")
     with_all, with_none = (_engine_share(config, a, STEP_ORACLES),
                            _engine_share(config, a, ()))
     print(f"the engine's own calls: {100 * with_all:.1f}% of a case with every oracle, "
