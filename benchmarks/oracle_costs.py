@@ -11,12 +11,14 @@ inside another (a block hash an oracle asks for) counts once, for the inner one.
 profiler's overhead, so the shares are those of a real run (each timed call adds a little to
 "the kit").
 
-``--ceiling`` first plays the same walks untimed three times: with every oracle, with every
-oracle's hooks called but doing nothing (the snapshots and counts still read, every hook still
-dispatched), and with none (no oracle, so no snapshot or counts read for one either). It prints
-the three rates, what all the judging costs (the most any work on the oracles and the looks
-they take can give) and a step's microseconds split three ways: the checks themselves, the
-dispatch and the looks, and the rest (the walk, the driver, DET-1's replay and the engine).
+``--ceiling`` first plays the same walks untimed four ways, taking turns walk by walk (a load
+that comes and goes slows each alike): with every oracle; with every oracle's hooks called but
+doing nothing; with one oracle's hooks doing nothing (the driver still reads every snapshot and
+count for it); and with none (no snapshot or count read either). It prints the four rates, what
+all the judging costs (the most any work on the oracles and the looks they take can give), and a
+step's microseconds split four ways: the checks themselves, calling every oracle's hooks, the
+looks, and the rest (the walk, the driver, DET-1's replay and the engine). Calling the hooks is
+what folding every rule into one pass over the snapshot would save beyond the checks' own work.
 Then the engine's share of the walks with every oracle and with none (its calls timed): the
 most the engine's share can be however cheap the judging gets.
 """
@@ -33,6 +35,7 @@ from kvconf.conformance.cache.driver import HOOKS
 from kvconf.conformance.cache.generator import TraceHolder, play_walk
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.oracles import STEP_ORACLES
+from kvconf.conformance.oracles.accounting import CounterOracle
 from kvconf.conformance.oracles.base import Oracle
 
 SPENT: dict[str, float] = defaultdict(float)
@@ -72,14 +75,19 @@ class TimedEngine(ReferenceCacheAdapter):
         return _timed(value, "engine: snapshot etc." if name in LOOKS else "engine: own calls")
 
 
-def _rate(config: EngineConfig, a, oracles) -> float:
-    """Steps per CPU second of the walks, untimed, judged by ``oracles``."""
-    holder = TraceHolder()
-    t0 = time.process_time()
+def _rates(config: EngineConfig, a, kinds: dict[str, tuple]) -> dict[str, float]:
+    """Steps per CPU second of the walks, untimed, judged by each of ``kinds`` (a name: its
+    oracles). The kinds take turns walk by walk, so a load that comes and goes slows each of
+    them alike."""
+    holders = {name: TraceHolder() for name in kinds}
+    spent = dict.fromkeys(kinds, 0.0)
     for k in range(a.walks):
-        play_walk(ReferenceCacheAdapter, config, holder, a.seed * 1_000_003 + k, a.steps,
-                  oracles=oracles)
-    return holder.steps / (time.process_time() - t0)
+        for name, oracles in kinds.items():
+            t0 = time.process_time()
+            play_walk(ReferenceCacheAdapter, config, holders[name], a.seed * 1_000_003 + k,
+                      a.steps, oracles=oracles)
+            spent[name] += time.process_time() - t0
+    return {name: holders[name].steps / spent[name] for name in kinds}
 
 
 def _nothing(self, *args, **kwargs) -> None:
@@ -107,16 +115,27 @@ def _engine_share(config: EngineConfig, a, oracles) -> float:
 
 
 def ceiling(config: EngineConfig, a) -> None:
-    judged, bare = _rate(config, a, STEP_ORACLES), _rate(config, a, ())
-    hollow = _rate(config, a, tuple(_hollow(cls) for cls in STEP_ORACLES))
+    r = _rates(config, a, {
+        "judged": STEP_ORACLES,
+        "hollow": tuple(_hollow(cls) for cls in STEP_ORACLES),
+        # One oracle, doing nothing, that makes the driver read every snapshot and every count.
+        "looks": (_hollow(CounterOracle),),
+        "bare": (),
+    })
+    judged, hollow, looks, bare = r["judged"], r["hollow"], r["looks"], r["bare"]
     print(f"every oracle: {judged:,.0f} steps/s; every hook doing nothing: {hollow:,.0f} "
-          f"steps/s; no oracle (nor the snapshots and counts they read): {bare:,.0f} steps/s; "
-          f"{bare / judged:.2f}x: the judging is {100 * (1 - judged / bare):.0f}% of a case")
-    step, checks, looks = 1e6 / judged, 1e6 / judged - 1e6 / hollow, 1e6 / hollow - 1e6 / bare
-    print(f"a step: {step:.0f} us = the checks {checks:.0f} us ({100 * checks / step:.0f}%) + "
-          f"the dispatch and the looks {looks:.0f} us ({100 * looks / step:.0f}%) + the walk, "
-          f"the driver, DET-1's replay and the engine {1e6 / bare:.0f} us "
-          f"({100e6 / bare / step:.0f}%)")
+          f"steps/s; one hook doing nothing (every snapshot and count still read): "
+          f"{looks:,.0f} steps/s; no oracle (nor the snapshots and counts they read): "
+          f"{bare:,.0f} steps/s; {bare / judged:.2f}x: the judging is "
+          f"{100 * (1 - judged / bare):.0f}% of a case")
+    us = {k: 1e6 / v for k, v in r.items()}
+    step = us["judged"]
+    parts = (("the checks", us["judged"] - us["hollow"]),
+             ("calling every oracle's hooks", us["hollow"] - us["looks"]),
+             ("the looks (snapshots, counts)", us["looks"] - us["bare"]),
+             ("the walk, the driver, DET-1's replay and the engine", us["bare"]))
+    print(f"a step: {step:.0f} us = " + " + ".join(
+        f"{what} {t:.0f} us ({100 * t / step:.0f}%)" for what, t in parts))
     with_all, with_none = (_engine_share(config, a, STEP_ORACLES),
                            _engine_share(config, a, ()))
     print(f"the engine's own calls: {100 * with_all:.1f}% of a case with every oracle, "
