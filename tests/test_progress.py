@@ -211,12 +211,18 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
 
 
+def _sigint_as_from_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_when_started(cmd: list[str], report: Path, sig: int, cwd: Path,
                             env: dict | None = None):
     """Start ``cmd``, wait until its report holds a result, send ``sig``; its output, exit
-    code, and the worker processes it had."""
+    code, and the worker processes it had. The command starts with SIGINT as a terminal gives
+    it: a suite run as a background job of a non-interactive shell ignores SIGINT, and a
+    process started with it ignored keeps ignoring it, so Ctrl-C would never reach it."""
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=_sigint_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (
             report.exists() and load_report(report).results):
