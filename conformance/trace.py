@@ -383,7 +383,12 @@ def write_atomic(path: str | Path, text: str) -> Path:
     """Write via a temporary file and rename, so a reader never sees half a file. The file gets
     the mode of the file it replaces, or the user's umask for a new one (not mkstemp's 0600);
     ``-`` and ``/dev/stdout`` are written through to standard output. Any OS failure is a
-    one-line KitError naming the path."""
+    one-line KitError naming the path. SIGINT and SIGTERM are held from the temporary file's
+    creation to the rename and delivered just after (``hold_signals``): an interrupt landing
+    between them, inside ``mkstemp`` before it hands the name back, would leave the temporary
+    file behind."""
+    from kvconf.conformance.running.signals import hold_signals
+
     if is_stream(path):
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -397,11 +402,13 @@ def write_atomic(path: str | Path, text: str) -> Path:
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        with hold_signals():
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                       suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
     except OSError as e:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)

@@ -91,6 +91,30 @@ def test_a_replaced_report_keeps_its_mode(tmp_path: Path) -> None:
     assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
+def test_an_interrupt_inside_an_atomic_write_leaves_no_half_file(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """Ctrl-C landing in ``mkstemp`` after it made the file but before it handed the name back
+    (the last moment it could): the write completes, the interrupt comes just after it, and no
+    temporary file is left beside the report."""
+    import signal
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def interrupted_mkstemp(*args, **kwargs):
+        made = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+        return made
+
+    monkeypatch.setattr(tempfile, "mkstemp", interrupted_mkstemp)
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, "new")
+    assert path.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
 # -- 2. unwritable places -------------------------------------------------------------------
 
 
