@@ -144,7 +144,7 @@ def test_report_dash_puts_the_json_alone_on_stdout(tmp_path: Path):
                               str(traces)])
     assert res.exit_code == 1, res.output
     data = json.loads(res.stdout)  # nothing but the report
-    assert data["format"] == "kvconf-report/4" and data["summary"]["FAIL"] == 1
+    assert data["format"] == "kvconf-report/5" and data["summary"]["FAIL"] == 1
     (row,) = data["results"]
     assert row["trace"] == str(traces / "traces" / "pinned-never-evicted.json")
     assert Path(row["trace"]).is_file()  # openable from where the command ran

@@ -323,7 +323,7 @@ def test_kvconf_gpu_writes_the_run_report_format(tmp_path: Path):
     ])
     assert res.exit_code == 0, res.output
     data = json.loads(report.read_text())
-    assert data["format"] == "kvconf-report/4"
+    assert data["format"] == "kvconf-report/5"
     assert [r["status"] for r in data["results"]] == ["PASS"] * 3
     mem = data["run_info"]["memory"]
     assert mem["backend"] == "torch" and mem["device"] == "cpu" and mem["dtype"] == "float16"

@@ -13,10 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvconf.conformance.errors import KitError, read_input
 from kvconf.conformance.trace import is_stream, parse_json, validation_error, write_atomic
 
-FORMAT = "kvconf-report/4"
+FORMAT = "kvconf-report/5"
 # /2 added CRASH, units, coverage, shards; /3 NOT_APPLICABLE; /4 findings (each distinct
-# defect a fuzz case found, by signature). Earlier ones still read.
-FORMATS = ("kvconf-report/1", "kvconf-report/2", "kvconf-report/3", FORMAT)
+# defect a fuzz case found, by signature); /5 judged (the rules a check of which ran). Earlier
+# ones still read: a case of theirs passes no rule, since nothing says which checks ran.
+FORMATS = ("kvconf-report/1", "kvconf-report/2", "kvconf-report/3", "kvconf-report/4", FORMAT)
 
 
 class Status(str, Enum):
@@ -126,6 +127,26 @@ class CaseResult(BaseModel):
         "failing examples skipped because their signature was already a finding"))
     unexpected: list[str] | None = Field(None, description=(
         "with an expectation file naming signatures: the findings it does not name"))
+    judged: list[str] | None = Field(None, description=(
+        "the rules a check of which ran in this case for the features the engine declares, "
+        "whatever its outcome (sorted); a rule absent here was not judged by this case. None "
+        "in a report older than kvconf-report/5, whose cases therefore pass no rule"))
+
+
+def rule_verdicts(r: CaseResult) -> list[tuple[str, Status]]:
+    """The per-rule verdicts one case backs (spec chapter faults, "Verdicts of a rule"): PASS
+    only for a rule it judged (``judged``) and that did not fail; a FAIL for the rules its
+    violation cites; every other status (ERROR, TIMEOUT, CRASH, NOT_SUPPORTED, NOT_APPLICABLE)
+    for the rules the case covers. A rule it neither judged nor names gets no verdict from it:
+    unknown is never pass. Every view of a rule's verdict (report, JUnit, compliance, site,
+    diff) reads this."""
+    if r.status is Status.PASS:
+        return [(b, Status.PASS) for b in r.judged or ()]
+    if r.status is Status.FAIL:
+        failed = list(dict.fromkeys(r.behaviours))
+        held = [b for b in r.judged or () if b not in failed]
+        return [(b, Status.FAIL) for b in failed] + [(b, Status.PASS) for b in held]
+    return [(b, r.status) for b in r.behaviours]
 
 
 class RunInfo(BaseModel):
