@@ -79,5 +79,5 @@ def test_a_figure_of_a_run_not_committed_names_it():
     with pytest.raises(KitError, match="no committed report for the figure of run 'nope'"):
         render("<!-- figures:counts nope -->1 PASS<!-- /figures -->",
                runs_reader(DOCS / "peers"), "x.md")
-    with pytest.raises(KitError, match="x.md: figures:chart vllm: unknown figure"):
+    with pytest.raises(KitError, match=r"x\.md: figures:chart vllm: unknown figure"):
         render("<!-- figures:chart vllm --><!-- /figures -->", runs_reader(DOCS / "peers"), "x.md")
