@@ -975,6 +975,26 @@ def engines() -> None:
         _die(str(e))
 
 
+@app.command("check-engine")
+def check_engine(
+    name: Annotated[str, typer.Argument(help="The engine: a short name (`kvconf engines`) or "
+                                        "module:factory, as `kvconf run --engine` takes it.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Hold an engine to the adapter contract (docs/api.md): every missing or mistyped
+    attribute or method is one line, exit 1; an engine that meets it gets what it declares and
+    the cases it can run, exit 0. Every run checks the same first."""
+    from kvconf.conformance.engine.config import EngineConfig, parse_overrides
+    from kvconf.conformance.running.check import check
+
+    try:
+        checked = check(name, parse_overrides(EngineConfig(), config or []))
+    except KitError as e:
+        _die(str(e))
+    (sys.stdout if checked.ok else sys.stderr).write("".join(f"{x}\n" for x in checked.text()))
+    raise typer.Exit(EXIT_OK if checked.ok else EXIT_FAIL)
+
+
 @docs_app.command("build")
 def docs_build(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the built site.")] = Path(
