@@ -89,6 +89,9 @@ class CacheDriver:
         self.white = bool(engine.features & {Feature.SNAPSHOT, Feature.BLOCK_SNAPSHOT}) and bool(
             self.oracles)
         self.events_on = Feature.KV_EVENTS in engine.features
+        # A method of a feature the engine does not declare is never called (the adapter
+        # contract, conformance/engine/contract.py): it may not have one.
+        self.host_tier = Feature.HOST_TIER in engine.features
         # Each hook's handlers: only the oracles that override it are called.
         self.hooks: dict[str, list] = {
             h: [getattr(o, h) for o in self.oracles
@@ -357,6 +360,8 @@ class CacheDriver:
             return {"op": "evict", "evicted": self._evict(step.tier, step.pages)}
         if isinstance(step, (WritebackStep, LoadbackStep)):
             rec = self._live_lock(i, step.step)
+            if not self.host_tier:  # the engine has no transfers to plan: declined, unasked
+                return {"op": step.op, "started": False}
             fn = (self.engine.start_writeback if step.op == "writeback"
                   else self.engine.start_loadback)
             before = self._snapshot()
@@ -380,6 +385,8 @@ class CacheDriver:
         if isinstance(step, TickStep):
             return {"op": "tick"}
         if isinstance(step, UnloadStep):
+            if Feature.UNLOAD not in self.engine.features:
+                raise KitError(f"steps[{i}].op: unload, and the engine does not declare unload")
             freed = self._call("unload", self.engine.unload, step.ns)
             self._notify("on_unload", step.ns)
             for rec in self.ledger.live_locks():
