@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvconf.conformance.cache.answers import CHECKS as ANSWERS
 from kvconf.conformance.cache.ledger import Ledger, LockRecord
 from kvconf.conformance.cache.tape import REJECTED, Tape, record
 from kvconf.conformance.engine.config import EngineConfig
@@ -54,7 +55,7 @@ RETURNS: dict[str, tuple[type | None, ...]] = {
 
 
 def _check_return(call: str, value: Any, step: int) -> Any:
-    """An engine that returns the wrong type is one FAULT-2 violation naming the call and the
+    """An engine that returns the wrong type is one FAULT-4 violation naming the call and the
     type the protocol expects, not a cascade of AttributeErrors in the oracles."""
     types = RETURNS.get(call)
     if types is None or type(value) in types or fits(value, types):
@@ -166,6 +167,9 @@ class CacheDriver:
             types = RETURNS.get(call)
             if types is not None and type(out) not in types:
                 out = _check_return(call, out, self.ctx.index)
+            check = ANSWERS.get(call)
+            if check is not None:  # its fields (FAULT-4)
+                check(out, args)
         except EngineRejected as e:
             if legal:
                 raise rejected(call, e) from e
