@@ -995,6 +995,26 @@ def check_engine(
     raise typer.Exit(EXIT_OK if checked.ok else EXIT_FAIL)
 
 
+@docs_app.command("protocol")
+def docs_protocol(
+    page: Annotated[Path, typer.Option(help="The page holding the generated section.")] = Path(
+        "docs/api.md"),
+    check: Annotated[bool, typer.Option(help="Only check that the page is current; exit 1 if "
+                                        "not.")] = False,
+) -> None:
+    """Write docs/api.md's protocol reference from the protocols' docstrings (each attribute,
+    method and answer field is defined once, in conformance/engine/protocol.py)."""
+    from kvconf.conformance.engine.contract_doc import write
+
+    try:
+        current = write(page, check=check)
+    except KitError as e:
+        _die(str(e))
+    if check and not current:
+        sys.stderr.write(f"{page}: the protocol reference is stale; run `kvconf docs protocol`\n")
+        raise typer.Exit(EXIT_FAIL)
+
+
 @docs_app.command("build")
 def docs_build(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the built site.")] = Path(

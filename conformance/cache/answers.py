@@ -28,10 +28,7 @@ def _ints(xs: Any) -> bool:
     """A list or tuple of ints (a page list)."""
     if type(xs) is not tuple and type(xs) is not list:
         return False
-    for x in xs:
-        if type(x) is not int and not _int(x):
-            return False
-    return True
+    return all(type(x) is int or _int(x) for x in xs)
 
 
 def malformed(call: str, what: str, value: Any, want: str) -> Violation:

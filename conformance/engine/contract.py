@@ -53,7 +53,7 @@ def attributes(protocol: type) -> list[Attribute]:
     """The protocol's attributes in declaration order (its own annotations)."""
     hints = get_type_hints(protocol, include_extras=True)
     return [Attribute(n, get_args(hints[n])[0] if _doc(hints[n]) else hints[n], _doc(hints[n]))
-            for n in protocol.__dict__.get("__annotations__", {})]
+            for n in inspect.get_annotations(protocol)]
 
 
 def methods(protocol: type) -> list[Method]:

@@ -74,11 +74,11 @@ class HybridEngine(Protocol):
     page_size: Annotated[int, Doc("an int, the tokens per page: the ``HybridConfig``'s "
                                   "``page_size``")]
     groups: Annotated[tuple[Group, ...], Doc(
-        "a tuple of the engine's groups, a ``Group(kind, window, pool)`` each: ``full`` first, then "
-        "``window`` and / or ``mamba``")]
+        "a tuple of the engine's groups, a ``Group(kind, window, pool)`` each: ``full`` "
+        "first, then ``window`` and / or ``mamba``")]
     pool_sizes: Annotated[Mapping[str, int], Doc(
-        "a mapping, per pool name, of the ids it has (what ``available`` counts); groups that share a block "
-        "pool name the same pool")]
+        "a mapping, per pool name, of the ids it has (what ``available`` counts); groups "
+        "that share a block pool name the same pool")]
 
     def hit(self, namespace: int, tokens: Sequence[int]) -> HybridHit:
         """How far each group serves ``tokens``, and the combined hit; changes nothing."""

@@ -42,7 +42,8 @@ class Checked:
         """The lines ``kvconf check-engine`` prints."""
         if not self.ok:
             return self.problems
-        out = [f"{self.engine} ({self.target}) meets the adapter contract", *self.levels,
+        named = self.engine if self.target == self.engine else f"{self.engine} ({self.target})"
+        out = [f"{named} meets the adapter contract", *self.levels,
                *self.notes, f"declares: {', '.join(self.features) or 'nothing'}",
                f"can run {len(self.runs)} cases: {', '.join(self.runs) or 'none'}"]
         for why, n in self.unjudged.items():
