@@ -8,6 +8,9 @@ capability and has none of their methods."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,6 +134,21 @@ def test_every_problem_is_a_line_of_its_own() -> None:
     assert "drain_events: missing, needed with kv_events" in lines[3]
 
 
+def test_the_pytest_plugin_says_the_same_line(tmp_path: Path) -> None:
+    (tmp_path / "test_own.py").write_text("def test_own():\n    assert True\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                        "--kvconf-engine", "test_contract:no_version", "--kvconf-jobs", "0", "--kvconf-case",
+                        "lru-victim-order"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
+    assert ("the engine could not be opened: test_contract:no_version: version: missing (a str "
+            "naming the engine's version") in r.stdout
+    assert "Traceback" not in r.stdout
+
+
 def test_an_unknown_engine_is_bad_input() -> None:
     r = kvconf("check-engine", "no_such_module:factory")
     assert r.exit_code == 2 and "cannot import 'no_such_module'" in r.output
@@ -161,6 +179,38 @@ def test_an_engine_without_the_methods_of_undeclared_features_runs_every_cache_c
     assert {x["status"] for x in ran.values()} == {"PASS"}, ran
     assert {"fuzz-cache", "fuzz-cache-tight", "lru-victim-order"} <= set(ran)
     assert "'writeback'" in ran["fuzz-cache"]["message"]  # the walk's transfers, declined unasked
+
+
+class _BareScheduler:
+    """The reference scheduler declaring nothing, without any method a feature asks for."""
+
+    features = frozenset()
+
+    def __init__(self, config) -> None:
+        from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
+
+        self._engine = ReferenceSchedulerAdapter(config)
+
+    def __getattr__(self, name: str):
+        if name in ("drain_events", "snapshot", "counters", "model_window", "block_hash"):
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+
+def bare_scheduler(config) -> _BareScheduler:
+    return _BareScheduler(config)
+
+
+bare_scheduler.level = "scheduler"
+
+
+def test_a_scheduler_without_the_methods_of_undeclared_features_runs(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    r = kvconf("run", "--engine", f"{__name__}:bare_scheduler", "--case", "fuzz-scheduler",
+               "--case", "sched-mid-flight-reuse", "--jobs", "0", "--budget", "3", "--quiet",
+               "--report", str(report))
+    assert r.exit_code == 0, r.output
+    assert {x["status"] for x in json.loads(report.read_text())["results"]} == {"PASS"}
 
 
 # -- answers of the wrong shape (FAULT-4) -----------------------------------------------------
