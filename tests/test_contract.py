@@ -140,8 +140,9 @@ def test_the_pytest_plugin_says_the_same_line(tmp_path: Path) -> None:
                                                        os.environ.get("PYTHONPATH", "")]))
     env.pop("PYTEST_ADDOPTS", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                        "--kvconf-engine", "test_contract:no_version", "--kvconf-jobs", "0", "--kvconf-case",
-                        "lru-victim-order"], cwd=tmp_path, env=env, capture_output=True,
+                        "--kvconf-engine", "test_contract:no_version", "--kvconf-jobs", "0",
+                        "--kvconf-case", "lru-victim-order"], cwd=tmp_path, env=env,
+                       capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1 and "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
     assert ("the engine could not be opened: test_contract:no_version: version: missing (a str "
@@ -226,6 +227,10 @@ def test_an_alloc_of_strings_is_a_finding_of_alloc_naming_the_value(tmp_path: Pa
     assert res["status"] == "FAIL" and res["behaviours"] == ["FAULT-4"], res
     assert res["message"].startswith("alloc(2) returned ['0', '1'] (list); the protocol")
     assert "TypeError" not in res["message"] and res["step"] == 0
+    trace = tmp_path / res["trace"]  # its replay holds the engine to the contract first too
+    r = kvconf("replay", str(trace), "--engine", f"{__name__}:no_version", "--in-process")
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert f"{__name__}:no_version: version: missing" in r.output
 
 
 @pytest.mark.behaviours("FAULT-4", "POOL-2")

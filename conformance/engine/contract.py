@@ -19,6 +19,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.hybrid import HybridEngine
 from kvconf.conformance.engine.protocol import CacheEngine, Doc, SchedulerEngine
+from kvconf.conformance.errors import KitError
 
 PROTOCOLS: dict[Feature, type] = {Feature.CACHE: CacheEngine, Feature.SCHEDULER: SchedulerEngine,
                                   Feature.HYBRID: HybridEngine}
@@ -184,3 +185,11 @@ def lines(engine_name: str, found: list[str]) -> Iterator[str]:
     """The problems as printed: each names the engine first."""
     for p in found:
         yield f"{engine_name}: {p}"
+
+
+def require(engine_name: str, engine: Any, level: Feature, config: Any = None) -> None:
+    """Stop with every problem of ``engine``, one line each (a ``KitError``: bad input, exit
+    code 2), before anything is played on it."""
+    found = problems(engine, level, config)
+    if found:
+        raise KitError("\n".join(lines(engine_name, found)))

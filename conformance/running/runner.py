@@ -502,8 +502,7 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
             raise KitError(
                 f"engine {engine}: cannot start with config {cfg.model_dump()}: {e}"
             ) from None
-        if found := contract.problems(probe, level, cfg):  # every one, a line each
-            raise KitError("\n".join(contract.lines(engine, found)))
+        contract.require(engine, probe, level, cfg)  # every problem, a line each
         features = features | {level} | probe.features
         version = version or str(probe.version)
         for feature, why in _lacks(engine, probe).items():
