@@ -257,6 +257,16 @@ def test_each_field_of_an_answer_is_checked(call, out, args, rule, needle) -> No
     assert e.value.behaviours == (rule,) and needle in e.value.message, e.value.message
 
 
+@pytest.mark.behaviours("FAULT-4")
+def test_drained_events_are_a_list_of_kv_events() -> None:
+    answers.events([])
+    for bad, needle in ((None, "drain_events returned None (NoneType)"),
+                        ([("stored", 1)], "drain_events returned an event = ('stored', 1)")):
+        with pytest.raises(Violation, match=None) as e:
+            answers.events(bad)
+        assert e.value.behaviours == ("FAULT-4",) and needle in e.value.message
+
+
 def test_numpy_style_ints_are_page_ids() -> None:
     class Int64(int):  # an int of another library: Integral, not int itself
         pass

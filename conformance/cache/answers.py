@@ -15,6 +15,7 @@ from typing import Any
 from kvconf.conformance.engine.protocol import CopyOp, Inserted, Match
 from kvconf.conformance.faults import ANSWER, ORACLE
 from kvconf.conformance.violation import Violation
+from kvconf.reference.kv_events import KVEvent
 
 PROTOCOL = "conformance/engine/protocol.py"
 
@@ -82,6 +83,15 @@ def transfer(call: str) -> Callable[[Any, tuple], None]:
                 raise malformed(call, "pairs", pairs, "a tuple of (source, destination) pairs "
                                 "of int page ids")
     return check
+
+
+def events(out: Any) -> None:
+    """``drain_events``'s answer: a list of ``KVEvent``."""
+    if type(out) is not list and type(out) is not tuple:
+        raise malformed("drain_events", "", out, "a list of kvconf.KVEvent")
+    for e in out:
+        if not isinstance(e, KVEvent):
+            raise malformed("drain_events", "an event", e, "a kvconf.KVEvent")
 
 
 # The call -> its answer's check, on the answer of the type ``RETURNS`` (driver.py) allows.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvconf.conformance.cache import answers
 from kvconf.conformance.cache.answers import CHECKS as ANSWERS
 from kvconf.conformance.cache.ledger import Ledger, LockRecord
 from kvconf.conformance.cache.tape import REJECTED, Tape, record
@@ -17,7 +18,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from kvconf.conformance.errors import EngineRejected, KitError
-from kvconf.conformance.faults import fits, raised, rejected, wrong_return
+from kvconf.conformance.faults import call_legal, fits, raised, rejected, wrong_return
 from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle
 from kvconf.conformance.running import flight
@@ -182,6 +183,15 @@ class CacheDriver:
             self.tape.append((self.ctx.index, call, *record(call, args, out)))
         return out
 
+    def _drain_events(self) -> list[KVEvent]:
+        """The events since the last drain (with ``kv_events``; none without), their shape
+        checked (FAULT-4). A read: not on the tape (the step logs the rows)."""
+        if not self.events_on:
+            return []
+        events = call_legal("drain_events", self.engine.drain_events)
+        answers.events(events)
+        return events
+
     def _notify(self, hook: str, *args) -> None:
         ctx = self.ctx
         for fn in self.hooks[hook]:
@@ -291,7 +301,7 @@ class CacheDriver:
             if self.tick_every_step or isinstance(step, TickStep):
                 self._call("tick", self.engine.tick)
             out = self._dispatch(index, step)
-            events = self.engine.drain_events() if self.events_on else []
+            events = self._drain_events()
             ctx.events = events
             self._snap = ctx.after = self._snapshot()
             ctx.counters = self._counters()
@@ -438,7 +448,7 @@ class CacheDriver:
     # ----------------------------------------------------------------- quiescence
     def _settle(self) -> None:
         """End a phase of the drain as a step ends: events, snapshot, counters, oracles."""
-        self.ctx.events = self.engine.drain_events() if self.events_on else []
+        self.ctx.events = self._drain_events()
         self._snap = self._snapshot()
         self.ctx.after = self._snap
         self.ctx.counters = self._counters()
