@@ -233,6 +233,29 @@ def test_an_alloc_of_strings_is_a_finding_of_alloc_naming_the_value(tmp_path: Pa
     assert f"{__name__}:no_version: version: missing" in r.output
 
 
+class _NoPlan(_BareScheduler):
+    def next_plan(self):
+        return None
+
+
+def no_plan(config) -> _NoPlan:
+    return _NoPlan(config)
+
+
+no_plan.level = "scheduler"
+
+
+@pytest.mark.behaviours("FAULT-4")
+def test_a_scheduler_answer_of_the_wrong_type_is_a_finding_of_its_call(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    r = kvconf("run", "--engine", f"{__name__}:no_plan", "--case", "sched-mid-flight-reuse",
+               "--jobs", "0", "--quiet", "--report", str(report))
+    assert r.exit_code == 1, r.output
+    (res,) = json.loads(report.read_text())["results"]
+    assert res["status"] == "FAIL" and res["behaviours"] == ["FAULT-4"], res
+    assert res["message"].startswith("next_plan returned NoneType (None); the protocol"), res
+
+
 @pytest.mark.behaviours("FAULT-4", "POOL-2")
 @pytest.mark.parametrize(("call", "out", "args", "rule", "needle"), [
     ("alloc", (0, 1), (2,), "FAULT-4", "alloc(2) returned (0, 1) (tuple)"),  # a tuple is fine

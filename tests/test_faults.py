@@ -74,7 +74,8 @@ class _RaisingExtend(ReferenceHybridAdapter):
 @pytest.mark.behaviours("FAULT-2", "FAULT-4")
 @pytest.mark.parametrize(("cls", "steps", "rule", "message"), [
     (_WrongHit, [HitStep(tokens=[1, 2])], "FAULT-4",
-     "hit returned dict; the protocol (conformance/engine/hybrid.py) expects HybridHit"),
+     "hit returned dict ({'length': 0}); the protocol (conformance/engine/hybrid.py) expects "
+     "HybridHit"),
     (_RaisingExtend, [AdmitStep(rid="r", tokens=[1, 2]), ExtendStep(rid="r", upto=2)], "FAULT-2",
      "extend raised ValueError: no chunk today"),
 ])
