@@ -975,6 +975,46 @@ def engines() -> None:
         _die(str(e))
 
 
+@app.command("check-engine")
+def check_engine(
+    name: Annotated[str, typer.Argument(help="The engine: a short name (`kvconf engines`) or "
+                                        "module:factory, as `kvconf run --engine` takes it.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Hold an engine to the adapter contract (docs/api.md): every missing or mistyped
+    attribute or method is one line, exit 1; an engine that meets it gets what it declares and
+    the cases it can run, exit 0. Every run checks the same first."""
+    from kvconf.conformance.engine.config import EngineConfig, parse_overrides
+    from kvconf.conformance.running.check import check
+
+    try:
+        checked = check(name, parse_overrides(EngineConfig(), config or []))
+    except KitError as e:
+        _die(str(e))
+    (sys.stdout if checked.ok else sys.stderr).write("".join(f"{x}\n" for x in checked.text()))
+    raise typer.Exit(EXIT_OK if checked.ok else EXIT_FAIL)
+
+
+@docs_app.command("protocol")
+def docs_protocol(
+    page: Annotated[Path, typer.Option(help="The page holding the generated section.")] = Path(
+        "docs/api.md"),
+    check: Annotated[bool, typer.Option(help="Only check that the page is current; exit 1 if "
+                                        "not.")] = False,
+) -> None:
+    """Write docs/api.md's protocol reference from the protocols' docstrings (each attribute,
+    method and answer field is defined once, in conformance/engine/protocol.py)."""
+    from kvconf.conformance.engine.contract_doc import write
+
+    try:
+        current = write(page, check=check)
+    except KitError as e:
+        _die(str(e))
+    if check and not current:
+        sys.stderr.write(f"{page}: the protocol reference is stale; run `kvconf docs protocol`\n")
+        raise typer.Exit(EXIT_FAIL)
+
+
 @docs_app.command("build")
 def docs_build(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the built site.")] = Path(

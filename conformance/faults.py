@@ -1,8 +1,9 @@
 """An engine's fault in a legal call, as the drivers report it: one FAULT-2 violation naming the
 call (spec chapter faults), never a traceback out of the kit.
 
-A legal call the engine refuses (``EngineRejected``), any exception it raises, and a value of a
-type the protocol does not allow are each one violation of the ``faults`` oracle; the engine's
+A legal call the engine refuses (``EngineRejected``) and any exception it raises are each one
+FAULT-2 violation of the ``faults`` oracle, a value of a type the protocol does not allow one
+FAULT-4 violation; the engine's
 exception stays its ``__cause__``, so the report carries its traceback. A Violation raised
 inside the call (an oracle's, through a hook) passes through unchanged.
 """
@@ -17,6 +18,7 @@ from kvconf.conformance.violation import Violation
 
 ORACLE = "faults"
 IDS = ("FAULT-2",)
+ANSWER = ("FAULT-4",)  # an answer of a type or shape the protocol does not allow
 
 
 def raised(call: str, err: BaseException, more: str = "") -> Violation:
@@ -46,7 +48,7 @@ def wrong_return(what: str, got: str, protocol: str, types: tuple[type | None, .
                  ) -> Violation:
     """``what`` (a call, perhaps with its step) returned ``got`` where ``protocol`` (the file
     that defines the level's protocol) allows ``types``."""
-    return Violation(ORACLE, IDS, f"{what} returned {got}; the protocol ({protocol}) expects "
+    return Violation(ORACLE, ANSWER, f"{what} returned {got}; the protocol ({protocol}) expects "
                                   f"{expected(types)}")
 
 

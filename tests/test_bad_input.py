@@ -281,7 +281,7 @@ def test_a_wrong_return_type_is_one_clear_failure(tmp_path: Path) -> None:
                "--quiet", "--report", str(report))
     assert r.exit_code == 1, r.output
     (res,) = json.loads(report.read_text())["results"]
-    assert res["status"] == "FAIL" and res["behaviours"] == ["FAULT-2"]
+    assert res["status"] == "FAIL" and res["behaviours"] == ["FAULT-4"]
     assert "match at step" in res["message"] and "returned NoneType" in res["message"]
     assert "expects Match" in res["message"] and res["step"] is not None
     assert "AttributeError" not in res["message"]

@@ -71,18 +71,19 @@ class _RaisingExtend(ReferenceHybridAdapter):
         raise ValueError("no chunk today")
 
 
-@pytest.mark.behaviours("FAULT-2")
-@pytest.mark.parametrize(("cls", "steps", "message"), [
-    (_WrongHit, [HitStep(tokens=[1, 2])],
-     "hit returned dict; the protocol (conformance/engine/hybrid.py) expects HybridHit"),
-    (_RaisingExtend, [AdmitStep(rid="r", tokens=[1, 2]), ExtendStep(rid="r", upto=2)],
+@pytest.mark.behaviours("FAULT-2", "FAULT-4")
+@pytest.mark.parametrize(("cls", "steps", "rule", "message"), [
+    (_WrongHit, [HitStep(tokens=[1, 2])], "FAULT-4",
+     "hit returned dict ({'length': 0}); the protocol (conformance/engine/hybrid.py) expects "
+     "HybridHit"),
+    (_RaisingExtend, [AdmitStep(rid="r", tokens=[1, 2]), ExtendStep(rid="r", upto=2)], "FAULT-2",
      "extend raised ValueError: no chunk today"),
 ])
-def test_the_hybrid_driver_reports_faults_in_the_same_words(cls, steps, message):
+def test_the_hybrid_driver_reports_faults_in_the_same_words(cls, steps, rule, message):
     driver = HybridDriver(cls(HybridConfig(page_size=1)))
     with pytest.raises(Violation) as e:
         for i, step in enumerate(steps):
             driver.step(i, step)
     assert (e.value.oracle, e.value.behaviours, e.value.message) == (
-        "faults", ("FAULT-2",), message)
+        "faults", (rule,), message)
     assert e.value.step == len(steps) - 1

@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvconf.conformance.cache import answers
+from kvconf.conformance.cache.answers import CHECKS as ANSWERS
 from kvconf.conformance.cache.ledger import Ledger, LockRecord
 from kvconf.conformance.cache.tape import REJECTED, Tape, record
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from kvconf.conformance.errors import EngineRejected, KitError
-from kvconf.conformance.faults import fits, raised, rejected, wrong_return
+from kvconf.conformance.faults import call_legal, fits, raised, rejected, wrong_return
 from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle
 from kvconf.conformance.running import flight
@@ -54,7 +56,7 @@ RETURNS: dict[str, tuple[type | None, ...]] = {
 
 
 def _check_return(call: str, value: Any, step: int) -> Any:
-    """An engine that returns the wrong type is one FAULT-2 violation naming the call and the
+    """An engine that returns the wrong type is one FAULT-4 violation naming the call and the
     type the protocol expects, not a cascade of AttributeErrors in the oracles."""
     types = RETURNS.get(call)
     if types is None or type(value) in types or fits(value, types):
@@ -89,6 +91,9 @@ class CacheDriver:
         self.white = bool(engine.features & {Feature.SNAPSHOT, Feature.BLOCK_SNAPSHOT}) and bool(
             self.oracles)
         self.events_on = Feature.KV_EVENTS in engine.features
+        # A method of a feature the engine does not declare is never called (the adapter
+        # contract, conformance/engine/contract.py): it may not have one.
+        self.host_tier = Feature.HOST_TIER in engine.features
         # Each hook's handlers: only the oracles that override it are called.
         self.hooks: dict[str, list] = {
             h: [getattr(o, h) for o in self.oracles
@@ -163,6 +168,9 @@ class CacheDriver:
             types = RETURNS.get(call)
             if types is not None and type(out) not in types:
                 out = _check_return(call, out, self.ctx.index)
+            check = ANSWERS.get(call)
+            if check is not None:  # its fields (FAULT-4)
+                check(out, args)
         except EngineRejected as e:
             if legal:
                 raise rejected(call, e) from e
@@ -174,6 +182,15 @@ class CacheDriver:
         if self.tape is not None:
             self.tape.append((self.ctx.index, call, *record(call, args, out)))
         return out
+
+    def _drain_events(self) -> list[KVEvent]:
+        """The events since the last drain (with ``kv_events``; none without), their shape
+        checked (FAULT-4). A read: not on the tape (the step logs the rows)."""
+        if not self.events_on:
+            return []
+        events = call_legal("drain_events", self.engine.drain_events)
+        answers.events(events)
+        return events
 
     def _notify(self, hook: str, *args) -> None:
         ctx = self.ctx
@@ -284,7 +301,7 @@ class CacheDriver:
             if self.tick_every_step or isinstance(step, TickStep):
                 self._call("tick", self.engine.tick)
             out = self._dispatch(index, step)
-            events = self.engine.drain_events() if self.events_on else []
+            events = self._drain_events()
             ctx.events = events
             self._snap = ctx.after = self._snapshot()
             ctx.counters = self._counters()
@@ -357,6 +374,8 @@ class CacheDriver:
             return {"op": "evict", "evicted": self._evict(step.tier, step.pages)}
         if isinstance(step, (WritebackStep, LoadbackStep)):
             rec = self._live_lock(i, step.step)
+            if not self.host_tier:  # the engine has no transfers to plan: declined, unasked
+                return {"op": step.op, "started": False}
             fn = (self.engine.start_writeback if step.op == "writeback"
                   else self.engine.start_loadback)
             before = self._snapshot()
@@ -380,6 +399,8 @@ class CacheDriver:
         if isinstance(step, TickStep):
             return {"op": "tick"}
         if isinstance(step, UnloadStep):
+            if Feature.UNLOAD not in self.engine.features:
+                raise KitError(f"steps[{i}].op: unload, and the engine does not declare unload")
             freed = self._call("unload", self.engine.unload, step.ns)
             self._notify("on_unload", step.ns)
             for rec in self.ledger.live_locks():
@@ -427,7 +448,7 @@ class CacheDriver:
     # ----------------------------------------------------------------- quiescence
     def _settle(self) -> None:
         """End a phase of the drain as a step ends: events, snapshot, counters, oracles."""
-        self.ctx.events = self.engine.drain_events() if self.events_on else []
+        self.ctx.events = self._drain_events()
         self._snap = self._snapshot()
         self.ctx.after = self._snap
         self.ctx.counters = self._counters()

@@ -113,7 +113,7 @@ def replay(engine, tape: Tape, steps: Sequence[Step], lines: Sequence[str] = (),
 
     recording = flight.on()
     get_name, keyed = names.get, names.keyed
-    drain = engine.drain_events
+    drain = getattr(engine, "drain_events", None)  # on the tape only with kv_events
     methods: dict[str, Callable] = {}  # the engine's method of each call, looked up once
     for index, call, args, want in tape:
         if recording:  # a crash here is the crash of this step

@@ -19,11 +19,12 @@ from (groups that share a block pool share a name, so a page moving between them
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.protocol import Doc, optional
 from kvconf.reference.hybrid_types import (
     KINDS,
     Admitted,
@@ -67,12 +68,17 @@ class HybridEngine(Protocol):
     and takes a ``HybridConfig``; a cache-level factory may offer one as its ``hybrid``
     attribute, as it offers a scheduler level."""
 
-    name: str
-    version: str
-    features: frozenset[Feature]
-    page_size: int
-    groups: tuple[Group, ...]
-    pool_sizes: Mapping[str, int]  # pool name -> the ids it has (what ``available`` counts)
+    name: Annotated[str, Doc("as the cache level's")]
+    version: Annotated[str, Doc("as the cache level's")]
+    features: Annotated[frozenset[Feature], Doc("as the cache level's")]
+    page_size: Annotated[int, Doc("an int, the tokens per page: the ``HybridConfig``'s "
+                                  "``page_size``")]
+    groups: Annotated[tuple[Group, ...], Doc(
+        "a tuple of the engine's groups, a ``Group(kind, window, pool)`` each: ``full`` "
+        "first, then ``window`` and / or ``mamba``")]
+    pool_sizes: Annotated[Mapping[str, int], Doc(
+        "a mapping, per pool name, of the ids it has (what ``available`` counts); groups "
+        "that share a block pool name the same pool")]
 
     def hit(self, namespace: int, tokens: Sequence[int]) -> HybridHit:
         """How far each group serves ``tokens``, and the combined hit; changes nothing."""
@@ -86,14 +92,17 @@ class HybridEngine(Protocol):
     def available(self) -> Mapping[str, int]:
         """Per pool, the ids the engine could hand out now (free, or cached and evictable)."""
 
-    # Optional: ``computed(rid) -> Settled | None``. The runtime has computed the chunk the
-    # last ``extend`` of ``rid`` made room for; an engine that publishes only then (as a
-    # scheduler processes a step's results) does so here and says which of the request's
-    # table entries it changed. An engine without it publishes in ``extend``.
-    #
-    # Optional: ``decode(rid, token) -> Extended | None``. A decode row (WIN-7): ``token``, the
-    # one the runtime sampled last, joins ``rid``'s sequence once its prompt is computed, and
-    # the row computes it (one position); the answer is ``extend``'s for that row, and
-    # ``computed`` follows it as it follows a chunk. An engine with it is admitted on the
-    # prompt alone; one without it is admitted on the whole sequence and computes each decoded
-    # token with a one-token ``extend``.
+    @optional
+    def computed(self, rid: str) -> Settled | None:
+        """The runtime has computed the chunk the last ``extend`` of ``rid`` made room for; an
+        engine that publishes only then (as a scheduler processes a step's results) does so
+        here and says which of the request's table entries it changed. An engine without it
+        publishes in ``extend``."""
+
+    @optional
+    def decode(self, rid: str, token: int) -> Extended | None:
+        """A decode row (WIN-7): ``token``, the one the runtime sampled last, joins ``rid``'s
+        sequence once its prompt is computed, and the row computes it (one position); the
+        answer is ``extend``'s for that row, and ``computed`` follows it as it follows a chunk.
+        An engine with it is admitted on the prompt alone; one without it is admitted on the
+        whole sequence and computes each decoded token with a one-token ``extend``."""

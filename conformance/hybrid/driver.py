@@ -85,7 +85,8 @@ class HybridDriver:
         got = call_legal(name, fn, *args)
         types = RETURNS.get(name, ())
         if types and not fits(got, types):
-            raise wrong_return(name, type(got).__name__, "conformance/engine/hybrid.py", types)
+            raise wrong_return(name, f"{type(got).__name__} ({got!r:.60})",
+                               "conformance/engine/hybrid.py", types)
         return got
 
     def _held(self, pool: str, skip: str | None = None) -> set[int]:

@@ -1,8 +1,9 @@
-"""Fault oracle (FAULT-1, FAULT-2, PIN-3, HOST-4, HOST-5).
+"""Fault oracle (FAULT-1, FAULT-2, FAULT-4, PIN-3, HOST-4, HOST-5).
 
 Rejected calls and declined transfers must leave the engine exactly as it was (compared on the
 white-box snapshot); a failed transfer must hand back its destination pages. Crashes on legal
-calls and acceptance of unbalanced unlocks are raised by the driver citing this oracle.
+calls, answers of the wrong shape (``conformance/cache/answers.py``) and acceptance of
+unbalanced unlocks are raised by the driver citing this oracle.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from kvconf.reference.tiers import Tier
 class FaultOracle(Oracle):
     name = "faults"
     after_acks_only = True  # its after_step reads nothing but ``ctx.acks``
-    behaviours = ("FAULT-1", "FAULT-2", "PIN-3", "HOST-4", "HOST-5")
+    behaviours = ("FAULT-1", "FAULT-2", "FAULT-4", "PIN-3", "HOST-4", "HOST-5")
 
     def on_unchanged_call(self, ctx, call, detail, before, after) -> None:
         if before is None or after is None or before == after:

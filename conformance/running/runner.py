@@ -30,6 +30,7 @@ from kvconf.conformance.cache.driver import CacheDriver, event_rows
 from kvconf.conformance.cache.generator import TraceHolder, fuzz_walks
 from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.cache.tape import replay as replay_tape
+from kvconf.conformance.engine import contract
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature, Missing
 from kvconf.conformance.engine.hybrid import HybridConfig
@@ -503,6 +504,7 @@ def open_engine(engine: str, config: EngineConfig, *, seed_value: int, profile: 
             raise KitError(
                 f"engine {engine}: cannot start with config {cfg.model_dump()}: {e}"
             ) from None
+        contract.require(engine, probe, level, cfg)  # every problem, a line each
         features = features | {level} | probe.features
         version = version or str(probe.version)
         for feature, why in _lacks(engine, probe).items():

@@ -136,12 +136,29 @@ def _missing_switches(engine: str, trace) -> list[str]:
     return missing_switches(factory(trace.config).features, trace)
 
 
+def _contract(engine: str, trace) -> None:
+    """The engine of the trace's level, built with its config, held to the adapter contract
+    (every problem a line, as at the start of a run)."""
+    from kvconf.conformance.adapters import levels
+    from kvconf.conformance.engine.contract import require
+    from kvconf.conformance.engine.features import Feature
+    from kvconf.conformance.trace import Trace
+
+    offered = levels(engine)
+    level = ("hybrid" if getattr(trace, "level", None) == "hybrid"
+             else "cache" if isinstance(trace, Trace) else "scheduler")
+    make = getattr(offered, level)
+    if make is not None:  # a level it lacks: ``_player`` says so
+        require(engine, make(trace.config), Feature(level), trace.config)
+
+
 def replay_doc(engine: str, trace, determinism: bool = True, memory_spec=None,
                memory_only: bool = False) -> dict:
     """Play one trace in this process: PASS with its steps, or FAIL with the broken rule
     (what ``kvconf replay`` prints, from a worker or, with --in-process, from itself)."""
     from kvconf.conformance.oracles import Violation
 
+    _contract(engine, trace)
     missing = _missing_switches(engine, trace)
     if missing:
         return {"status": "NOT_SUPPORTED",

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import EngineRejected
-from kvconf.conformance.faults import DOCUMENTED, call_legal, raised
+from kvconf.conformance.faults import DOCUMENTED, call_legal, raised, wrong_return
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, TransferOracle
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
@@ -257,6 +257,15 @@ class SchedulerDriver:
     def _snapshot(self):
         return self.engine.snapshot() if self.white else None
 
+    def _next_plan(self) -> Plan:
+        """The engine's next plan, of the protocol's type (FAULT-4) before anything reads it."""
+        plan = call_legal("next_plan", self.engine.next_plan)
+        if type(plan) is not Plan and not isinstance(plan, Plan):
+            raise wrong_return("next_plan",
+                               f"{type(plan).__name__} ({plan!r:.60})",
+                               "conformance/engine/protocol.py", (Plan,))
+        return plan
+
     def _tag(self, rid: str, i: int) -> int:
         req, tags = self.live[rid], self.tags[rid]
         if i >= len(tags):
@@ -348,7 +357,7 @@ class SchedulerDriver:
             specs = [a for a in arrivals if a.at == step]
             if specs:
                 self._submit(specs)
-            plan = call_legal("next_plan", self.engine.next_plan)
+            plan = self._next_plan()
             self._plan(step, plan)
             if step >= last_arrival and self._quiet(plan):
                 self._at_rest(step)
@@ -404,7 +413,7 @@ class SchedulerDriver:
                               new_tokens=1)])
         for k in range(step + 1, step + 1 + self.trace.max_plans):
             flight.beat()
-            plan = call_legal("next_plan", self.engine.next_plan)
+            plan = self._next_plan()
             self._plan(k, plan)
             if self._quiet(plan):
                 return
