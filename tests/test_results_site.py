@@ -141,8 +141,8 @@ def test_rules_with_failures_come_first(site_src: Path):
     page = (site_src / "results.md").read_text()
     table = page[page.index("<tbody>"):page.index("</tbody>")]
     rows = re.findall(r"<tr><td class='rule'>.*?</tr>", table)
-    failing = ["FAIL" in r or "CRASH" in r for r in rows]
-    assert failing[0] and not failing[-1]
+    failing = [bool(re.search(r"<td class='(FAIL|CRASH)", r)) for r in rows]
+    assert failing[0]
     assert failing == sorted(failing, reverse=True)  # no failing row after a passing one
 
 
@@ -255,8 +255,10 @@ def test_a_given_report_replaces_the_committed_column_of_its_engine(tmp_path: Pa
     res = results_site.gather(paths)
     refs = [r for r in res.runs if r.report.run_info.engine == "reference"]
     assert len(refs) == 1 and refs[0].path == paths[0] and refs[0].key == "reference"
-    assert res.runs[0] is refs[0]  # in the committed one's place
-    assert res.runs[-1].key == "example-engine-1" and not res.runs[-1].committed
+    assert res.runs[1] is refs[0]  # in the committed one's place, after the reader's own
+    # the reader's own engine (a column no committed run has) comes first, marked as theirs
+    assert res.runs[0].key == "example-engine-1" and not res.runs[0].committed
+    assert res.runs[0].own and not refs[0].own and not res.runs[-1].own
 
 
 def test_the_built_site_links_every_failure_to_a_rendered_trace(tmp_path: Path):
@@ -315,8 +317,8 @@ def test_a_failure_no_expectation_file_explains_shows_as_not_written_up(tmp_path
     assert "Not in the engine's expectation file: a new finding." in page
     assert f"kvconf replay {tmp_path}/t.json --engine my-engine" in page
     matrix = (src / "results.md").read_text()
-    cell = re.findall(r"<td class='FAIL'[^>]*><a href='traces/my-engine-2-0/t/'>FAIL</a></td>",
-                      matrix)
+    cell = re.findall(r"<td class='FAIL mine'[^>]*><a href='traces/my-engine-2-0/t/'>FAIL</a>"
+                      r"</td>", matrix)
     assert len(cell) == 1  # the trace, and no write-up to link
 
 
@@ -379,4 +381,5 @@ def test_a_not_supported_cell_says_why(tmp_path: Path):
     path.write_text(run.model_dump_json())
     (tmp_path / "site").mkdir()
     page = (_site(tmp_path / "site", [path]) / "results.md").read_text()
-    assert f"<td class='NOT_SUPPORTED' title='writeback-demote-loadback: {reason} | " in page
+    assert f"<td class='NOT_SUPPORTED mine' title='writeback-demote-loadback: {reason} | " \
+        in page
