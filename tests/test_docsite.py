@@ -76,15 +76,19 @@ def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
                      r"\[why\]\(\.\./peers\.md"
                      r"#vllm-unlock\)\)",
                      card), card
-    assert 'kv-pass">reference</span>' in card
+    # The committed reference report predates kvconf-report/5: nothing records that a check of
+    # PIN-3 ran in it, so the card says it is not judged there, and why, never that it passes.
+    assert 'kv-pass">reference</span>' not in card
+    assert "- not judged (this report predates kvconf-report/5, which records the rules a " \
+           "check of which ran): reference" in card
     # SGLang's unified cache crashes on that unlock (FAULT-2): PIN-3 itself is undecided there.
     # With HiCache the fuzz cases meet the accepted double release first (the loadback's own pin
     # holds the count), written up with the unified cache's unlock.
     assert "- undecided (its cases failed on another rule first): sglang-unified\n" in card
     assert re.search(r'kv-fail">sglang-hicache</span> \(`fuzz-cache`, `fuzz-cache-tight`; '
                      r"\[why\]\(\.\./peers\.md#sglang-unified-unlock\)\)", card), card
-    assert ("- not judged (the cases need features the engine does not declare): sglang-hybrid; "
-            "tokenspeed ") in card
+    assert ("- not supported (the cases need features the engine does not declare): "
+            "sglang-hybrid; tokenspeed ") in card
 
 
 def test_a_cards_write_ups_are_the_ones_the_results_section_gives(site_src: Path):
