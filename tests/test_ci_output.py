@@ -243,3 +243,18 @@ def test_an_interrupted_run_still_emits_its_report_and_junit(tmp_path: Path):
     suite, cases = _by_name(junit.read_text())
     assert int(suite.get("tests")) == len(doc["results"]) + len(doc["run_info"]["not_run"])
     assert cases[doc["run_info"]["not_run"][0]][0].tag == "skipped"
+
+
+def test_the_cli_table_names_a_passing_cases_judged_rules_not_all_it_cites():
+    import io
+
+    import judged_report as jr
+    from rich.console import Console
+
+    from kvconf.conformance.cli import _print_results
+
+    buf = io.StringIO()
+    _print_results(jr.no_host_tier_report(), Console(file=buf, width=200, color_system=None))
+    row = next(line for line in buf.getvalue().splitlines() if "fuzz-cache" in line)
+    assert "PIN-2, TREE-4; 3 cited, not judged" in row
+    assert not any(b in row for b in (*jr.CITED_ONLY, jr.LACKING))
