@@ -133,8 +133,8 @@ def matrix_html(res: Results, reg: Registry, page: str) -> str:
         else:
             groups.append((run.family, run.own, 1))
     head = ("<thead><tr><th class='rule' rowspan='2'>rule</th>"
-            + "".join(f"<th class='fam{' mine' if own else ''}' colspan='{n}'>{escape(f)}"
-                      f"{' (yours)' if own else ''}</th>" for f, own, n in groups)
+            + "".join(f"<th class='fam mine' colspan='{n}'>yours</th>" if own else
+                      f"<th class='fam' colspan='{n}'>{escape(f)}</th>" for f, own, n in groups)
             + "</tr><tr>"
             + "".join(f"<th class='rev{_mine(r)}' title='{escape(_title(r), quote=True)}'>"
                       f"<span>{escape(r.short)}</span></th>" for r in res.runs)
@@ -176,11 +176,13 @@ def matrix_html(res: Results, reg: Registry, page: str) -> str:
     body += [f"<tr class='sep'><td colspan='{span}'>rules judged and held everywhere they "
              f"were judged ({len(passing)})</td></tr>"] + [row(b) for b in passing]
     out = [STYLE, _legend()]
-    old = [r.name for r in res.runs if predates(r.report)]
+    old = [r for r in res.runs if predates(r.report)]
     if old:
-        out.append(f"<p class='kv-legend'>Not judged in {escape(', '.join(old))}: "
-                   f"{escape(PREDATES)}; their passing cases pass no rule, their failures "
-                   "still show.</p>")
+        known = [r for r in res.runs if not r.own]
+        names = ("every committed run" if old == known and len(known) > 1
+                 else ", ".join(r.name for r in old))
+        out.append(f"<p class='kv-legend'>n/j in {escape(names)}: {escape(PREDATES)}; "
+                   "their passing cases pass no rule, their failures still show.</p>")
     out.append("<div class='kv-matrix'><table class='kvm'>" + head + "<tbody>"
                + "".join(body) + "</tbody></table></div>")
     if unjudged:

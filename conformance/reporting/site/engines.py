@@ -41,7 +41,7 @@ class Failure:
 class EngineRun:
     """One run of the results section: an engine at one revision."""
 
-    label: str  # the run's key: its folder (tokenspeed-pr162, vllm, reference), or a slug
+    label: str  # a committed run's folder (tokenspeed-pr162, vllm, reference); else its title
     engine: str
     version: str
     fails: dict[str, list[Failure]] = field(default_factory=dict)  # rule -> its failures
@@ -94,7 +94,7 @@ def load_runs(docs: Path, behaviours: Iterable[str],
     runs: list[EngineRun] = []
     for r in res.runs:
         info = r.report.run_info
-        run = EngineRun(r.key, info.engine, info.version,
+        run = EngineRun(r.title if r.own else r.key, info.engine, info.version,
                         verdicts=run_verdicts(r.report, behaviours), own=r.own)
         for x in r.report.results:
             if x.status in BAD:
