@@ -275,3 +275,34 @@ def test_a_broken_link_fails_the_build(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(docsite, "DOCS_DIR", docs)
     with pytest.raises(KitError, match="does not build"):
         docsite.build_site(tmp_path / "broken", [], strict=True)
+
+
+def test_a_card_gives_the_readers_engine_its_verdict_first_and_never_an_unjudged_pass(
+        tmp_path: Path):
+    """The reports given to the build are the reader's own engine: each card gives its verdict
+    first. An engine that declares no host tier passes only the rules its cases judged."""
+    import judged_report as jr
+
+    path = tmp_path / "mine.json"
+    path.write_text(jr.no_host_tier_report().model_dump_json())
+    src = tmp_path / "src"
+    docsite.generate(src, [path])
+    reg = load_registry()
+
+    def card(bid: str) -> str:
+        text = _card(src, reg.chapters[reg.behaviours[bid].chapter].name, bid)
+        assert text.index("**Your engine**") < text.index("**Known engines**")
+        return text[text.index("**Your engine**"):text.index("**Known engines**")]
+
+    for bid in (*jr.JUDGED, jr.HELD_IN_FAILURE):
+        assert 'kv-pass">dict-cache 1.0</span> passes: a check of it ran and held' in card(bid)
+    for bid in jr.CITED_ONLY:
+        assert "- dict-cache 1.0: **not judged** (its cases (fuzz-cache) ran, but no check of " \
+               "it did for the features the engine declares)" in card(bid)
+    assert "- dict-cache 1.0: not supported (`writeback-demote-loadback`: engine lacks " \
+           "host_tier)" in card(jr.LACKING)
+    assert 'kv-fail">dict-cache 1.0</span> (`lru-victim-order`)' in card(jr.BROKEN)
+    assert "**not judged** (no case of the run cites it)" in card(jr.UNCITED)
+    rules = (src / "rules.md").read_text()
+    assert re.search(r"\| \[PIN-2\]\(spec/.*\| <b>dict-cache 1\.0</b>: pass", rules)
+    assert re.search(r"\| \[EVENT-1\]\(spec/.*\| <b>dict-cache 1\.0</b>: not judged", rules)
