@@ -92,7 +92,7 @@ def render_matrix(res: Results, reg: Registry, out: Path, docs: Path) -> None:
                     f"{f'`{exp}`' if exp else 'no expectation file'} | {_summary(run.report)} "
                     f"| {rules} |")
     mine = [r.name for r in res.runs if r.own]
-    lines = ["---", "hide:", "  - navigation", "  - toc", "---", "",
+    lines = ["---", "hide:", "  - toc", "---", "",
              "# Results: every engine the kit has judged", "",
              "Each column is one run of the suite: "
              + (f"first yours ({', '.join(mine)}, given to this build), then " if mine else "")
