@@ -306,3 +306,11 @@ def test_a_card_gives_the_readers_engine_its_verdict_first_and_never_an_unjudged
     rules = (src / "rules.md").read_text()
     assert re.search(r"\| \[PIN-2\]\(spec/.*\| <b>dict-cache 1\.0</b>: pass", rules)
     assert re.search(r"\| \[EVENT-1\]\(spec/.*\| <b>dict-cache 1\.0</b>: not judged", rules)
+
+
+def test_code_blocks_wrap_and_the_results_page_is_not_capped():
+    """A replay command's ``--engine ...`` is never hidden past a code block's edge, and the
+    results matrix has the window's width (its columns fit 1,400 px)."""
+    css = (docsite.ASSETS / "kvconf.css").read_text()
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap", css)
+    assert "body:has(.kv-matrix) .md-grid { max-width: none; }" in css
