@@ -94,6 +94,9 @@ class Engine:
     """One engine driven through its own calls; ``seconds`` adds up the time inside them."""
 
     name = ""
+    # Whether the Python heap holds what the engine keeps: False for an engine whose store is
+    # native (a Rust or C++ core), whose heap growth is near zero and means nothing.
+    heap_measurable = True
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -217,6 +220,7 @@ class SGLangRadix(Engine):
 
 class SGLangUnified(SGLangRadix):
     name = "sglang UnifiedRadixCache"
+    heap_measurable = False  # the tree lives in the Rust core, off the Python heap
 
     def __init__(self, device_pages: int) -> None:
         Engine.__init__(self)
@@ -385,7 +389,8 @@ def memory_child(name: str, shape: Shape, seed: int, scale: float, heap: bool) -
     del prompts, tokens
     gc.collect()
     grown = (tracemalloc.get_traced_memory()[0] + tensor_bytes(e)) if heap else rss()
-    return {"engine": e.name, "tokens": n, "bytes": (grown - base) / n}
+    return {"engine": e.name, "tokens": n, "bytes": (grown - base) / n,
+            "measurable": e.heap_measurable or not heap}
 
 
 def memory(shape: Shape, seed: int, scale: float, names: list[str]) -> None:
@@ -404,16 +409,33 @@ def memory(shape: Shape, seed: int, scale: float, names: list[str]) -> None:
             fig = json.loads(out.stdout.strip().splitlines()[-1])
             if "missing" in fig:
                 break
+            # a figure that means nothing for this engine is None: printed, never divided by
             figs.setdefault(name, {"engine": fig["engine"], "tokens": fig["tokens"]})[kind] = \
-                fig["bytes"]
+                fig["bytes"] if fig.get("measurable", True) else None
     ref = figs.get("reference")
     for f in figs.values():
-        ratio = ""
-        if ref and f is not ref:
-            ratio = f"  reference / this: {ref['heap'] / f['heap']:.2f}x heap, " \
-                    f"{ref['rss'] / f['rss']:.2f}x resident"
-        print(f"  {f['engine']:34s} {f['heap']:6.1f} B/token heap, {f['rss']:6.1f} B/token "
-              f"resident ({f['tokens']:,} tokens cached){ratio}")
+        parts = [] if not ref or f is ref else [
+            ratio(ref[kind], f.get(kind), what) for kind, what in (("heap", "heap"),
+                                                                   ("rss", "resident"))]
+        tail = f"  reference / this: {', '.join(parts)}" if parts else ""
+        print(f"  {f['engine']:34s} {per_token(f.get('heap'))} heap, "
+              f"{per_token(f.get('rss'))} resident ({f['tokens']:,} tokens cached){tail}")
+
+
+# Below this many bytes per token a growth is noise (an engine that keeps its store off the
+# heap measured by tracemalloc): no ratio is taken against it.
+MEASURABLE_B_PER_TOKEN = 1.0
+
+
+def per_token(b: float | None) -> str:
+    return "not measurable" if b is None else f"{b:6.1f} B/token"
+
+
+def ratio(ref: float | None, this: float | None, what: str) -> str:
+    """The reference's figure over this engine's, or why there is none."""
+    if ref is None or this is None or this < MEASURABLE_B_PER_TOKEN:
+        return f"{what} not measurable"
+    return f"{ref / this:.2f}x {what}"
 
 
 def main() -> None:

@@ -9,6 +9,10 @@ examples, steps and seconds from the report. ``--kvconf`` names the ``kvconf`` e
 measure (default: the one on PATH); ``--against`` a second one (another checkout's venv, say the
 kit before a change), run the same way right after, and the two are printed side by side for the
 cases both have. The figures are the kit and the engine together: every oracle runs, as in CI.
+
+A step is one engine operation at the cache and hybrid levels and one plan at the scheduler
+level, so steps add up within a level only: each level gets a total row of its own, and the
+run's total row counts traces alone.
 """
 
 from __future__ import annotations
@@ -47,6 +51,22 @@ def rate(n: int, s: float) -> str:
     return f"{n / s:,.0f}" if s > 0 else "-"
 
 
+# What a step is, by level (the case name's second word): a level's steps add up, not across.
+# The model-config case reads configs, no plans: a level of its own.
+STEP_OF = {"cache": "operations", "scheduler": "plans", "hybrid": "operations",
+           "model-config": "config reads"}
+
+
+def level(case: str) -> str:
+    if case == "fuzz-scheduler-model-config":
+        return "model-config"
+    return case.split("-")[1] if case.count("-") else case
+
+
+def totals(d: dict, cases: list[str]) -> tuple[int, int, float]:
+    return tuple(sum(d[c][i] for c in cases) for i in range(3))  # type: ignore[return-value]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=200, help="generated traces per fuzz case")
@@ -64,8 +84,12 @@ def main() -> None:
         print(f"{'case':34} {'traces':>7} {'steps':>8} {'s':>7} {'traces/s':>9} {'steps/s':>9}")
         for case, (ex, st, s) in sorted(now.items()):
             print(f"{case:34} {ex:7} {st:8} {s:7.2f} {rate(ex, s):>9} {rate(st, s):>9}")
-        ex, st, s = (sum(v[i] for v in now.values()) for i in range(3))
-        print(f"{'all':34} {ex:7} {st:8} {s:7.2f} {rate(ex, s):>9} {rate(st, s):>9}")
+        for lv in sorted({level(c) for c in now}):
+            ex, st, s = totals(now, [c for c in now if level(c) == lv])
+            name = f"all {lv} ({STEP_OF.get(lv, 'steps')})"
+            print(f"{name:34} {ex:7} {st:8} {s:7.2f} {rate(ex, s):>9} {rate(st, s):>9}")
+        ex, _, s = totals(now, list(now))
+        print(f"{'all (traces only)':34} {ex:7} {'':8} {s:7.2f} {rate(ex, s):>9} {'':>9}")
         return
     before = measure(a.against, a.engine, a.budget, a.seed, a.case)
     common = sorted(set(now) & set(before))
@@ -75,9 +99,10 @@ def main() -> None:
         print(f"{case:34} {rate(be, bt):>16} {rate(ne, nt):>9} {rate(bs, bt):>15} "
               f"{rate(ns, nt):>9}")
     for name, d in (("before", before), ("after", now)):
-        ex, st, s = (sum(d[c][i] for c in common) for i in range(3))
-        print(f"all common cases, {name}: {ex} traces, {st} steps in {s:.1f} s = "
-              f"{rate(ex, s)} traces/s, {rate(st, s)} steps/s")
+        for lv in sorted({level(c) for c in common}):
+            ex, st, s = totals(d, [c for c in common if level(c) == lv])
+            print(f"common {lv} cases, {name}: {ex} traces, {st} {STEP_OF.get(lv, 'steps')} "
+                  f"in {s:.1f} s = {rate(ex, s)} traces/s, {rate(st, s)} steps/s")
     for name, d in (("before", before), ("after", now)):
         only = sorted(set(d) - set(common))
         if only:

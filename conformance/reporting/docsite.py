@@ -27,6 +27,7 @@ from kvconf.conformance.reporting.site.chapters import render_chapters
 from kvconf.conformance.reporting.site.checks import allowance_of, cases_by_behaviour
 from kvconf.conformance.reporting.site.diagrams import render_diagrams
 from kvconf.conformance.reporting.site.engines import load_runs
+from kvconf.conformance.reporting.site.figures import render_guides
 from kvconf.conformance.reporting.site.formats import render_formats
 from kvconf.conformance.reporting.site.links import broken_links
 from kvconf.conformance.reporting.site.rules import render_rules
@@ -127,6 +128,7 @@ def generate(src: Path, reports: list[Path]) -> dict:
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(DOCS_DIR, src)
+    render_guides(src, src / "peers")  # the guides' figures, from the committed reports
     facts = gather(reg, reports)
     chapters = render_chapters(reg, SPEC_DIR / "chapters", src, facts)
     render_rules(reg, chapters, src, facts)

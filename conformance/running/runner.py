@@ -323,14 +323,16 @@ def sched_fuzz_case(name: str, config: SchedConfig | Sequence[SchedConfig] | Non
             found.add(holder["trace"], v)
         if found.first is not None:
             return _findings_result(name, behaviours, found, t0, holder.get("examples"),
-                                    _unit(ctx, Status.FAIL, holder.get("examples"), None),
+                                    _unit(ctx, Status.FAIL, holder.get("examples"),
+                                          holder.get("steps", 0)),
                                     lambda t: len(t.arrivals))
         notes = sorted(holder.get("unjudged", ()))  # rules the workloads could not judge
         return CaseResult(case=name, status=Status.PASS, behaviours=list(behaviours),
                           duration_s=round(time.perf_counter() - t0, 4),
-                          examples=holder.get("examples"),
+                          examples=holder.get("examples"), steps=holder.get("steps", 0),
                           message="; ".join([doc, *notes]),
-                          units=_unit(ctx, Status.PASS, holder.get("examples"), None))
+                          units=_unit(ctx, Status.PASS, holder.get("examples"),
+                                      holder.get("steps", 0)))
 
     return Case(name, behaviours, needs | {Feature.SCHEDULER}, run, fuzz=True, doc=doc)
 

@@ -372,8 +372,10 @@ def fuzz_sched(factory, config: SchedConfig | Sequence[SchedConfig] | None, exam
             ctx.exercised |= driver.exercised
             ctx.illegal |= driver.illegal
             ctx.pairs |= pairs_of(trace)
-        if meter is not None:
-            played += sum(1 for entry in driver.log if entry[0] == "plan")
+        # scheduling steps (plans) of the workloads that ran to the end: the case's steps
+        plans = sum(1 for entry in driver.log if entry[0] == "plan")
+        played += plans
+        holder["steps"] = holder.get("steps", 0) + plans
 
     reported = walk_search(play, lambda: (examples - holder.get("examples", 0)
                                           if examples is not None else None),

@@ -138,7 +138,9 @@ def window_config_fuzz_case() -> Case:
         deadline = None if budget.seconds is None else time.perf_counter() + budget.seconds
 
         def unit(status: Status) -> list[UnitResult]:
-            return [UnitResult(index=index, of=of, status=status, examples=seen[0])]
+            # a step is one config the engine read (one model_window call per example)
+            return [UnitResult(index=index, of=of, status=status, examples=seen[0],
+                               steps=seen[0])]
 
         k = 0
         try:
@@ -166,7 +168,7 @@ def window_config_fuzz_case() -> Case:
                                units=unit(Status.FAIL))
         return CaseResult(case=name, status=Status.PASS, behaviours=list(behaviours),
                           duration_s=round(time.perf_counter() - t0, 4), examples=seen[0],
-                          message=doc, units=unit(Status.PASS))
+                          steps=seen[0], message=doc, units=unit(Status.PASS))
 
     return Case(name, behaviours,
                 frozenset({Feature.SCHEDULER, Feature.SLIDING_WINDOW, Feature.MODEL_CONFIG}), run,
