@@ -413,6 +413,8 @@ def test_kvconf_report_passes_only_the_rules_a_case_judged(tmp_path: Path):
            in row
     assert "class='PASS'" in _row(html, "PIN-2") and "class='PASS'" not in row
     assert "predates" not in md
+    # the NOT_SUPPORTED cases, by the features the engine lacks for them
+    assert "- **dict-cache**: host_tier (1: writeback-demote-loadback)" in md
 
 
 def test_a_report_older_than_format_5_passes_no_rule_and_says_why(tmp_path: Path):

@@ -28,6 +28,7 @@ from kvconf.conformance.reporting.svg import kill_bars, transition_graph
 from kvconf.conformance.reporting.verdicts import (
     NOT_JUDGED,
     PREDATES,
+    not_supported_groups,
     predates,
     run_verdicts,
     tally,
@@ -341,6 +342,19 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
         if fails:
             html.append("</table>")
         html += html_matrix + html_runs
+
+        # ------------------------------------------------------------ not supported
+        lacking = [(p, r, g) for p, r in inputs.runs if (g := not_supported_groups(r))]
+        if lacking:  # one line per missing feature set, not one per case
+            md += ["", "## Not supported, by what the engine lacks", ""]
+            html.append("<h2>Not supported, by what the engine lacks</h2><ul>")
+            for p, r, groups in lacking:
+                col = _label(p, r, inputs.runs)
+                parts = [f"{what} ({len(xs)}: {', '.join(x.case for x in xs)})"
+                         for what, xs in groups]
+                md.append(f"- **{col}**: " + "; ".join(parts))
+                html.append(f"<li><b>{escape(col)}</b>: {escape('; '.join(parts))}</li>")
+            html.append("</ul>")
 
         # ------------------------------------------------------------ expectations
         exp = [(p, r) for p, r in inputs.runs if r.run_info.expectations]
