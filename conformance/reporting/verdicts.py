@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kvconf.conformance.reporting.report import (
     BAD,
-    FORMAT,
+    FORMATS,
     UNJUDGED,
     CaseResult,
     Report,
@@ -30,7 +30,9 @@ ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, St
          Status.NOT_SUPPORTED: 5, Status.NOT_APPLICABLE: 6}
 
 NOT_JUDGED = "not judged"  # what every view writes for a rule with no verdict
-PREDATES = f"this report predates {FORMAT}, which records the rules a check of which ran"
+JUDGED_SINCE = "kvconf-report/5"  # the first format whose cases record ``judged``
+PREDATES = (f"this report predates {JUDGED_SINCE}, which records the rules a check of which "
+            "ran")
 
 
 @dataclass(slots=True)
@@ -53,7 +55,7 @@ class RuleVerdict:
 
 def predates(report: Report) -> bool:
     """A report whose format records no ``judged``: its cases pass no rule."""
-    return report.format != FORMAT
+    return report.format in FORMATS[:FORMATS.index(JUDGED_SINCE)]
 
 
 def _why(report: Report, cited: list[CaseResult]) -> str:
@@ -129,5 +131,5 @@ def not_supported_groups(report: Report) -> list[tuple[str, list[CaseResult]]]:
     return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
-__all__ = ["NOT_JUDGED", "ORDER", "PREDATES", "UNJUDGED", "RuleVerdict", "missing_feature",
-           "not_supported_groups", "predates", "run_verdicts", "tally"]
+__all__ = ["JUDGED_SINCE", "NOT_JUDGED", "ORDER", "PREDATES", "UNJUDGED", "RuleVerdict",
+           "missing_feature", "not_supported_groups", "predates", "run_verdicts", "tally"]
