@@ -578,6 +578,19 @@ def _print_table(table: Table, console: Console | None = None) -> None:
     wide.print(table)
 
 
+def _judged_detail(r) -> str:
+    """A passing case's rules as the per-rule verdicts read it (``rule_verdicts``): the rules
+    it judged, and how many it cites that no check of which ran (not judged, never passed)."""
+    from kvconf.conformance.reporting.report import rule_verdicts
+
+    held = [b for b, _ in rule_verdicts(r)]
+    rest = len(set(r.behaviours) - set(held))
+    detail = ", ".join(held) if len(held) <= 6 else f"{len(held)} rules judged"
+    if not held:
+        return f"no rule judged ({len(r.behaviours)} cited)"
+    return detail + (f"; {rest} cited, not judged" if rest else "")
+
+
 def _print_results(report, console: Console | None = None) -> None:
     console = console or out  # stderr when stdout holds the JSON report
     table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
@@ -588,9 +601,8 @@ def _print_results(report, console: Console | None = None) -> None:
     table.add_column("behaviours / message", overflow="fold")
     for r in report.results:
         style = STATUS_STYLE.get(r.status.value, "")
-        if r.status.value == "PASS":
-            detail = ", ".join(r.behaviours) if len(r.behaviours) <= 6 else (
-                f"{len(r.behaviours)} behaviours")
+        if r.status.value == "PASS":  # the rules it judged (checked, held), not all it cites
+            detail = _judged_detail(r)
         else:
             where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
             detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}")

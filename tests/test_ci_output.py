@@ -42,9 +42,22 @@ def _case(name: str, status: Status, **kw) -> CaseResult:
 
 
 def _by_name(xml: str) -> tuple[ET.Element, dict[str, ET.Element]]:
+    """The suite and its testcases by name, each without its per-rule ``<properties>`` (see
+    ``_rules``), so a testcase's children are its verdict alone."""
     root = ET.fromstring(xml)  # valid XML, or this raises
     (suite,) = root.findall("testsuite")
-    return suite, {c.get("name"): c for c in suite.findall("testcase")}
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    for c in cases.values():
+        for props in c.findall("properties"):
+            c.remove(props)
+    return suite, cases
+
+
+def _rules(xml: str) -> dict[str, dict[str, str]]:
+    """Per testcase, its per-rule verdicts (its ``<properties>``)."""
+    (suite,) = ET.fromstring(xml).findall("testsuite")
+    return {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
+            for c in suite.findall("testcase")}
 
 
 def test_junit_has_a_testcase_per_case_and_the_right_elements():
@@ -79,6 +92,26 @@ def test_junit_has_a_testcase_per_case_and_the_right_elements():
     assert cases["later"][0].get("message") == "not run: the run was interrupted"
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["seed"] == "4" and props["engine"] == "eng<&>"
+
+
+def test_junit_passes_only_the_rules_a_case_judged():
+    """An engine that declares no host tier: its passing fuzz case cites host and event rules
+    but judged only some; each testcase's properties pass those alone, the rest 'not judged'
+    (spec chapter faults, "Verdicts of a rule")."""
+    import judged_report as jr
+
+    xml = junit_xml(jr.no_host_tier_report(), Path("out"))
+    rules = _rules(xml)
+    fuzz = rules["fuzz-cache"]
+    assert {b for b, v in fuzz.items() if v == "PASS"} == set(jr.JUDGED)
+    assert all(fuzz[b] == "not judged" for b in (*jr.CITED_ONLY, jr.LACKING))
+    assert rules["writeback-demote-loadback"] == {jr.LACKING: "NOT_SUPPORTED"}
+    assert rules["lru-victim-order"] == {jr.BROKEN: "FAIL", jr.HELD_IN_FAILURE: "PASS"}
+    suite, cases = _by_name(xml)
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    # over the rules cited or judged: 3 judged and held, EVICT-2 broken, HOST-1 n/s, 2 not judged
+    assert props["rules"] == "3 pass, 1 FAIL, 1 n/s, 2 not judged"
+    assert list(cases["fuzz-cache"]) == []  # the case itself passed
 
 
 def test_junit_reflects_the_expectation_file(tmp_path: Path):
@@ -210,3 +243,18 @@ def test_an_interrupted_run_still_emits_its_report_and_junit(tmp_path: Path):
     suite, cases = _by_name(junit.read_text())
     assert int(suite.get("tests")) == len(doc["results"]) + len(doc["run_info"]["not_run"])
     assert cases[doc["run_info"]["not_run"][0]][0].tag == "skipped"
+
+
+def test_the_cli_table_names_a_passing_cases_judged_rules_not_all_it_cites():
+    import io
+
+    import judged_report as jr
+    from rich.console import Console
+
+    from kvconf.conformance.cli import _print_results
+
+    buf = io.StringIO()
+    _print_results(jr.no_host_tier_report(), Console(file=buf, width=200, color_system=None))
+    row = next(line for line in buf.getvalue().splitlines() if "fuzz-cache" in line)
+    assert "PIN-2, TREE-4; 3 cited, not judged" in row
+    assert not any(b in row for b in (*jr.CITED_ONLY, jr.LACKING))

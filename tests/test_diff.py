@@ -131,3 +131,35 @@ def test_runs_with_another_seed_are_compared_with_a_note(tmp_path: Path):
     res = _diff(str(base), str(head), "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["differ_in"] == ["seed"]
     assert "note: the runs differ in seed" in res.stderr
+
+
+def test_a_rule_no_longer_judged_has_a_line_of_its_own_and_is_no_regression(tmp_path: Path):
+    """BASE's engine declared a host tier, so its passing fuzz case judged HOST-3; HEAD's does
+    not, so the same passing case no longer checks it. The cases are unchanged; the rule's
+    verdict moved from PASS to not judged, and the diff says so on a line of its own."""
+    import judged_report as jr
+
+    before = jr.no_host_tier_report()
+    before.results[0].judged = sorted([*jr.JUDGED, "HOST-3"])
+    base, head = tmp_path / "base.json", tmp_path / "head.json"
+    base.write_text(before.model_dump_json())
+    head.write_text(jr.no_host_tier_report().model_dump_json())
+    d = diff_reports(base, head)
+    assert d.rules_no_longer_judged == ["HOST-3"] and d.rules_newly_judged == []
+    assert d.unchanged == 3 and not d.regression and d.changed
+    res = _diff(str(base), str(head))
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if "no longer judged" in line)
+    assert "1 rules" in row and "PASS" in row and "not judged" in row and "HOST-3" in row
+    assert "rules: 1 no longer judged, 0 newly judged" in res.output
+    # The other way round: HOST-3 is newly judged. Against a report older than
+    # kvconf-report/5 (no judged), every rule HEAD passes is newly judged.
+    assert diff_reports(head, base).rules_newly_judged == ["HOST-3"]
+    old = json.loads(head.read_text())
+    old["format"] = "kvconf-report/4"
+    for r in old["results"]:
+        del r["judged"]
+    base.write_text(json.dumps(old))
+    d = diff_reports(base, head)
+    assert d.rules_newly_judged == [*jr.JUDGED, jr.HELD_IN_FAILURE]
+    assert d.rules_no_longer_judged == [] and not d.regression

@@ -76,15 +76,19 @@ def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
                      r"\[why\]\(\.\./peers\.md"
                      r"#vllm-unlock\)\)",
                      card), card
-    assert 'kv-pass">reference</span>' in card
+    # The committed reference report predates kvconf-report/5: nothing records that a check of
+    # PIN-3 ran in it, so the card says it is not judged there, and why, never that it passes.
+    assert 'kv-pass">reference</span>' not in card
+    assert "- not judged (this report predates kvconf-report/5, which records the rules a " \
+           "check of which ran): reference" in card
     # SGLang's unified cache crashes on that unlock (FAULT-2): PIN-3 itself is undecided there.
     # With HiCache the fuzz cases meet the accepted double release first (the loadback's own pin
     # holds the count), written up with the unified cache's unlock.
     assert "- undecided (its cases failed on another rule first): sglang-unified\n" in card
     assert re.search(r'kv-fail">sglang-hicache</span> \(`fuzz-cache`, `fuzz-cache-tight`; '
                      r"\[why\]\(\.\./peers\.md#sglang-unified-unlock\)\)", card), card
-    assert ("- not judged (the cases need features the engine does not declare): sglang-hybrid; "
-            "tokenspeed ") in card
+    assert ("- not supported (the cases need features the engine does not declare): "
+            "sglang-hybrid; tokenspeed ") in card
 
 
 def test_a_cards_write_ups_are_the_ones_the_results_section_gives(site_src: Path):
@@ -271,3 +275,42 @@ def test_a_broken_link_fails_the_build(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(docsite, "DOCS_DIR", docs)
     with pytest.raises(KitError, match="does not build"):
         docsite.build_site(tmp_path / "broken", [], strict=True)
+
+
+def test_a_card_gives_the_readers_engine_its_verdict_first_and_never_an_unjudged_pass(
+        tmp_path: Path):
+    """The reports given to the build are the reader's own engine: each card gives its verdict
+    first. An engine that declares no host tier passes only the rules its cases judged."""
+    import judged_report as jr
+
+    path = tmp_path / "mine.json"
+    path.write_text(jr.no_host_tier_report().model_dump_json())
+    src = tmp_path / "src"
+    docsite.generate(src, [path])
+    reg = load_registry()
+
+    def card(bid: str) -> str:
+        text = _card(src, reg.chapters[reg.behaviours[bid].chapter].name, bid)
+        assert text.index("**Your engine**") < text.index("**Known engines**")
+        return text[text.index("**Your engine**"):text.index("**Known engines**")]
+
+    for bid in (*jr.JUDGED, jr.HELD_IN_FAILURE):
+        assert 'kv-pass">dict-cache 1.0</span> passes: a check of it ran and held' in card(bid)
+    for bid in jr.CITED_ONLY:
+        assert "- dict-cache 1.0: **not judged** (its cases (fuzz-cache) ran, but no check of " \
+               "it did for the features the engine declares)" in card(bid)
+    assert "- dict-cache 1.0: not supported (`writeback-demote-loadback`: engine lacks " \
+           "host_tier)" in card(jr.LACKING)
+    assert 'kv-fail">dict-cache 1.0</span> (`lru-victim-order`)' in card(jr.BROKEN)
+    assert "**not judged** (no case of the run cites it)" in card(jr.UNCITED)
+    rules = (src / "rules.md").read_text()
+    assert re.search(r"\| \[PIN-2\]\(spec/.*\| <b>dict-cache 1\.0</b>: pass", rules)
+    assert re.search(r"\| \[EVENT-1\]\(spec/.*\| <b>dict-cache 1\.0</b>: not judged", rules)
+
+
+def test_code_blocks_wrap_and_the_results_page_is_not_capped():
+    """A replay command's ``--engine ...`` is never hidden past a code block's edge, and the
+    results matrix has the window's width (its columns fit 1,400 px)."""
+    css = (docsite.ASSETS / "kvconf.css").read_text()
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap", css)
+    assert "body:has(.kv-matrix) .md-grid { max-width: none; }" in css

@@ -141,8 +141,8 @@ def test_rules_with_failures_come_first(site_src: Path):
     page = (site_src / "results.md").read_text()
     table = page[page.index("<tbody>"):page.index("</tbody>")]
     rows = re.findall(r"<tr><td class='rule'>.*?</tr>", table)
-    failing = ["FAIL" in r or "CRASH" in r for r in rows]
-    assert failing[0] and not failing[-1]
+    failing = [bool(re.search(r"<td class='(FAIL|CRASH)", r)) for r in rows]
+    assert failing[0]
     assert failing == sorted(failing, reverse=True)  # no failing row after a passing one
 
 
@@ -255,8 +255,10 @@ def test_a_given_report_replaces_the_committed_column_of_its_engine(tmp_path: Pa
     res = results_site.gather(paths)
     refs = [r for r in res.runs if r.report.run_info.engine == "reference"]
     assert len(refs) == 1 and refs[0].path == paths[0] and refs[0].key == "reference"
-    assert res.runs[0] is refs[0]  # in the committed one's place
-    assert res.runs[-1].key == "example-engine-1" and not res.runs[-1].committed
+    assert res.runs[1] is refs[0]  # in the committed one's place, after the reader's own
+    # the reader's own engine (a column no committed run has) comes first, marked as theirs
+    assert res.runs[0].key == "example-engine-1" and not res.runs[0].committed
+    assert res.runs[0].own and not refs[0].own and not res.runs[-1].own
 
 
 def test_the_built_site_links_every_failure_to_a_rendered_trace(tmp_path: Path):
@@ -315,8 +317,8 @@ def test_a_failure_no_expectation_file_explains_shows_as_not_written_up(tmp_path
     assert "Not in the engine's expectation file: a new finding." in page
     assert f"kvconf replay {tmp_path}/t.json --engine my-engine" in page
     matrix = (src / "results.md").read_text()
-    cell = re.findall(r"<td class='FAIL'[^>]*><a href='traces/my-engine-2-0/t/'>FAIL</a></td>",
-                      matrix)
+    cell = re.findall(r"<td class='FAIL mine'[^>]*><a href='traces/my-engine-2-0/t/'>FAIL</a>"
+                      r"</td>", matrix)
     assert len(cell) == 1  # the trace, and no write-up to link
 
 
@@ -379,4 +381,98 @@ def test_a_not_supported_cell_says_why(tmp_path: Path):
     path.write_text(run.model_dump_json())
     (tmp_path / "site").mkdir()
     page = (_site(tmp_path / "site", [path]) / "results.md").read_text()
-    assert f"<td class='NOT_SUPPORTED' title='writeback-demote-loadback: {reason} | " in page
+    assert f"<td class='NOT_SUPPORTED mine' title='writeback-demote-loadback: {reason} | " \
+        in page
+
+
+# ---------------------------------------------------------------------------- per-rule verdicts
+
+
+def _row(html: str, bid: str) -> str:
+    """A rule's row of an HTML matrix."""
+    return re.search(rf"<tr><td[^>]*>(?:<a [^>]*>|<abbr [^>]*>){bid}</.*?</tr>", html).group(0)
+
+
+def test_kvconf_report_passes_only_the_rules_a_case_judged(tmp_path: Path):
+    """An engine that declares no host tier: its passing fuzz case cites host and event rules
+    but judged only some. The compliance page passes those alone; the rest are not judged (or
+    NOT_SUPPORTED, where a case that needs the host tier cites them), never PASS."""
+    import judged_report as jr
+
+    r = jr.no_host_tier_report()
+    md_path, html_path = build(Inputs(runs=[(tmp_path / "r.json", r)]), tmp_path / "out")
+    md, html = md_path.read_text(), html_path.read_text()
+    cell = dict(re.findall(r"^\| ([A-Z0-9]+-\d+) \| [A-Z ]+ \| ([^|]+) \|$", md, re.M))
+    assert {b for b, v in cell.items() if v == "PASS"} == {*jr.JUDGED, jr.HELD_IN_FAILURE}
+    assert all(cell[b] == "not judged" for b in (*jr.CITED_ONLY, jr.UNCITED))
+    assert cell[jr.LACKING] == "NOT_SUPPORTED" and cell[jr.BROKEN] == "FAIL"
+    assert "| 3 pass, 1 FAIL, 1 n/s," in md and "not judged |" in md  # the run's tally
+    row = _row(html, "EVENT-1")
+    assert "<td class='NOT_JUDGED' title='not judged: its cases (fuzz-cache) ran, but no " \
+           "check of it did for the features the engine declares; fuzz-cache: PASS'>n/j</td>" \
+           in row
+    assert "class='PASS'" in _row(html, "PIN-2") and "class='PASS'" not in row
+    assert "predates" not in md
+    # the NOT_SUPPORTED cases, by the features the engine lacks for them
+    assert "- **dict-cache**: host_tier (1: writeback-demote-loadback)" in md
+
+
+def test_a_report_older_than_format_5_passes_no_rule_and_says_why(tmp_path: Path):
+    import judged_report as jr
+
+    old = jr.no_host_tier_report()
+    old.format = "kvconf-report/4"
+    for x in old.results:
+        x.judged = None
+    md = build(Inputs(runs=[(tmp_path / "r.json", old)]), tmp_path / "out")[0].read_text()
+    cell = dict(re.findall(r"^\| ([A-Z0-9]+-\d+) \| [A-Z ]+ \| ([^|]+) \|$", md, re.M))
+    assert "PASS" not in cell.values() and cell[jr.BROKEN] == "FAIL"
+    assert "Not judged in dict-cache: this report predates kvconf-report/5" in md
+
+
+def test_the_site_passes_only_the_rules_a_case_judged_and_shows_the_readers_engine_first(
+        tmp_path: Path):
+    import judged_report as jr
+
+    src = _site_of(tmp_path, jr.no_host_tier_report())
+    page = (src / "results.md").read_text()
+    # the reader's own engine is the first column, under "yours", marked
+    first = re.search(r"<th class='rule' rowspan='2'>rule</th><th class='fam( mine)?' "
+                      r"colspan='1'>([^<]+)</th>", page)
+    assert first.groups() == (" mine", "yours")
+    assert re.search(r"<tr><th class='rev mine' title='dict-cache 1.0'><span>dict-cache</span>",
+                     page)
+
+    def mine(bid: str) -> str:
+        row = _row(page, bid)
+        return re.search(r"</td><td class='([A-Z_]+) mine'", row).group(1)
+
+    assert {b: mine(b) for b in (*jr.JUDGED, jr.HELD_IN_FAILURE)} == dict.fromkeys(
+        (*jr.JUDGED, jr.HELD_IN_FAILURE), "PASS")
+    assert [mine(b) for b in (*jr.CITED_ONLY, jr.UNCITED)] == ["NOT_JUDGED"] * 3
+    assert mine(jr.LACKING) == "NOT_SUPPORTED" and mine(jr.BROKEN) == "FAIL"
+    # the committed runs predate kvconf-report/5: they pass nothing, and the page says why
+    assert "n/j in every committed run: this report predates kvconf-report/5" in page
+    assert not re.search(r"<td class='PASS'", page)
+    assert "; yours, given to this build) | no expectation file | PASS 1, FAIL 1, " \
+           "NOT_SUPPORTED 1 | 3 pass, 1 FAIL, 1 n/s," in page
+    # the findings page groups the NOT_SUPPORTED cases by the feature they need
+    findings = (src / "results" / "findings.md").read_text()
+    sec = findings[findings.index("{ #dict-cache-1-0 }"):]
+    assert "| `host_tier` | 1: `writeback-demote-loadback` |" in sec
+
+
+def test_a_not_supported_case_is_grouped_by_the_features_it_lacks():
+    from kvconf.conformance.reporting.verdicts import missing_feature
+
+    def ns(message: str) -> CaseResult:
+        return CaseResult(case="c", status=Status.NOT_SUPPORTED, behaviours=[],
+                          duration_s=0.0, message=message)
+
+    assert missing_feature(ns("engine lacks host_tier")) == "host_tier"
+    assert missing_feature(ns("engine lacks l3_store, scheduler; l3_store: no store")) == \
+        "l3_store, scheduler"
+    assert missing_feature(ns("engine declares mixed_only, which makes what the case checks "
+                              "moot")) == "declares mixed_only (moot)"
+    assert missing_feature(ns("the scheduler level could not start")) == \
+        "the scheduler level could not start"

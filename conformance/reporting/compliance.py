@@ -2,8 +2,9 @@
 
 Inputs are the JSON files ``kvconf run`` / ``kvconf gpu`` write (one per engine, or several
 runs of one) and ``kvconf mutants`` kill matrices. Out come ``compliance.md`` and a
-self-contained ``index.html``: the behaviours x engines matrix (PASS / FAIL / NOT_SUPPORTED /
-NOT_APPLICABLE per cell, a failing cell linking the minimal trace that shows it), expectation
+self-contained ``index.html``: the behaviours x engines matrix (each run's verdict on each rule,
+``verdicts``: PASS only where a check of it ran and held, FAIL, NOT_SUPPORTED, NOT_APPLICABLE,
+or not judged with why; a failing cell linking the minimal trace that shows it), expectation
 differences, the request state machine's transition coverage drawn as a graph, and the kill matrix.
 """
 
@@ -24,22 +25,32 @@ from kvconf.conformance.reporting.report import FORMAT as REPORT_FORMAT
 from kvconf.conformance.reporting.report import FORMATS as REPORT_FORMATS
 from kvconf.conformance.reporting.report import UNJUDGED, Report, Status
 from kvconf.conformance.reporting.svg import kill_bars, transition_graph
+from kvconf.conformance.reporting.verdicts import (
+    NOT_JUDGED,
+    PREDATES,
+    not_supported_groups,
+    predates,
+    run_verdicts,
+    tally,
+)
 from kvconf.conformance.trace import parse_json, validation_error, write_atomic
 
-# A cell shows the worst status of its cases: a judged one (PASS) before an unjudged one.
-ORDER = {Status.CRASH: 0, Status.FAIL: 1, Status.ERROR: 2, Status.TIMEOUT: 3, Status.PASS: 4,
-         Status.NOT_SUPPORTED: 5, Status.NOT_APPLICABLE: 6}
-
-
-# What an HTML matrix cell shows for the statuses whose names would widen every column.
-CELL = {Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a"}
+# What an HTML matrix cell shows for the verdicts whose names would widen every column.
+CELL = {Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a", None: "n/j"}
 
 
 @dataclass
 class Cell:
-    status: Status
+    """One run's verdict on one rule (``verdicts``); ``status`` None: not judged, ``why``."""
+
+    status: Status | None
     cases: list[str] = field(default_factory=list)
     traces: list[str] = field(default_factory=list)  # relative to the output folder
+    why: str = ""
+
+    @property
+    def label(self) -> str:
+        return NOT_JUDGED if self.status is None else self.status.value
 
 
 @dataclass
@@ -108,19 +119,16 @@ def trace_link(path: Path, trace: str, out_dir: Path, copy: bool, key: str | Non
 
 def matrix(inputs: Inputs, behaviours: list[str], out_dir: Path, copy: bool = False
            ) -> tuple[list[str], dict[str, dict[str, Cell]]]:
-    """Columns, and per behaviour per column the worst status of the cases citing it."""
+    """Columns, and per behaviour per column the run's verdict on it (``verdicts``: the worst
+    its cases back; not judged, with why, where none judged it)."""
     cols: list[str] = []
     cells: dict[str, dict[str, Cell]] = {b: {} for b in behaviours}
     for path, r in inputs.runs:
         col = _label(path, r, inputs.runs)
         cols.append(col)
-        for res in r.results:
-            for b in res.behaviours:
-                if b not in cells:
-                    continue
-                cell = cells[b].setdefault(col, Cell(res.status))
-                if ORDER[res.status] < ORDER[cell.status]:
-                    cell.status = res.status
+        for b, v in run_verdicts(r, behaviours).items():
+            cell = cells[b][col] = Cell(v.status, why=v.why)
+            for res in v.cases:
                 cell.cases.append(f"{res.case}: {res.status.value}")
                 if res.trace and res.status in (Status.FAIL, Status.CRASH, Status.TIMEOUT):
                     cell.traces.append(trace_link(path, res.trace, out_dir, copy,
@@ -218,25 +226,32 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
     # ---------------------------------------------------------------- the runs
     if inputs.runs:
         md += ["## Runs", "", "| run | engine | version | memory | seed | profile | budget | "
-               "summary |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+               "summary | rules |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         html_runs.append("<h2>Runs</h2><table><tr><th>run</th><th>engine</th><th>version</th>"
                     "<th>memory</th><th>seed</th><th>profile</th><th>budget</th>"
-                    "<th>summary</th></tr>")
+                    "<th>summary</th><th>rules</th></tr>")
         for path, r in inputs.runs:
             i = r.run_info
             mem = (i.memory or {}).get("device", "kit") if i.memory else "kit"
             summ = ", ".join(f"{k.value if hasattr(k, 'value') else k} {v}"
                              for k, v in r.summarize().summary.items() if v)
             run = run_key(path, inputs.runs) + path.suffix
+            col = _label(path, r, inputs.runs)
+            rules = tally({b: cells[b][col] for b in behaviours})  # type: ignore[misc]
+            if predates(r):
+                rules += f" ({NOT_JUDGED}: {PREDATES})"
             md.append(f"| {run} | {i.engine} | {i.version} | {mem} | {i.seed} | "
-                      f"{i.profile} | {i.budget} | {summ} |")
+                      f"{i.profile} | {i.budget} | {summ} | {rules} |")
             html_runs.append("<tr>" + "".join(f"<td>{escape(str(x))}</td>" for x in (
-                run, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ))
+                run, i.engine, i.version, mem, i.seed, i.profile, i.budget, summ, rules))
                 + "</tr>")
         html_runs.append("</table>")
+        old = [_label(p, r, inputs.runs) for p, r in inputs.runs if predates(r)]
+        note = (f"Not judged in {', '.join(old)}: {PREDATES}; its passing cases pass no rule, "
+                "its failures still show." if old else "")  # why a column passes nothing
 
         # ------------------------------------------------------------ the matrix
-        md += ["", "## Behaviours x engines", "",
+        md += ["", "## Behaviours x engines", "", *([note, ""] if note else []),
                "| behaviour | level | " + " | ".join(cols) + " |",
                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
         head = ("<tr><th>behaviour</th><th>level</th>"
@@ -246,31 +261,30 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
         for b in failing_first(behaviours, cells):
             row_md, row_html = [], []
             for c in cols:
-                cell = cells[b].get(c)
-                if cell is None:
-                    row_md.append("—")
-                    row_html.append("<td class='none'>—</td>")
-                    continue
-                st = cell.status.value
+                cell = cells[b][c]
+                st = cell.label
                 link = cell.traces[0] if cell.traces else None
                 row_md.append(f"[{st}]({link})" if link else st)
-                tip = escape("; ".join(cell.cases[:12]))
+                tip = escape("; ".join(([f"{NOT_JUDGED}: {cell.why}"] if cell.why else [])
+                                       + cell.cases[:12]), quote=True)
                 short = CELL.get(cell.status, st)
                 body = f"<a href='{escape(link)}'>{short}</a>" if link else short
-                row_html.append(f"<td class='{st}' title='{tip}'>{body}</td>")
+                css = cell.status.value if cell.status is not None else "NOT_JUDGED"
+                row_html.append(f"<td class='{css}' title='{tip}'>{body}</td>")
             beh = reg.behaviours[b]
             md.append(f"| {b} | {beh.level.value} | " + " | ".join(row_md) + " |")
             row = (f"<tr><td>{rule_ref(reg, b, spec_base)}</td>"
                    f"<td>{escape(beh.level.value)}</td>" + "".join(row_html) + "</tr>")
-            supported = any(cells[b].get(c) is not None
-                            and cells[b][c].status not in UNJUDGED for c in cols)
+            supported = any(cells[b][c].status not in (None, *UNJUDGED) for c in cols)
             (shown if supported else folded).append(row)
-        html_matrix.append("<h2 id='matrix'>Behaviours &times; engines</h2><table class='m'>" + head
-                           + "".join(shown) + "</table>")
+        html_matrix.append("<h2 id='matrix'>Behaviours &times; engines</h2>"
+                           + (f"<p class='note'>{escape(note)}</p>" if note else "")
+                           + "<table class='m'>" + head + "".join(shown) + "</table>")
         if folded:
             html_matrix.append(f"<details><summary>{len(folded)} behaviours no engine "
-                               "was judged on here (every case citing them NOT_SUPPORTED or "
-                               "NOT_APPLICABLE, or none ran)</summary><table class='m'>"
+                               "was judged on here (no check of them ran: their cases were "
+                               "NOT_SUPPORTED or NOT_APPLICABLE, or passed without checking "
+                               "them, or none ran)</summary><table class='m'>"
                                + head + "".join(folded) + "</table></details>")
 
         # ------------------------------------------------------------ failures
@@ -328,6 +342,19 @@ def build(inputs: Inputs, out_dir: Path, copy_traces: bool = False,
         if fails:
             html.append("</table>")
         html += html_matrix + html_runs
+
+        # ------------------------------------------------------------ not supported
+        lacking = [(p, r, g) for p, r in inputs.runs if (g := not_supported_groups(r))]
+        if lacking:  # one line per missing feature set, not one per case
+            md += ["", "## Not supported, by what the engine lacks", ""]
+            html.append("<h2>Not supported, by what the engine lacks</h2><ul>")
+            for p, r, groups in lacking:
+                col = _label(p, r, inputs.runs)
+                parts = [f"{what} ({len(xs)}: {', '.join(x.case for x in xs)})"
+                         for what, xs in groups]
+                md.append(f"- **{col}**: " + "; ".join(parts))
+                html.append(f"<li><b>{escape(col)}</b>: {escape('; '.join(parts))}</li>")
+            html.append("</ul>")
 
         # ------------------------------------------------------------ expectations
         exp = [(p, r) for p, r in inputs.runs if r.run_info.expectations]
@@ -411,7 +438,8 @@ td.FAIL, span.FAIL, td.ERROR, span.ERROR, td.TIMEOUT, span.TIMEOUT, td.CRASH,
 span.CRASH {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
 td.NOT_SUPPORTED {{ background: #fffde7; color: #8d6e00; }}
 td.NOT_APPLICABLE {{ background: #eceff1; color: #455a64; }}
-td.none {{ color: #bbb; }}
+td.NOT_JUDGED {{ color: #9e9e9e; }}
+p.note {{ color: #555; font-size: .9rem; }}
 td.killed {{ background: #e8f5e9; color: #1b5e20; }}
 td.ALIVE {{ background: #ffebee; color: #b71c1c; font-weight: bold; }}
 td.skipped {{ background: #eceff1; color: #455a64; }}
@@ -426,10 +454,11 @@ table.m td:first-child {{ text-align: left; position: sticky; left: 0; backgroun
 details {{ margin: .5rem 0; }} summary {{ cursor: pointer; color: #555; }}
 </style></head>
 <body><h1>kvconf compliance report</h1>
-<p>First what failed and how to replay it; then the matrix, where each cell is the worst status
-among the cases that cite the behaviour, the behaviours some engine fails first (hover a cell for
-the cases, click a failure for its minimal trace; n/s: not supported, the engine lacks a feature
-the cases need; n/a: not applicable at the run's config; —: no case of the run cites it).</p>
+<p>First what failed and how to replay it; then the matrix, where each cell is the run's verdict
+on the behaviour, the behaviours some engine fails first (hover a cell for the cases, click a
+failure for its minimal trace). PASS: a check of it ran in some case and held; n/s: not
+supported, the engine lacks a feature the cases need; n/a: not applicable at the run's config;
+n/j: not judged, no check of it ran (hover for why); unknown is never pass.</p>
 {body}
 </body></html>
 """

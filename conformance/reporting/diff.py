@@ -5,6 +5,13 @@ and asks what the change did: cases that newly fail, failures it fixed, other st
 cases gone or new, and failures whose first finding moved to another rule or oracle. A new
 failure, or a case that passed and is gone, is a regression (exit 1): the diff judges the change,
 not the engine, so known gaps both runs share do not fail it.
+
+Per rule (``verdicts``): a rule BASE passed (a check of it ran and held) that HEAD did not judge
+at all is listed as *no longer judged*, one line for them all: the cases still pass, but no check
+of the rule ran (a feature no longer declared, a check path no longer reached). It is not a
+regression (dropping a feature is the engine's right), but it is never dropped silently. A rule
+HEAD passes that BASE did not judge is *newly judged* (every rule HEAD passes, against a report
+older than ``kvconf-report/5``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from kvconf.conformance.reporting.report import (
     Status,
     load_report,
 )
+from kvconf.conformance.reporting.verdicts import NOT_JUDGED, run_verdicts
 from kvconf.conformance.trace import parse_json
 
 FORMAT = "kvconf-diff/1"
@@ -73,6 +81,8 @@ class Diff(BaseModel):
     finding_changes: list[Change] = []  # failed both times, first finding on another rule
     gone: list[Change] = []  # in BASE, not in HEAD
     new: list[Change] = []  # in HEAD, not in BASE
+    rules_no_longer_judged: list[str] = []  # PASS in BASE, not judged in HEAD
+    rules_newly_judged: list[str] = []  # not judged in BASE, PASS in HEAD
     unchanged: int = 0
     regression: bool = False
     # seed, profile, budget, config: a change there alone moves fuzz findings (and, for config,
@@ -82,7 +92,8 @@ class Diff(BaseModel):
     @property
     def changed(self) -> bool:
         return bool(self.new_failures or self.fixes or self.status_changes
-                    or self.finding_changes or self.gone or self.new)
+                    or self.finding_changes or self.gone or self.new
+                    or self.rules_no_longer_judged or self.rules_newly_judged)
 
     def gone_that_passed(self) -> list[Change]:
         return [c for c in self.gone if c.base is not None and c.base.status is Status.PASS]
@@ -147,6 +158,13 @@ def diff_reports(base_path: Path, head_path: Path, allow_engine_change: bool = F
     for name, b in before.items():
         if name not in after:
             d.gone.append(Change(case=name, base=_side(b, base_path)))
+    rules = dict.fromkeys(b for r in (*base.results, *head.results)
+                          for b in [*r.behaviours, *(r.judged or ())])
+    was, now = run_verdicts(base, rules), run_verdicts(head, rules)
+    d.rules_no_longer_judged = [b for b in rules if was[b].status is Status.PASS
+                                and now[b].status is None]
+    d.rules_newly_judged = [b for b in rules if was[b].status is None
+                            and now[b].status is Status.PASS]
     d.regression = bool(d.new_failures or d.gone_that_passed())
     return d
 
@@ -190,6 +208,11 @@ def diff_table(d: Diff):
             + [("new", c) for c in d.new])
     for label, c in rows:
         table.add_row(label, escape(c.case), _show(c.base), _show(c.head), escape(_detail(c)))
+    for label, rules, was, now in (
+            ("[yellow]no longer judged[/]", d.rules_no_longer_judged, "PASS", NOT_JUDGED),
+            ("newly judged", d.rules_newly_judged, NOT_JUDGED, "PASS")):
+        if rules:  # one line for them all: the rules, not cases
+            table.add_row(label, f"{len(rules)} rules", was, now, escape(", ".join(rules)))
     return table
 
 
@@ -197,5 +220,7 @@ def diff_summary(d: Diff) -> str:
     counts = (f"{len(d.new_failures)} new failures, {len(d.fixes)} fixes, "
               f"{len(d.status_changes)} other status changes, {len(d.finding_changes)} "
               f"findings changed, {len(d.gone)} cases gone ({len(d.gone_that_passed())} that "
-              f"passed), {len(d.new)} new, {d.unchanged} unchanged")
+              f"passed), {len(d.new)} new, {d.unchanged} unchanged; rules: "
+              f"{len(d.rules_no_longer_judged)} no longer judged, {len(d.rules_newly_judged)} "
+              "newly judged")
     return ("REGRESSION: " if d.regression else "no regression: ") + counts

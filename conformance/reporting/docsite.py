@@ -53,8 +53,9 @@ def proof_citations() -> dict[str, list[str]]:
     return out
 
 
-def gather(reg: Registry) -> Facts:
-    """What the cards and the rule index are drawn from, read once per build."""
+def gather(reg: Registry, reports: list[Path] = ()) -> Facts:  # type: ignore[assignment]
+    """What the cards and the rule index are drawn from, read once per build; ``reports``:
+    the run reports given to the build (the reader's own engine, on every card first)."""
     tests_dir = DOCS_DIR.parent / "tests"
     mutants, _gaps = mutant_citations(reg)
     cases = cases_by_behaviour()
@@ -65,7 +66,8 @@ def gather(reg: Registry) -> Facts:
     return Facts(oracles=oracle_citations(),
                  tests=test_citations(tests_dir) if tests_dir.is_dir() else {},
                  mutants=mutants, proofs=proof_citations(), cases=cases,
-                 allowances=allowance_of(), runs=load_runs(DOCS_DIR / "peers", DOCS_DIR, cited))
+                 allowances=allowance_of(),
+                 runs=load_runs(DOCS_DIR, reg.behaviours, cited, reports))
 
 
 def id_anchors(reg: Registry) -> dict[str, str]:
@@ -127,7 +129,7 @@ def generate(src: Path, reports: list[Path]) -> dict:
         shutil.rmtree(src)
     shutil.copytree(DOCS_DIR, src)
     render_guides(src, src / "peers")  # the guides' figures, from the committed reports
-    facts = gather(reg)
+    facts = gather(reg, reports)
     chapters = render_chapters(reg, SPEC_DIR / "chapters", src, facts)
     render_rules(reg, chapters, src, facts)
     render_catalog(reg, SPEC_DIR, src, facts)

@@ -8,6 +8,11 @@ decides: a known gap that ended as expected is skipped ("expected failure: ...")
 an improvement (both fail the run) is a failure; a NOT_APPLICABLE case, which the run's config
 decided before it ran, is skipped with its reason whatever the file says. The text holds the
 step, the trace path and the ``kvconf replay`` command.
+
+Each ``<testcase>`` carries its per-rule verdicts as ``<properties>`` (``report.rule_verdicts``):
+one ``<property name="PIN-2" value="PASS"/>`` per rule the case cites or judged, ``not judged``
+for a rule a check of which did not run in it (a passing case passes only the rules it judged);
+the suite's ``rules`` property counts the run's verdicts over the rules its cases cite or judged.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from kvconf.conformance.reporting.report import BAD, CaseResult, Report, Status
+from kvconf.conformance.reporting.report import BAD, CaseResult, Report, Status, rule_verdicts
+from kvconf.conformance.reporting.verdicts import NOT_JUDGED, run_verdicts, tally
 from kvconf.conformance.trace import write_atomic
 
 # Characters XML 1.0 cannot hold at all (an engine's output may carry ANSI escapes or NULs).
@@ -97,6 +103,19 @@ def _verdict(r: CaseResult) -> tuple[str | None, str, str]:
     return ("failure" if r.status is Status.FAIL else "error"), r.status.value, ""
 
 
+def _rule_properties(case: ET.Element, r: CaseResult) -> None:
+    """The case's verdict on each rule it cites or judged; a rule it cites whose check did not
+    run is ``not judged``, never PASS."""
+    got = dict(rule_verdicts(r))
+    rules = list(dict.fromkeys([*r.behaviours, *got]))
+    if not rules:
+        return
+    props = ET.SubElement(case, "properties")
+    for b in rules:
+        ET.SubElement(props, "property", name=_clean(b),
+                      value=got[b].value if b in got else NOT_JUDGED)
+
+
 def junit_xml(report: Report, base: Path) -> str:
     """The report as JUnit XML; trace paths are ``base`` (the report's folder) / trace."""
     info = report.run_info
@@ -105,12 +124,16 @@ def junit_xml(report: Report, base: Path) -> str:
     props = ET.SubElement(suite, "properties")  # first, as the JUnit schema orders them
     for key in ("engine", "version", "seed", "profile", "budget"):
         ET.SubElement(props, "property", name=key, value=_clean(str(getattr(info, key))))
+    cited = dict.fromkeys(b for r in report.results for b in [*r.behaviours, *(r.judged or ())])
+    ET.SubElement(props, "property", name="rules",
+                  value=_clean(tally(run_verdicts(report, cited)) or "none cited"))
     counts = {"failure": 0, "error": 0, "skipped": 0}
     total_time = 0.0
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=_clean(engine), name=_clean(r.case),
                              time=f"{r.duration_s:.3f}")
         total_time += r.duration_s
+        _rule_properties(case, r)
         element, kind, prefix = _verdict(r)
         if element is None:
             continue

@@ -1,56 +1,50 @@
 """The results section's matrix: rules x runs as one coloured HTML table.
 
-Raw HTML (mkdocs-material renders it inside the page): rotated run headers grouped by engine, a
-sticky rule column, the rules some run breaks first, and in each failing cell a link to its
-trace's page and one (**§**) to the write-up of its finding.
+Raw HTML (mkdocs-material renders it inside the page): rotated run headers grouped by engine,
+the runs given to the build (the reader's own engine) first and marked, a sticky rule column, the
+rules some run breaks first, and in each failing cell a link to its trace's page and one (**§**)
+to the write-up of its finding. A cell is the run's verdict on the rule (``verdicts``): PASS only
+where a check of it ran and held; a rule no check of which ran is not judged, with why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from html import escape
 
-from kvconf.conformance.reporting.compliance import ORDER
-from kvconf.conformance.reporting.report import UNJUDGED, CaseResult, Status
+from kvconf.conformance.reporting.report import UNJUDGED, Status
 from kvconf.conformance.reporting.results_runs import (
     BAD,
     Results,
+    Run,
     href,
     rule_page,
     trace_page_of,
     writeup_of,
 )
+from kvconf.conformance.reporting.verdicts import (
+    PREDATES,
+    RuleVerdict,
+    predates,
+    run_verdicts,
+)
 from kvconf.spec.registry import Registry
 
-# What a cell shows for each status (the legend spells them out).
+# What a cell shows for each verdict (the legend spells them out); None: not judged.
 SHORT = {Status.PASS: "pass", Status.FAIL: "FAIL", Status.CRASH: "CRASH", Status.ERROR: "ERR",
-         Status.TIMEOUT: "T/O", Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a"}
+         Status.TIMEOUT: "T/O", Status.NOT_SUPPORTED: "n/s", Status.NOT_APPLICABLE: "n/a",
+         None: "n/j"}
 
 # ---------------------------------------------------------------------------- the matrix
 
-
-@dataclass(slots=True)
-class Cell:
-    status: Status
-    cases: list[CaseResult] = field(default_factory=list)
-
-    def worst_bad(self) -> CaseResult | None:
-        bad = [c for c in self.cases if c.status in BAD]
-        return min(bad, key=lambda c: ORDER[c.status]) if bad else None
+Cell = RuleVerdict  # one run's verdict on one rule
 
 
 def cells(res: Results, behaviours: list[str]) -> dict[str, dict[str, Cell]]:
-    """Per rule per run: the worst status of the run's cases that judged it."""
+    """Per rule per run: the run's verdict on it (``verdicts.run_verdicts``)."""
     out: dict[str, dict[str, Cell]] = {b: {} for b in behaviours}
     for run in res.runs:
-        for x in run.report.results:
-            for b in x.behaviours:
-                if b not in out:
-                    continue
-                cell = out[b].setdefault(run.key, Cell(x.status))
-                if ORDER[x.status] < ORDER[cell.status]:
-                    cell.status = x.status
-                cell.cases.append(x)
+        for b, v in run_verdicts(run.report, behaviours).items():
+            out[b][run.key] = v
     return out
 
 
@@ -63,7 +57,7 @@ def row_order(behaviours: list[str], grid: dict[str, dict[str, Cell]]
         row = grid[b].values()
         if any(c.status in BAD for c in row):
             failing.append(b)
-        elif any(c.status not in UNJUDGED for c in row):
+        elif any(c.status not in (None, *UNJUDGED) for c in row):
             passing.append(b)
         else:
             unjudged.append(b)
@@ -92,7 +86,10 @@ STYLE = """<style>
 .kv-matrix td.PASS { background: #c8e6c9; color: #1b5e20; }
 .kv-matrix td.NOT_SUPPORTED { background: #fff9c4; color: #6d5d00; }
 .kv-matrix td.NOT_APPLICABLE { background: #eceff1; color: #455a64; }
-.kv-matrix td.none { color: #9e9e9e; }
+.kv-matrix td.NOT_JUDGED { color: #9e9e9e; }
+.kv-matrix th.mine, .kv-matrix td.mine { border-left: 2px solid var(--md-accent-fg-color);
+  border-right: 2px solid var(--md-accent-fg-color); }
+.kv-matrix th.fam.mine { background: var(--md-accent-fg-color--transparent); }
 .kv-matrix a.why { font-weight: 400; margin-left: .15rem; text-decoration: none; }
 .kv-matrix tr.sep td { background: var(--md-default-fg-color--lightest); text-align: left;
   font-weight: 700; position: sticky; left: 0; }
@@ -102,36 +99,44 @@ STYLE = """<style>
 .kv-legend .PASS { background: #c8e6c9; color: #1b5e20; }
 .kv-legend .NOT_SUPPORTED { background: #fff9c4; color: #6d5d00; }
 .kv-legend .NOT_APPLICABLE { background: #eceff1; color: #455a64; }
-.kv-legend .none { color: #9e9e9e; }
+.kv-legend .NOT_JUDGED { color: #9e9e9e; }
 </style>"""
 
 
 def _legend() -> str:
     items = [("FAIL", "FAIL", "broke the rule: click for its trace, <b>§</b> for the "
               "finding's write-up"), ("CRASH", "CRASH", "the engine's process died"),
-             ("PASS", "pass", "judged and held"),
+             ("PASS", "pass", "a check of the rule ran and held"),
              ("NOT_SUPPORTED", "n/s", "not supported (the engine lacks a feature its cases "
               "need)"), ("NOT_APPLICABLE", "n/a", "not applicable at the run's config"),
-             ("none", "—", "no case of the run cites the rule")]
+             ("NOT_JUDGED", "n/j", "not judged: no check of the rule ran in the run (hover "
+              "for why); never a pass")]
     return ("<p class='kv-legend'>"
             + " ".join(f"<span class='{c}'>{escape(s)}</span> {d};" for c, s, d in items)
             + "</p>")
+
+
+def _mine(run: Run) -> str:
+    """The class that marks a column of the reader's own engine (a report given to the build
+    that adds a column)."""
+    return " mine" if run.own else ""
 
 
 def matrix_html(res: Results, reg: Registry, page: str) -> str:
     behaviours = list(reg.behaviours)
     grid = cells(res, behaviours)
     failing, passing, unjudged = row_order(behaviours, grid)
-    groups: list[tuple[str, int]] = []
+    groups: list[tuple[str, bool, int]] = []  # (family, given to the build, columns)
     for run in res.runs:
-        if groups and groups[-1][0] == run.family:
-            groups[-1] = (run.family, groups[-1][1] + 1)
+        if groups and groups[-1][:2] == (run.family, run.own):
+            groups[-1] = (run.family, run.own, groups[-1][2] + 1)
         else:
-            groups.append((run.family, 1))
+            groups.append((run.family, run.own, 1))
     head = ("<thead><tr><th class='rule' rowspan='2'>rule</th>"
-            + "".join(f"<th class='fam' colspan='{n}'>{escape(f)}</th>" for f, n in groups)
+            + "".join(f"<th class='fam mine' colspan='{n}'>yours</th>" if own else
+                      f"<th class='fam' colspan='{n}'>{escape(f)}</th>" for f, own, n in groups)
             + "</tr><tr>"
-            + "".join(f"<th class='rev' title='{escape(r.title, quote=True)}'>"
+            + "".join(f"<th class='rev{_mine(r)}' title='{escape(_title(r), quote=True)}'>"
                       f"<span>{escape(r.short)}</span></th>" for r in res.runs)
             + "</tr></thead>")
 
@@ -141,10 +146,7 @@ def matrix_html(res: Results, reg: Registry, page: str) -> str:
         tds = [f"<td class='rule'><a href='{href(page, rule_page(reg, b), b)}' title='{tip}'>"
                f"{escape(b)}</a> <small>{escape(beh.level.value)}</small></td>"]
         for run in res.runs:
-            cell = grid[b].get(run.key)
-            if cell is None:
-                tds.append("<td class='none'>—</td>")
-                continue
+            cell = grid[b][run.key]
             st = cell.status
             cases = "; ".join(f"{c.case}: {c.status.value}" for c in cell.cases[:12])
             text = SHORT[st]
@@ -161,7 +163,10 @@ def matrix_html(res: Results, reg: Registry, page: str) -> str:
             elif st in UNJUDGED and cell.cases:  # why it was not judged (the engine's lacks)
                 first = cell.cases[0]
                 cases = f"{first.case}: {first.message[:200]} | {cases}"
-            tds.append(f"<td class='{st.value}' title='{escape(cases, quote=True)}'>"
+            elif st is None:
+                cases = f"not judged: {cell.why}" + (f" | {cases}" if cases else "")
+            css = st.value if st is not None else "NOT_JUDGED"
+            tds.append(f"<td class='{css}{_mine(run)}' title='{escape(cases, quote=True)}'>"
                        f"{text}</td>")
         return "<tr>" + "".join(tds) + "</tr>"
 
@@ -170,11 +175,25 @@ def matrix_html(res: Results, reg: Registry, page: str) -> str:
             f"({len(failing)})</td></tr>"] + [row(b) for b in failing]
     body += [f"<tr class='sep'><td colspan='{span}'>rules judged and held everywhere they "
              f"were judged ({len(passing)})</td></tr>"] + [row(b) for b in passing]
-    out = [STYLE, _legend(), "<div class='kv-matrix'><table class='kvm'>" + head + "<tbody>"
-           + "".join(body) + "</tbody></table></div>"]
+    out = [STYLE, _legend()]
+    old = [r for r in res.runs if predates(r.report)]
+    if old:
+        known = [r for r in res.runs if not r.own]
+        names = ("every committed run" if old == known and len(known) > 1
+                 else ", ".join(r.name for r in old))
+        out.append(f"<p class='kv-legend'>n/j in {escape(names)}: {escape(PREDATES)}; "
+                   "their passing cases pass no rule, their failures still show.</p>")
+    out.append("<div class='kv-matrix'><table class='kvm'>" + head + "<tbody>"
+               + "".join(body) + "</tbody></table></div>")
     if unjudged:
         out.append(f"<details><summary>{len(unjudged)} rules no engine here was judged on "
-                   "(every case citing them not supported or not applicable, or none ran)"
-                   "</summary><div class='kv-matrix'><table class='kvm'>" + head + "<tbody>"
+                   "(no check of them ran: their cases were not supported or not applicable, "
+                   "passed without checking them, or none ran)</summary>"
+                   "<div class='kv-matrix'><table class='kvm'>" + head + "<tbody>"
                    + "".join(row(b) for b in unjudged) + "</tbody></table></div></details>")
     return "\n".join(out)
+
+
+def _title(run: Run) -> str:
+    """A column header's hover text: the engine in full, and why a column passes nothing."""
+    return run.title + (f" (not judged: {PREDATES})" if predates(run.report) else "")

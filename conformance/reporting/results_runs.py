@@ -4,7 +4,8 @@ written up.
 The committed reports, ``docs/peers/<run>/report.json`` (the reference, SGLang, vLLM, TokenSpeed
 per revision), with the reports a build is given (``kvconf docs build --reports``) laid over
 them: a given report replaces the committed one of the same engine, version and memory (CI's
-fresh reference run replaces the committed reference column); any other adds a column. Kill
+fresh reference run replaces the committed reference column); any other adds a column, the
+reader's own engine, and those come first (``Run.own``). Kill
 matrices given replace the committed ones (``docs/peers/<run>/mutants.json``). Where a finding
 is written up is data, ``docs/peers/writeups.toml``; where each page lives, and the links
 between them, are here too.
@@ -52,6 +53,7 @@ class Run:
     short: str  # the column's header
     title: str  # engine and version, in full
     committed: bool
+    own: bool = False  # given to the build and no committed run's: the reader's own engine
 
     @property
     def name(self) -> str:
@@ -121,17 +123,18 @@ def gather(given: list[Path], docs: Path = DOCS_DIR) -> Results:
         ident = _identity(r)
         old = next((i for i, x in enumerate(runs) if _identity(x.report) == ident), None)
         key = path.parent.name if mine else _slug("-".join(x for x in ident if x))
-        run = Run(key, path, r, family(r.run_info.engine), "", "", mine)
+        run = Run(key, path, r, family(r.run_info.engine), "", "", mine, own=not mine)
         if old is not None:  # a given report replaces the committed one, keeping its place
             run.key = runs[old].key
+            run.own = runs[old].own
             runs[old] = run
         else:
             while any(x.key == run.key for x in runs):
                 run.key += "-2"
             runs.append(run)
     order = list(FAMILIES.values())
-    runs.sort(key=lambda x: (order.index(x.family) if x.family in order else len(order),
-                             x.family))  # stable: folder order within a group
+    runs.sort(key=lambda x: (not x.own, order.index(x.family) if x.family in order
+                             else len(order), x.family))  # stable: folder order within a group
     for run in runs:
         same = sum(1 for x in runs if x.report.run_info.engine == run.report.run_info.engine)
         run.short = _short(run.report, same)

@@ -37,6 +37,12 @@ from kvconf.conformance.reporting.results_runs import (
     writeup_for,
     writeup_of,
 )
+from kvconf.conformance.reporting.verdicts import (
+    not_supported_groups,
+    predates,
+    run_verdicts,
+    tally,
+)
 from kvconf.conformance.trace import parse_json
 from kvconf.spec.registry import Registry, load_registry
 
@@ -70,31 +76,44 @@ def _given_path(run: Run, docs: Path) -> str:
 
 def render_matrix(res: Results, reg: Registry, out: Path, docs: Path) -> None:
     page = "results.md"
-    rows = ["| column | engine | version | judged | against | summary |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    behaviours = list(reg.behaviours)
+    rows = ["| column | engine | version | judged | against | summary | rules |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for run in res.runs:
         i = run.report.run_info
         exp = (i.expectations or {}).get("file") if i.expectations else None
-        src = "committed" if run.committed else "this build"
+        src = "yours, given to this build" if run.own else (
+            "committed" if run.committed else "this build")
+        rules = tally(run_verdicts(run.report, behaviours))
+        if predates(run.report):
+            rules += " (the report predates kvconf-report/5: no pass recorded)"
         rows.append(f"| {run.name} | `{i.engine}` | {i.version} | "
                     f"{i.started[:10]} ({i.profile}, seed {i.seed}; {src}) | "
-                    f"{f'`{exp}`' if exp else 'no expectation file'} | {_summary(run.report)} |")
-    lines = ["---", "hide:", "  - toc", "---", "", "# Results: every engine the kit has judged",
-             "",
-             "Each column is one run of the suite: the reference, SGLang's and vLLM's prefix "
-             "caches, and TokenSpeed's scheduler revision by revision. A cell is the worst "
-             "status among the run's cases that cite the rule; the rules some engine breaks "
-             "come first, those none was judged on are folded at the end. Click a failing cell "
-             f"for its trace, **§** for the finding's write-up; [which engine fails what, and "
-             f"why]({md_link(page, PAGES['Which engine fails what'])}) lists the same "
-             "failures by engine. Hover a header for the engine's full name and version, a "
-             "cell for its cases.", "", matrix_html(res, reg, page), "",
+                    f"{f'`{exp}`' if exp else 'no expectation file'} | {_summary(run.report)} "
+                    f"| {rules} |")
+    mine = [r.name for r in res.runs if r.own]
+    lines = ["---", "hide:", "  - toc", "---", "",
+             "# Results: every engine the kit has judged", "",
+             "Each column is one run of the suite: "
+             + (f"first yours ({', '.join(mine)}, given to this build), then " if mine else "")
+             + "the reference, SGLang's and vLLM's prefix caches, and TokenSpeed's scheduler "
+             "revision by revision. A cell is the run's verdict on the rule: **pass** only "
+             "where a check of the rule ran in some case and held, **n/j** (not judged) where "
+             "none did (a passing case that cites a rule passes only the rules it checked; "
+             "hover for why). The rules some engine breaks come first, those none was judged "
+             "on are folded at the end. Click a failing cell for its trace, **§** for the "
+             f"finding's write-up; [which engine fails what, and why]"
+             f"({md_link(page, PAGES['Which engine fails what'])}) lists the same failures by "
+             "engine, and each run's cases not supported, by the feature they need. Hover a "
+             "header for the engine's full name and version, a cell for its cases.", "",
+             matrix_html(res, reg, page), "",
              "## The runs", "",
              f"The committed runs are `docs/{PEERS}/<run>/report.json` (from `bash .ci/peers` "
              "and `bash .ci/tokenspeed`, each judged against its expectation file). A report "
              "given to `kvconf docs build --reports` replaces the committed one of the same "
              "engine, version and memory (so CI's fresh reference run replaces the committed "
-             "reference column) and otherwise adds a column.", "", *rows, ""]
+             "reference column) and otherwise adds a column, first: your own engine. *Rules* "
+             "counts the run's verdicts over every rule of the spec.", "", *rows, ""]
     (out / page).write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -126,8 +145,9 @@ def render_findings(res: Results, reg: Registry, out: Path) -> None:
                   f"`{i.engine}` {i.version}, judged {i.started[:10]} at `--profile "
                   f"{i.profile}`, seed {i.seed}: {_summary(run.report)}.", ""]
         found = per_run[run.key]
+        lacking = _not_supported(run)
         if not found:
-            lines += ["No failures.", ""]
+            lines += ["No failures.", "", *lacking]
             continue
         lines += ["| finding | rules | cases (trace) |", "| --- | --- | --- |"]
         for w, reason, shown in sorted(found.values(), key=lambda f: (f[0] is None,
@@ -144,8 +164,26 @@ def render_findings(res: Results, reg: Registry, out: Path) -> None:
                 + (f" {x.status.value}" if x.status is not Status.FAIL else "")
                 for x, t in shown)
             lines.append(f"| {what} | {rule_links} | {cases} |")
-        lines.append("")
+        lines += ["", *lacking]
     (out / page).write_text("\n".join(lines), encoding="utf-8")
+
+
+def _not_supported(run: Run) -> list[str]:
+    """The run's NOT_SUPPORTED cases grouped by the feature they need and the engine does
+    not declare (or the declaration that makes them moot): one line per feature, not one per
+    case."""
+    groups = not_supported_groups(run.report)
+    if not groups:
+        return []
+    n = sum(len(xs) for _g, xs in groups)
+    out = [f"Not supported ({n} cases), by what the engine does not declare:", "",
+           "| the engine lacks | cases |", "| --- | --- |"]
+    for what, xs in groups:
+        names = ", ".join(f"`{x.case}`" for x in xs)
+        lacks = ", ".join(f"`{f.strip()}`" for f in what.split(",")) if " " not in \
+            what.replace(", ", ",") else what
+        out.append(f"| {lacks.replace('|', chr(92) + '|')} | {len(xs)}: {names} |")
+    return [*out, ""]
 
 
 def _findings(res: Results, run: Run

@@ -1,10 +1,13 @@
-"""How the engines the kit has judged fare on each rule, from their committed reports
-(``docs/peers/<engine>/report.json``), each failure linked to its write-up where one exists.
+"""How the engines the kit has judged fare on each rule, from the results section's runs (the
+committed reports, ``docs/peers/<run>/report.json``, with the reports a build is given laid over
+them: ``results_runs.gather``), each failure linked to its write-up where one exists.
 
-A rule fails on an engine when a FAIL, CRASH or TIMEOUT result names it; it passes when a case
-that cites it passed and none failed; it is undecided when the cases citing it ran but each
-failed on another rule first; otherwise the engine was not judged on it (the cases need features
-it does not declare). A failure's write-up is the one the results section gives it:
+A run's verdict on a rule is ``verdicts.run_verdicts``'s: it fails the rule when a FAIL, CRASH,
+TIMEOUT or ERROR result names it; it passes it only where a case judged it (a check of it ran)
+and held; it is not supported where every case citing it was NOT_SUPPORTED or NOT_APPLICABLE;
+undecided where the cases citing it ran but each failed on another rule first; otherwise it is
+not judged, with why (the report predates ``kvconf-report/5``; no check of it ran for the
+features the engine declares). A failure's write-up is the one the results section gives it:
 ``docs/peers/writeups.toml``, matched by engine and by the start of the reason the engine's
 expectation file gives the finding (``results_runs.writeup_for``); a finding no entry matches
 has none.
@@ -12,25 +15,18 @@ has none.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from kvconf.conformance.errors import KitError
-from kvconf.conformance.reporting.report import CaseResult
+from kvconf.conformance.reporting.report import BAD, UNJUDGED, CaseResult, Status
 from kvconf.conformance.reporting.results_runs import (
-    WRITEUPS,
     Writeup,
     findings_of,
-    load_writeups,
+    gather,
     writeup_for,
 )
-
-BAD = {"FAIL", "CRASH", "TIMEOUT", "ERROR"}
-SKIPPED = {"NOT_SUPPORTED", "NOT_APPLICABLE"}
+from kvconf.conformance.reporting.verdicts import RuleVerdict, run_verdicts
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,23 +39,32 @@ class Failure:
 
 @dataclass(slots=True)
 class EngineRun:
-    """One committed report: an engine at one revision."""
+    """One run of the results section: an engine at one revision."""
 
-    label: str  # the report's folder: tokenspeed-pr162, vllm, reference
+    label: str  # a committed run's folder (tokenspeed-pr162, vllm, reference); else its title
     engine: str
     version: str
     fails: dict[str, list[Failure]] = field(default_factory=dict)  # rule -> its failures
-    passes: set[str] = field(default_factory=set)
-    ran: set[str] = field(default_factory=set)  # rules cited by a case that ran
+    verdicts: dict[str, RuleVerdict] = field(default_factory=dict)
+    ran: set[str] = field(default_factory=set)  # rules cited by a case that ran and failed
+    own: bool = False  # given to the build, no committed run's: the reader's own engine
 
     def status(self, rule: str) -> str:
-        """fail; pass; undecided (every case citing it that ran failed on another rule
-        first); not judged (no case citing it ran)."""
+        """fail; pass; not supported; undecided (every case citing it that ran failed on
+        another rule first); not judged (no check of it ran: ``why``)."""
         if rule in self.fails:
             return "fail"
-        if rule in self.passes:
+        v = self.verdicts.get(rule)
+        if v is not None and v.status is Status.PASS:
             return "pass"
+        if v is not None and v.status in UNJUDGED:
+            return "not supported"
         return "undecided" if rule in self.ran else "not judged"
+
+    def why(self, rule: str) -> str:
+        """Why the run did not judge ``rule``."""
+        v = self.verdicts.get(rule)
+        return v.why if v is not None and v.why else "no case of the run cites it"
 
 
 def _write_ups(engine: str, x: CaseResult,
@@ -77,32 +82,26 @@ def _write_ups(engine: str, x: CaseResult,
     return out
 
 
-def load_runs(peers: Path, docs: Path,
-              cited: Mapping[str, Iterable[str]] | None = None) -> list[EngineRun]:
-    """Every committed report under ``peers``, the reference first, then by name. ``cited``:
-    case -> the rules it cites (a failing result names only the rules it broke)."""
+def load_runs(docs: Path, behaviours: Iterable[str],
+              cited: Mapping[str, Iterable[str]] | None = None,
+              given: Iterable[Path] = ()) -> list[EngineRun]:
+    """The results section's runs (``given``: the reports a build is given), the reader's own
+    first, then the reference, then by name. ``cited``: case -> the rules it cites (a failing
+    result names only the rules it broke)."""
     cited = cited or {}
-    writeups = load_writeups(docs / WRITEUPS)
+    behaviours = list(behaviours)
+    res = gather(list(given), docs)
     runs: list[EngineRun] = []
-    for path in sorted(peers.glob("*/report.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            info = data["run_info"]
-            run = EngineRun(path.parent.name, info["engine"], info.get("version", ""))
-            for r in data["results"]:
-                rules = list(r.get("behaviours") or [])
-                if r["status"] == "PASS":  # the rules its case cited when it ran
-                    run.ran.update(rules)
-                elif r["status"] not in SKIPPED:  # the rules it broke, and what it cites now
-                    run.ran.update(rules, cited.get(r["case"], ()))
-                if r["status"] in BAD:
-                    links = _write_ups(run.engine, CaseResult.model_validate(r), writeups)
-                    for b in rules:
-                        run.fails.setdefault(b, []).append(
-                            Failure(r["case"], r["status"], tuple(sorted(links.get(b, ())))))
-                elif r["status"] == "PASS":
-                    run.passes.update(rules)
-        except (KeyError, TypeError, json.JSONDecodeError, ValidationError) as e:
-            raise KitError(f"{path}: not a kvconf report ({e})") from None
+    for r in res.runs:
+        info = r.report.run_info
+        run = EngineRun(r.title if r.own else r.key, info.engine, info.version,
+                        verdicts=run_verdicts(r.report, behaviours), own=r.own)
+        for x in r.report.results:
+            if x.status in BAD:
+                run.ran.update(x.behaviours, cited.get(x.case, ()))
+                links = _write_ups(run.engine, x, res.writeups)
+                for b in x.behaviours:
+                    run.fails.setdefault(b, []).append(
+                        Failure(x.case, x.status.value, tuple(sorted(links.get(b, ())))))
         runs.append(run)
-    return sorted(runs, key=lambda r: (r.label != "reference", r.label))
+    return sorted(runs, key=lambda r: (not r.own, r.label != "reference", r.label))

@@ -14,14 +14,17 @@ def _cell(text: str) -> str:
 
 
 def engines_cell(bid: str, facts: Facts) -> str:
-    fails = [r.label for r in facts.runs if r.status(bid) == "fail"]
-    passes = sum(1 for r in facts.runs if r.status(bid) == "pass")
-    parts = []
+    """The reader's own engines' verdicts first, then which known engines fail the rule and
+    how many pass it (a check of it ran and held); else not judged."""
+    known = [r for r in facts.runs if not r.own]
+    fails = [r.label for r in known if r.status(bid) == "fail"]
+    passes = sum(1 for r in known if r.status(bid) == "pass")
+    parts = [f"<b>{r.label}</b>: {r.status(bid)}" for r in facts.runs if r.own]
     if fails:
         parts.append('<span class="kv-eng kv-fail">fails</span> ' + ", ".join(fails))
     if passes:
         parts.append(f'<span class="kv-eng kv-pass">passes</span> {passes} of '
-                     f"{len(facts.runs)}")
+                     f"{len(known)}")
     return "<br>".join(parts) or "not judged"
 
 
@@ -30,13 +33,15 @@ def render_rules(reg: Registry, order: list[str], out: Path, facts: Facts) -> No
     rows = sorted(reg.behaviours.values(),
                   key=lambda b: (rank.get(reg.chapters[b.chapter].name, len(rank)),
                                  b.id.split("-")[0], int(b.id.split("-")[1])))
-    judged = len(facts.runs)
+    judged = sum(1 for r in facts.runs if not r.own)
     lines = ["---", "hide: [toc]", "---", "", "# Rule index", "",
              f"Every rule of the spec ({len(rows)}), in the chapters' reading order. The ID "
              "opens the rule's card: why it exists, the cases that check it, the features an "
-             "engine declares for them, and each known engine's result. *Engines* counts the "
-             f"{judged} committed reports (the reference, SGLang, vLLM and TokenSpeed "
-             "revisions): which fail the rule, and how many pass it.", "",
+             "engine declares for them, and each known engine's result. *Engines* gives the "
+             "verdict of the reports given to the build (your own engine) first, then counts "
+             f"the {judged} known reports (the reference, SGLang, vLLM and TokenSpeed "
+             "revisions): which fail the rule, and how many pass it (a check of it ran and "
+             "held; a report older than kvconf-report/5 passes none).", "",
              '<div class="kv-rules" markdown>', "",
              "| rule | level | statement | chapter | engines |",
              "| --- | --- | --- | --- | --- |"]
