@@ -42,6 +42,7 @@ from kvconf.conformance.oracles import (
     Oracle,
     Violation,
 )
+from kvconf.conformance.reporting.legal_if import annotate
 from kvconf.conformance.reporting.report import (
     CaseResult,
     Coverage,
@@ -675,6 +676,7 @@ class Campaign:
                 self._settle(combine(got, self.cases[name].doc, None))
 
     def _settle(self, result: CaseResult) -> None:
+        annotate(result, self.report.run_info.features)  # which allowance would make it legal
         self.settled[result.case] = result
         self.partial.pop(result.case, None)
         self.report.results = sorted(self.settled.values(), key=lambda r: self.order[r.case])
