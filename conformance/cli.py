@@ -492,12 +492,14 @@ class _Lines(_Display):
         self.total = total
         self.place: dict[str, int] = {}
         self.began: dict[str, float] = {}
+        self.unsupported: dict[str, list[str]] = {}  # missing feature -> cases, not yet shown
 
     def plan(self, names: list[str]) -> None:
         self.total = len(names)
         self.place = {n: i for i, n in enumerate(names, 1)}
 
     def _say(self, name: str, text: str) -> None:
+        self._grouped()
         k = self.place.get(name)
         if k is None:  # a name the plan did not give: number it as it comes
             k = self.place[name] = len(self.place) + 1
@@ -510,9 +512,24 @@ class _Lines(_Display):
         self.began[name] = time.monotonic()
         self._say(name, f"start {name}")
 
+    def _grouped(self) -> None:
+        """The NOT_SUPPORTED cases gathered so far, one line per missing feature (they settle
+        together before any case runs; one line each, with their rules, buried the log)."""
+        from kvconf.conformance.running.progress import unsupported_line
+
+        for key, names in self.unsupported.items():
+            sys.stderr.write(unsupported_line(key, names) + "\n")
+        self.unsupported = {}
+        sys.stderr.flush()
+
     def end(self, name: str, status: str, detail: str = "", bad: bool = False) -> None:
         import time
 
+        if status == "NOT_SUPPORTED":
+            from kvconf.conformance.running.progress import unsupported_key
+
+            self.unsupported.setdefault(unsupported_key(detail), []).append(name)
+            return
         took = time.monotonic() - self.began.pop(name, time.monotonic())
         line = f"{status:<5} {name}  {took:.1f}s"
         if detail:
@@ -521,6 +538,9 @@ class _Lines(_Display):
 
     def note(self, name: str, text: str) -> None:
         self._say(name, text)
+
+    def close(self) -> None:
+        self._grouped()
 
 
 def _display(quiet: bool, total: int) -> _Display:
@@ -551,7 +571,8 @@ def _case_callbacks(d: _Display) -> dict:
     def on_result(r) -> None:
         bad = r.status.value not in ("PASS", "NOT_SUPPORTED", "NOT_APPLICABLE")
         rule = f"[{r.oracle}] {', '.join(r.behaviours)}: " if r.oracle else ""
-        d.end(r.case, r.status.value, rule + r.message if bad else "", bad)
+        unsupported = r.message if r.status.value == "NOT_SUPPORTED" else ""  # grouped by it
+        d.end(r.case, r.status.value, rule + r.message if bad else unsupported, bad)
 
     return {"on_plan": d.plan, "on_start": lambda case: d.start(case.name),
             "on_result": on_result,

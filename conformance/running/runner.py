@@ -755,9 +755,9 @@ def run_suite(
     (a folder, ``module:attr``, or None for none), shared by the workers.
 
     For a display: ``on_plan`` gets the names of the cases this run plays, in order, before
-    any starts; ``on_start`` and ``on_result`` each case as it starts and settles;
-    ``on_progress`` the progress notes of running fuzz units
-    (``kvconf.conformance.running.progress``)."""
+    any starts; ``on_start`` and ``on_result`` each case as it starts and settles (a case
+    the engine or config cannot run settles without a start); ``on_progress`` the progress
+    notes of running fuzz units (``kvconf.conformance.running.progress``)."""
     from kvconf.conformance.running.examples_db import open_database
 
     cases = cases if cases is not None else all_cases()
@@ -801,8 +801,7 @@ def run_suite(
         by_name = {c.name: c for c in cases}
         todo = []
         for u in units:
-            if u.case in skipped:
-                campaign.start(u)
+            if u.case in skipped:  # settled unstarted: a display groups them (never run)
                 campaign.add(u, skipped[u.case])
             else:
                 todo.append(u)
