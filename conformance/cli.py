@@ -241,7 +241,7 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     finally:
         signal.signal(signal.SIGTERM, previous)
     _emit(result, work, to_stdout, junit)
-    _print_results(result, show)
+    _print_results(result, show, work)
     where = f"standard output (working copy and traces: {work.parent})" if to_stdout else report
     show.print(f"report: {where}", highlight=False)
     if junit is not None:
@@ -599,8 +599,14 @@ def _print_table(table: Table, console: Console | None = None) -> None:
     wide.print(table)
 
 
-def _print_results(report, console: Console | None = None) -> None:
+def _print_results(report, console: Console | None = None, where: Path | None = None) -> None:
+    """The closing table; ``where``, the report's file, places its traces for the replay
+    commands printed below it (one per failing case, whole, to paste where the user is)."""
+    from kvconf.conformance.reporting.replay_cmd import from_here, replay_command
+
     console = console or out  # stderr when stdout holds the JSON report
+    folder = where.parent if where is not None else Path(".")
+    replays = []
     table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
                   f"{report.run_info.profile}, {report.run_info.budget})")
     table.add_column("case", no_wrap=True)
@@ -613,8 +619,10 @@ def _print_results(report, console: Console | None = None) -> None:
             detail = ", ".join(r.behaviours) if len(r.behaviours) <= 6 else (
                 f"{len(r.behaviours)} behaviours")
         else:
-            where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
-            detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}")
+            at = f" (step {r.step}, trace {from_here(folder / r.trace)})" if r.trace else ""
+            detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{at}")
+            if r.trace:
+                replays.append(replay_command(folder, r.trace, report.run_info.engine))
             if len(r.findings) > 1:
                 detail += escape(f"; {len(r.findings)} distinct findings: "
                                  + ", ".join(f.signature for f in r.findings))
@@ -627,6 +635,8 @@ def _print_results(report, console: Console | None = None) -> None:
             status += " (known)"
         table.add_row(escape(r.case), status, f"{r.duration_s:.2f}", detail)
     _print_table(table, console)
+    for command in replays:  # never wrapped: a command is copied whole
+        console.print(f"replay: {command}", markup=False, highlight=False, soft_wrap=True)
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
     console.print(summary)
@@ -803,7 +813,7 @@ def merge(
             write_junit(result, junit, report.parent)
     except KitError as e:
         _die(str(e))
-    _print_results(result)
+    _print_results(result, where=report)
     out.print(f"merged {len(shards)} shards: {report}")
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
 
