@@ -23,8 +23,8 @@ class Match:
     """What a match found: the longest cached whole-page prefix on each tier (TREE-1), its pages,
     and the node handles to lock it by."""
 
-    device_len: int
-    host_len: int
+    device_len: int  # the longest whole-page prefix of the query the device tier holds
+    host_len: int  # the longest whole-page prefix of the query the host tier holds
     device_pages: tuple[int, ...]
     host_pages: tuple[int, ...]
     device_node: Any
@@ -36,7 +36,7 @@ class Inserted:
     """What an insert did: how much of the prefix is now cached, and which of the caller's pages
     went back to the free list because the tree already held them (TREE-5)."""
 
-    cached_len: int
+    cached_len: int  # tokens of the prefix already cached before this insert (SGLang's meaning)
     freed: tuple[int, ...]  # caller pages the engine returned to its free list
 
 
@@ -65,9 +65,13 @@ class CacheEngine(Protocol):
     def match(self, namespace: int, tokens: Sequence[int]) -> Match: ...
     def insert(self, namespace: int, tokens: Sequence[int], pages: Sequence[int]) -> Inserted: ...
     def lock(self, node: Any, tier: Tier) -> Any: ...
-    def unlock(self, handle: Any) -> None: ...
-    def evict(self, tier: Tier, num_pages: int) -> int: ...
-    def start_writeback(self, node: Any) -> CopyOp | None: ...
+    def unlock(self, handle: Any) -> None:
+        """Release a lock; one already released is refused by raising EngineRejected (PIN-3)."""
+    def evict(self, tier: Tier, num_pages: int) -> int:
+        """Free at least ``num_pages`` pages of ``tier`` while candidates last; returns the pages
+        freed (EVICT-4)."""
+    def start_writeback(self, node: Any) -> CopyOp | None:
+        """Start copying a node's device pages to host; the copy, or None when declined."""
     def start_loadback(self, node: Any) -> CopyOp | None: ...
     def finish_transfer(self, op_id: Any, success: bool) -> None: ...
     def drain_events(self) -> list[KVEvent]: ...
