@@ -890,6 +890,11 @@ def replay(
                            "worker (no crash or hang isolation: for debuggers).")
     ] = False,
     call_timeout: CallTimeoutOpt = 60.0,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Then show the engine's and the reference's answer "
+                           "side by side at every step (cache and hybrid levels; played in "
+                           "kvconf's own process).")
+    ] = False,
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks or the
     engine crashes or hangs (CRASH and TIMEOUT traces replay as they were found)."""
@@ -919,6 +924,8 @@ def replay(
         _die(f"{trace}: {e}" if not str(e).startswith(str(trace)) else str(e))
     except EngineUnavailable as e:
         _die(f"engine {engine} is not available: {e}")
+    if explain:
+        _explain(t, engine, doc.get("step"))
     if doc["status"] == "PASS":
         out.print(f"[green]PASS[/] {escape(str(trace))} on {escape(engine)}: {doc['steps']} "
                   "steps, every oracle held", highlight=False)
@@ -940,6 +947,30 @@ def replay(
                 out.print(f"[bold]{part}[/]:", highlight=False)
                 out.print(doc[part], markup=False, highlight=False)
     raise typer.Exit(EXIT_FAIL)
+
+
+def _explain(t, engine: str, failed_step: int | None) -> None:
+    """``replay --explain``: both answers at every step (``kvconf.conformance.reporting.explain``)
+    before the verdict's line."""
+    from kvconf.conformance.adapters import engine_factory, hybrid_engine_factory
+    from kvconf.conformance.reporting import explain as ex
+    from kvconf.conformance.trace import Trace
+
+    if isinstance(t, Trace):
+        mine, ref = engine_factory(engine), engine_factory("reference")
+    elif getattr(t, "level", None) == "hybrid":
+        mine, ref = hybrid_engine_factory(engine), hybrid_engine_factory("reference")
+    else:
+        out.print("--explain: a scheduler-level trace's plans are the engine's own decisions, "
+                  "not answers to the same calls; not set side by side (the verdict below "
+                  "names the plan)", highlight=False)
+        return
+    shown = ex.explain(t, mine, ref, failed_step)
+    if _isatty(out.file):
+        _print_table(ex.table(shown, engine))
+    else:
+        for line in ex.plain(shown, engine):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _replay_here(t, engine: str, determinism: bool) -> dict:

@@ -5,8 +5,11 @@ site shows it as a page instead of opening the raw file: a cache-level trace's s
 operation, arguments, what the trace expects) with the step the run failed at marked, a
 scheduler-level trace's workload in plan order (arrivals, aborts, how each writeback and L3
 transfer is acknowledged). Beside them, what the reference does with the same trace (its answer
-to each cache-level step, its plans for a workload): the behaviour the engine was held to. The
-JSON itself stays beside the page, to download and replay.
+to each cache-level step, its plans for a workload): the behaviour the engine was held to. Where
+the engine that ran is installed where the site is built, at the version that ran, a cache-level
+trace shows its answer beside the reference's at every step, as ``kvconf replay --explain``
+prints it (``kvconf.conformance.reporting.explain``). The JSON itself stays beside the page, to
+download and replay.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def _value(key: str, v) -> str:
     return f"{key} {json.dumps(v) if not isinstance(v, str) else v}"
 
 
-def _expect(e: dict | None) -> str:
+def describe_expect(e: dict | None) -> str:
+    """What a step's ``expect`` asks, in words."""
     if not e:
         return ""
     parts = []
@@ -61,6 +65,11 @@ def _expect(e: dict | None) -> str:
         else:
             parts.append(f"{k.replace('_', ' ')} = {v}")
     return "expects " + ", ".join(parts) if parts else ""
+
+
+def describe_args(step: dict) -> str:
+    """A step's arguments, in words (its operation and expectation left out)."""
+    return ", ".join(_value(k, v) for k, v in step.items() if k not in ("op", "expect"))
 
 
 _LOGS: dict[str, tuple[list | None, str]] = {}  # one play per distinct trace in a build
@@ -132,12 +141,11 @@ def cache_rows(trace: dict, failed_step: int | None, log: list | None = None) ->
     answers."""
     rows = []
     for i, s in enumerate(trace.get("steps", [])):
-        args = [_value(k, v) for k, v in s.items() if k not in ("op", "expect")]
-        outcome = _expect(s.get("expect"))
+        outcome = describe_expect(s.get("expect"))
         if log is not None and i < len(log):
             ref = answer(log[i])
             outcome = "; ".join(x for x in (outcome, f"reference: {ref}" if ref else "") if x)
-        rows.append(Row(str(i), str(s.get("op", "?")), ", ".join(args), outcome,
+        rows.append(Row(str(i), str(s.get("op", "?")), describe_args(s), outcome,
                         i == failed_step))
     return rows
 
@@ -198,9 +206,47 @@ def _table(rows: list[Row], step_head: str, outcome: bool = True) -> list[str]:
     return out
 
 
-def render(trace: dict, *, failed_step: int | None, source: str) -> list[str]:
+def engine_side(trace: dict, engine: str | None, version: str | None,
+                failed_step: int | None):
+    """The engine's answers beside the reference's at every step of a cache-level trace
+    (``kvconf.conformance.reporting.explain``, what ``kvconf replay --explain`` prints), when
+    ``engine`` is installed here at the ``version`` that ran; else None (the page then shows
+    the reference's answers alone)."""
+    if not engine or engine == "reference" or trace.get("level") != "cache":
+        return None
+    from kvconf.conformance.adapters import engine_factory
+    from kvconf.conformance.reporting.explain import explain
+    from kvconf.conformance.trace import parse_any_trace
+
+    try:
+        t = parse_any_trace(json.dumps(trace))
+        factory = engine_factory(engine)
+        if factory(t.config).version != version:
+            return None  # another build of the engine would answer for one that did not run
+        return explain(t, factory, engine_factory("reference"), failed_step)
+    except Exception:  # not installed, or will not start here: the reference's answers alone
+        return None
+
+
+def _side_table(ex, engine: str) -> list[str]:
+    from kvconf.conformance.reporting.explain import cells, summary
+
+    out = [*summary(ex, f"`{engine}`"), "",
+           f"| step | operation | arguments | expects | {engine} | reference | |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r, row in zip(ex.rows, cells(ex), strict=True):
+        mark = "**" if r.step == ex.failed_step or r.step == ex.first_difference else ""
+        step, op, args, expects, mine, ref, note = (c.replace("|", "\\|") for c in row)
+        out.append(f"| {mark}{step}{mark} | {op} | {args} | {expects} | {mine} | {ref} | "
+                   f"{mark}{note}{mark} |")
+    return out
+
+
+def render(trace: dict, *, failed_step: int | None, source: str, engine: str | None = None,
+           version: str | None = None) -> list[str]:
     """The trace's body as Markdown lines (config, then steps); ``source`` names the file in
-    messages."""
+    messages; ``engine`` and ``version``, the run's, set its answers beside the reference's
+    where it is installed here (``engine_side``)."""
     level = trace.get("level")
     if trace.get("format") != "kvconf-trace/1" or level not in ("cache", "scheduler"):
         raise KitError(f"{source}: not a kvconf-trace/1 trace (format {trace.get('format')!r},"
@@ -210,6 +256,12 @@ def render(trace: dict, *, failed_step: int | None, source: str) -> list[str]:
     if trace.get("behaviours"):
         lines[0] += f" **Written for**: {', '.join(trace['behaviours'])}."
     lines.append("")
+    side = engine_side(trace, engine, version, failed_step)
+    if side is not None:
+        lines += [f"{len(side.rows)} steps (clock: {trace.get('clock', 'per_step')}; an "
+                  "`unlock`, `writeback` or `ack` names the step it refers to by its number), "
+                  f"replayed here with `{engine}` {version}.", ""]
+        return lines + _side_table(side, engine)
     log, why = reference_log(trace)
     if level == "cache":
         rows = cache_rows(trace, failed_step, log)
