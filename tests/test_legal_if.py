@@ -79,3 +79,21 @@ def test_a_run_of_an_undeclared_choice_says_what_would_make_it_legal():
             assert got.message.endswith("; may be legal if the engine declares page_eviction "
                                         "(EVICT-6) or inclusive_host_tier (HOST-12)")
             assert all("page_eviction (EVICT-6)" in f.message for f in got.findings)
+
+
+def page_by_page(config):
+    """The page-by-page variant without ``page_eviction`` (module:factory, for replay)."""
+    variant = next(v for v in all_variants() if v.name == "EvictsPageByPage")
+    return variant.factory(with_features=False)(config)
+
+
+@pytest.mark.behaviours("EVICT-4")
+def test_replay_says_it_too():
+    from kvconf.conformance.cache.scenarios import SCENARIOS
+    from kvconf.conformance.running.worker import replay_doc
+
+    sc = next(s for s in SCENARIOS if s.name == "eviction-frees-whole-victims")
+    doc = replay_doc(f"{__name__}:page_by_page", sc.trace(EngineConfig()))
+    assert doc["status"] == "FAIL" and doc["behaviours"] == ["EVICT-4"]
+    assert doc["message"].endswith("; may be legal if the engine declares page_eviction (EVICT-6) "
+                                   "or inclusive_host_tier (HOST-12)")
