@@ -105,7 +105,7 @@ def explain(trace, factory: Callable, reference: Callable,
             failed_step: int | None = None) -> Explanation:
     """Both plays of a cache- or hybrid-level ``trace`` side by side (module docstring)."""
     from kvconf.conformance.hybrid.trace import HybridTrace
-    from kvconf.conformance.reporting.trace_page import describe_args, describe_expect
+    from kvconf.conformance.reporting.step_words import describe_args, describe_expect
 
     mine, ref = play_unjudged(factory, trace), play_unjudged(reference, trace)
     rows: list[Side] = []
@@ -127,7 +127,7 @@ def words(answer: dict[str, Any] | None, level: str = "cache") -> str:
     """An answer in words (``matches 4 tokens on device, 0 on host``), ``-`` for none."""
     if answer is None:
         return "-"
-    from kvconf.conformance.reporting.trace_page import answer as cache_words
+    from kvconf.conformance.reporting.step_words import answer as cache_words
 
     said = cache_words(answer) if level == "cache" else ""
     if said:
