@@ -892,8 +892,8 @@ def replay(
     call_timeout: CallTimeoutOpt = 60.0,
     explain: Annotated[
         bool, typer.Option("--explain", help="Then show the engine's and the reference's answer "
-                           "side by side at every step (cache and hybrid levels; played in "
-                           "kvconf's own process).")
+                           "side by side at every step (a scheduler-level trace: plan by plan; "
+                           "played in kvconf's own process).")
     ] = False,
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks or the
@@ -952,20 +952,22 @@ def replay(
 def _explain(t, engine: str, failed_step: int | None) -> None:
     """``replay --explain``: both answers at every step (``kvconf.conformance.reporting.explain``)
     before the verdict's line."""
-    from kvconf.conformance.adapters import engine_factory, hybrid_engine_factory
+    from kvconf.conformance.adapters import (
+        engine_factory,
+        hybrid_engine_factory,
+        sched_engine_factory,
+    )
     from kvconf.conformance.reporting import explain as ex
     from kvconf.conformance.trace import Trace
 
     if isinstance(t, Trace):
-        mine, ref = engine_factory(engine), engine_factory("reference")
+        shown = ex.explain(t, engine_factory(engine), engine_factory("reference"), failed_step)
     elif getattr(t, "level", None) == "hybrid":
-        mine, ref = hybrid_engine_factory(engine), hybrid_engine_factory("reference")
+        shown = ex.explain(t, hybrid_engine_factory(engine), hybrid_engine_factory("reference"),
+                           failed_step)
     else:
-        out.print("--explain: a scheduler-level trace's plans are the engine's own decisions, "
-                  "not answers to the same calls; not set side by side (the verdict below "
-                  "names the plan)", highlight=False)
-        return
-    shown = ex.explain(t, mine, ref, failed_step)
+        shown = ex.explain_plans(t, sched_engine_factory(engine),
+                                 sched_engine_factory("reference"), failed_step)
     if _isatty(out.file):
         _print_table(ex.table(shown, engine))
     else:

@@ -98,8 +98,43 @@ def test_the_trace_page_shows_the_engine_where_it_is_installed_at_that_version()
     engine = f"{__name__}:now_cached"
     page = "\n".join(trace_page.render(t, failed_step=0, source="t.json", engine=engine,
                                        version="now-cached-1"))
-    assert f"| step | operation | arguments | expects | {engine} | reference | |" in page
+    assert f"| step | op | arguments | expects | {engine} | reference |  |" in page
     assert "| **0** | insert |" in page and "**first difference, failed here** |" in page
     other = "\n".join(trace_page.render(t, failed_step=0, source="t.json", engine=engine,
                                         version="another build"))
     assert f"| {engine} |" not in other and "reference: had 0 tokens cached" in other
+
+
+def test_a_workload_sets_the_plans_side_by_side():
+    """At the scheduler level the engine plans for itself: a legal variant that mixes every
+    batch plans otherwise than the reference on its witness, plan by plan."""
+    from kvconf.conformance.adapters import sched_engine_factory
+    from kvconf.conformance.reporting.explain import explain_plans
+    from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+    from kvconf.conformance.variants import all_variants
+    from kvconf.conformance.variants.matrix import witness
+
+    variant = next(v for v in all_variants() if v.name == "MixesEveryBatch")
+    sc = next(s for s in SCHED_SCENARIOS if s.name == witness(variant))
+    ex = explain_plans(sc.trace, variant.factory(), sched_engine_factory("reference"))
+    assert ex.level == "scheduler" and ex.first_difference is not None
+    assert not ex.engine_stopped and not ex.reference_stopped
+    k = ex.first_difference
+    row = next(r for r in ex.rows if r.step == k)
+    assert row.engine["rows"] != row.reference["rows"]
+    assert all(not r.differs for r in ex.rows if r.step < k)
+    lines = plain(ex, "mixes")
+    assert lines[0].startswith("mixes beside the reference, plan by plan") and \
+        f"first differ at plan {k}" in lines[0]
+    assert lines[2].split() == ["plan", "mixes", "reference"]
+
+
+def test_replay_explain_of_a_workload(tmp_path: Path):
+    from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
+
+    path = tmp_path / "w.json"
+    path.write_text(trace_text(SCHED_SCENARIOS[0].trace))
+    r = CliRunner().invoke(app, ["replay", str(path), "--engine", "reference", "--explain"])
+    assert r.exit_code == 0, r.output
+    assert "plan by plan" in r.output and "they answer alike at every plan" in r.output
+    assert r.output.splitlines()[-1].startswith("PASS ")

@@ -11,8 +11,11 @@ step is where the engine's behaviour left the reference's, which may be well bef
 rule caught it at. A difference is not a verdict: an engine that declares an allowance answers
 otherwise legally (a match that leaves the last token, a page-by-page eviction).
 
-The cache level and the hybrid cache level are played call by call; a scheduler-level trace's
-engine decides every plan itself, so its plans are not set side by side here.
+The cache level and the hybrid cache level are played call by call. At the scheduler level the
+engine decides every plan itself: its plans are set beside the reference's plan by plan (each
+row's request, kind and positions, and the copies asked for; page tables, the engine's own ids,
+left out), played with the memory checks alone and no probes, so the engine's column ends where
+its run breaks a rule.
 """
 
 from __future__ import annotations
@@ -82,6 +85,45 @@ def play_unjudged(factory: Callable, trace) -> Play:
     return got
 
 
+def play_plans(factory: Callable, trace) -> Play:
+    """A workload's plans on a fresh scheduler engine of ``factory``, in words
+    (``plans_in_words``): as far as the run goes with the memory checks alone."""
+    from kvconf.conformance.reporting.step_words import plans_in_words
+    from kvconf.conformance.runtime.memory import shadow_memory
+    from kvconf.conformance.scheduler.generator import _driver
+
+    got = Play()
+    driver = None
+    try:
+        driver = _driver(factory, trace, shadow_memory, True, probes="none")
+        driver.run()
+    except Violation as v:
+        got.stopped = f"[{v.oracle}] {', '.join(v.behaviours)}: {v.message}"
+    except Exception as e:  # the engine would not even start: said, not raised
+        got.stopped = f"{type(e).__name__}: {e}"
+    log = driver.log if driver is not None else []
+    got.answers = [{"op": "plan", "step": step, "rows": work, "copies": moved}
+                   for step, work, moved in plans_in_words(log)]
+    return got
+
+
+def explain_plans(trace, factory: Callable, reference: Callable,
+                  failed_step: int | None = None) -> Explanation:
+    """A workload's plans on the engine and on the reference, plan by plan."""
+    mine, ref = play_plans(factory, trace), play_plans(reference, trace)
+    steps = sorted({a["step"] for a in mine.answers} | {a["step"] for a in ref.answers})
+    by_mine = {a["step"]: a for a in mine.answers}
+    by_ref = {a["step"]: a for a in ref.answers}
+    rows, first = [], None
+    for k in steps:
+        a, b = by_mine.get(k), by_ref.get(k)
+        differs = visible(a) != visible(b)
+        if differs and first is None:
+            first = k
+        rows.append(Side(k, "plan", "", "", a, b, differs))
+    return Explanation("scheduler", rows, first, failed_step, mine.stopped, ref.stopped)
+
+
 def _count(v: Any) -> Any:
     """A page list by its length; a list of page lists (a hybrid table per group) by theirs."""
     if isinstance(v, list) and any(isinstance(x, list) for x in v):
@@ -132,6 +174,8 @@ def words(answer: dict[str, Any] | None, level: str = "cache") -> str:
     said = cache_words(answer) if level == "cache" else ""
     if said:
         return said
+    if level == "scheduler":
+        return answer["rows"] + (f"; copies: {answer['copies']}" if answer["copies"] else "")
     rest = {k: v for k, v in answer.items() if k != "op"}
     return ", ".join(f"{k} {v}" for k, v in rest.items()) or "done"
 
@@ -149,25 +193,33 @@ def marks(row: Side, ex: Explanation) -> str:
     return ", ".join(out)
 
 
-HEAD = ("step", "op", "arguments", "expects", "engine", "reference", "")
+def head(ex: Explanation, engine: str) -> tuple[str, ...]:
+    """The columns: a step's number, operation, arguments and expectation (a plan's number
+    alone at the scheduler level), the two answers, the marks."""
+    first = ("plan",) if ex.level == "scheduler" else ("step", "op", "arguments", "expects")
+    return (*first, engine, "reference", "")
 
 
 def cells(ex: Explanation) -> list[tuple[str, ...]]:
-    """Each step's row as text: number, operation, arguments, expectation, the two answers and
-    the marks (Markdown's backticks left out)."""
-    return [tuple(c.replace("`", "") for c in (
-        str(r.step), r.op, r.args, r.expects, words(r.engine, ex.level),
-        words(r.reference, ex.level), marks(r, ex)))
-        for r in ex.rows]
+    """Each row as text, as ``head`` names the columns (Markdown's backticks left out)."""
+    out = []
+    for r in ex.rows:
+        first = ((str(r.step),) if ex.level == "scheduler"
+                 else (str(r.step), r.op, r.args, r.expects))
+        row = (*first, words(r.engine, ex.level), words(r.reference, ex.level), marks(r, ex))
+        out.append(tuple(c.replace("`", "") for c in row))
+    return out
 
 
 def summary(ex: Explanation, engine: str) -> list[str]:
     """What the table shows, in a line or three: where the answers part, where the run failed,
     and where a play stopped."""
-    lines = [f"{engine} beside the reference, step by step, each played unjudged: "
-             + (f"they first differ at step {ex.first_difference}" if ex.first_difference
-                is not None else "they answer alike at every step")
-             + (f"; the judged run failed at step {ex.failed_step}" if ex.failed_step
+    unit = "plan" if ex.level == "scheduler" else "step"
+    how = ("with the memory checks alone" if ex.level == "scheduler" else "unjudged")
+    lines = [f"{engine} beside the reference, {unit} by {unit}, each played {how}: "
+             + (f"they first differ at {unit} {ex.first_difference}" if ex.first_difference
+                is not None else f"they answer alike at every {unit}")
+             + (f"; the judged run failed at {unit} {ex.failed_step}" if ex.failed_step
                 is not None else "") + "."]
     if ex.engine_stopped:
         lines.append(f"{engine} stopped: {ex.engine_stopped}")
@@ -178,9 +230,8 @@ def summary(ex: Explanation, engine: str) -> list[str]:
 
 def plain(ex: Explanation, engine: str) -> list[str]:
     """The explanation as aligned plain text (a pipe, a log)."""
-    head = (*HEAD[:4], engine, "reference", "")
-    rows = [head, *cells(ex)]
-    width = [max(len(r[k]) for r in rows) for k in range(len(head))]
+    rows = [head(ex, engine), *cells(ex)]
+    width = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     text = ["  ".join(c.ljust(w) for c, w in zip(r, width, strict=True)).rstrip() for r in rows]
     return [*summary(ex, engine), "", *text]
 
@@ -192,7 +243,7 @@ def table(ex: Explanation, engine: str):
     from rich.table import Table
 
     t = Table(title="\n".join(summary(ex, engine)), title_justify="left")
-    for name in (*HEAD[:4], engine, "reference", ""):
+    for name in head(ex, engine):
         t.add_column(escape(name), overflow="fold")
     for r, row in zip(ex.rows, cells(ex), strict=True):
         style = "red" if r.step == ex.failed_step else "yellow" if r.differs else None

@@ -79,3 +79,28 @@ def answer(out: dict) -> str:
     if out.get("events"):
         parts.append(_events(out["events"]))
     return "; ".join(parts)
+
+
+AT_REST = "kvconf-at-rest"  # the driver's own request, played once the workload is done
+
+
+def plans_in_words(log: list) -> list[tuple[int, str, str]]:
+    """A scheduler driver's plans, up to the kit's at-rest check: (plan, its rows: each
+    request, kind and token positions; the copies it asks for). Page tables are left out:
+    they are the engine's own ids."""
+    out = []
+    for entry in log:
+        if not entry or entry[0] != "plan":
+            continue
+        _tag, step, prows, copies = entry[:4]
+        if any(r[0] == AT_REST for r in prows):
+            break
+        work = "; ".join(
+            f"`{rid}` {kind} " + (f"positions {start}-{start + n - 1}" if n > 1
+                                  else f"position {start}")
+            + (f" (reuses {reused})" if reused else "")
+            for rid, kind, start, n, reused, _table in prows)
+        moved = "; ".join(f"{c[0]} {len(c[1])} pages" if len(c) == 2
+                          else f"{c[0]} of `{c[1]}`" for c in copies)
+        out.append((step, work or "nothing", moved))
+    return out

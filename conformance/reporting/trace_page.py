@@ -6,10 +6,10 @@ operation, arguments, what the trace expects) with the step the run failed at ma
 scheduler-level trace's workload in plan order (arrivals, aborts, how each writeback and L3
 transfer is acknowledged). Beside them, what the reference does with the same trace (its answer
 to each cache-level step, its plans for a workload): the behaviour the engine was held to. Where
-the engine that ran is installed where the site is built, at the version that ran, a cache-level
-trace shows its answer beside the reference's at every step, as ``kvconf replay --explain``
-prints it (``kvconf.conformance.reporting.explain``). The JSON itself stays beside the page, to
-download and replay.
+the engine that ran is installed where the site is built, at the version that ran, the page
+shows its answer beside the reference's at every step (its plans beside the reference's, for a
+workload), as ``kvconf replay --explain`` prints it (``kvconf.conformance.reporting.explain``).
+The JSON itself stays beside the page, to download and replay.
 """
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ import json
 from dataclasses import dataclass
 
 from kvconf.conformance.errors import KitError
-from kvconf.conformance.reporting.step_words import answer, describe_args, describe_expect, tokens
+from kvconf.conformance.reporting.step_words import (
+    answer,
+    describe_args,
+    describe_expect,
+    plans_in_words,
+    tokens,
+)
 
 
 @dataclass(slots=True)
@@ -76,28 +82,12 @@ def cache_rows(trace: dict, failed_step: int | None, log: list | None = None) ->
     return rows
 
 
-AT_REST = "kvconf-at-rest"  # the driver's own request, played once the workload is done
 MAX_PLANS = 60
 
 
 def plan_rows(log: list) -> list[Row]:
     """The reference's plans for a workload, up to the kit's at-rest check."""
-    rows = []
-    for entry in log:
-        if not entry or entry[0] != "plan":
-            continue
-        _tag, step, prows, copies = entry[:4]
-        if any(r[0] == AT_REST for r in prows):
-            break
-        work = "; ".join(
-            f"`{rid}` {kind} " + (f"positions {start}-{start + n - 1}" if n > 1
-                                  else f"position {start}")
-            + (f" (reuses {reused})" if reused else "")
-            for rid, kind, start, n, reused, _table in prows)
-        moved = "; ".join(f"{c[0]} {len(c[1])} pages" if len(c) == 2
-                          else f"{c[0]} of `{c[1]}`" for c in copies)
-        rows.append(Row(str(step), work or "nothing", moved, ""))
-    return rows
+    return [Row(str(step), work, moved, "") for step, work, moved in plans_in_words(log)]
 
 
 def scheduler_rows(trace: dict) -> list[Row]:
@@ -134,37 +124,40 @@ def _table(rows: list[Row], step_head: str, outcome: bool = True) -> list[str]:
 
 def engine_side(trace: dict, engine: str | None, version: str | None,
                 failed_step: int | None):
-    """The engine's answers beside the reference's at every step of a cache-level trace
-    (``kvconf.conformance.reporting.explain``, what ``kvconf replay --explain`` prints), when
-    ``engine`` is installed here at the ``version`` that ran; else None (the page then shows
-    the reference's answers alone)."""
-    if not engine or engine == "reference" or trace.get("level") != "cache":
+    """The engine's answers beside the reference's at every step of a cache-level trace (plan
+    by plan at the scheduler level; ``kvconf.conformance.reporting.explain``, what ``kvconf
+    replay --explain`` prints), when ``engine`` is installed here at the ``version`` that ran;
+    else None (the page then shows the reference's answers alone)."""
+    if not engine or engine == "reference" or trace.get("level") not in ("cache", "scheduler"):
         return None
-    from kvconf.conformance.adapters import engine_factory
-    from kvconf.conformance.reporting.explain import explain
-    from kvconf.conformance.trace import parse_any_trace
+    from kvconf.conformance.adapters import engine_factory, sched_engine_factory
+    from kvconf.conformance.reporting.explain import explain, explain_plans
+    from kvconf.conformance.trace import Trace, parse_any_trace
 
     try:
         t = parse_any_trace(json.dumps(trace))
-        factory = engine_factory(engine)
-        if factory(t.config).version != version:
+        cache = isinstance(t, Trace)
+        factory = engine_factory(engine) if cache else sched_engine_factory(engine)
+        if factory is None or factory(t.config).version != version:
             return None  # another build of the engine would answer for one that did not run
-        return explain(t, factory, engine_factory("reference"), failed_step)
+        if cache:
+            return explain(t, factory, engine_factory("reference"), failed_step)
+        return explain_plans(t, factory, sched_engine_factory("reference"), failed_step)
     except Exception:  # not installed, or will not start here: the reference's answers alone
         return None
 
 
 def _side_table(ex, engine: str) -> list[str]:
-    from kvconf.conformance.reporting.explain import cells, summary
+    from kvconf.conformance.reporting.explain import cells, head, summary
 
-    out = [*summary(ex, f"`{engine}`"), "",
-           f"| step | operation | arguments | expects | {engine} | reference | |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+    names = head(ex, engine)
+    out = [*summary(ex, f"`{engine}`"), "", "| " + " | ".join(names) + " |",
+           "|" + " --- |" * len(names)]
     for r, row in zip(ex.rows, cells(ex), strict=True):
         mark = "**" if r.step == ex.failed_step or r.step == ex.first_difference else ""
-        step, op, args, expects, mine, ref, note = (c.replace("|", "\\|") for c in row)
-        out.append(f"| {mark}{step}{mark} | {op} | {args} | {expects} | {mine} | {ref} | "
-                   f"{mark}{note}{mark} |")
+        row = [c.replace("|", "\\|") for c in row]
+        row[0], row[-1] = f"{mark}{row[0]}{mark}", f"{mark}{row[-1]}{mark}" if row[-1] else ""
+        out.append("| " + " | ".join(row) + " |")
     return out
 
 
@@ -183,7 +176,7 @@ def render(trace: dict, *, failed_step: int | None, source: str, engine: str | N
         lines[0] += f" **Written for**: {', '.join(trace['behaviours'])}."
     lines.append("")
     side = engine_side(trace, engine, version, failed_step)
-    if side is not None:
+    if side is not None and level == "cache":
         lines += [f"{len(side.rows)} steps (clock: {trace.get('clock', 'per_step')}; an "
                   "`unlock`, `writeback` or `ack` names the step it refers to by its number), "
                   f"replayed here with `{engine}` {version}.", ""]
@@ -215,6 +208,9 @@ def render(trace: dict, *, failed_step: int | None, source: str, engine: str | N
     if trace.get("l3_acks"):
         lines += ["", "L3 transfers end, in order and then cycled: "
                   + ", ".join(f"#{i + 1} {a}" for i, a in enumerate(trace["l3_acks"])) + "."]
+    if side is not None:
+        return lines + ["", "## The engine's plans beside the reference's", "",
+                        *_side_table(side, engine)]
     lines += ["", "## What the reference plans for it", ""]
     if log is None:
         return lines + [why]
