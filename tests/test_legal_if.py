@@ -97,3 +97,37 @@ def test_replay_says_it_too():
     assert doc["status"] == "FAIL" and doc["behaviours"] == ["EVICT-4"]
     assert doc["message"].endswith("; may be legal if the engine declares page_eviction (EVICT-6) "
                                    "or inclusive_host_tier (HOST-12)")
+
+
+ALLOWANCE_VARIANTS = [v for v in all_variants() if v.features & set(ALLOWANCES)]
+
+
+@pytest.mark.parametrize("variant", ALLOWANCE_VARIANTS, ids=lambda v: v.name)
+def test_each_allowance_taken_undeclared_gets_its_hint(variant):
+    """The registry's mapping is what an engine meets: the legal variant that takes an
+    allowance's choice, run without declaring it, fails some case with a rule whose hint names
+    that allowance (its first such case ends the search)."""
+    from kvconf.conformance.mutants.kill import level_of
+    from kvconf.conformance.running.runner import all_cases
+    from kvconf.conformance.variants.matrix import _runs
+
+    factory = variant.factory(with_features=False)
+    level, config = level_of(variant.level)
+    features = frozenset({level}) | factory(config).features
+    ctx = RunContext("x", factory if level is Feature.CACHE else None, EngineConfig(), 0,
+                     get_profile("ci"), Budget(examples=20), None,
+                     sched_factory=factory if level is Feature.SCHEDULER else None,
+                     hybrid_factory=factory if level is Feature.HYBRID else None,
+                     features=features, first_only=True)
+    taken = {f.value for f in variant.features & set(ALLOWANCES)}
+    for case in all_cases():
+        if not _runs(variant, features, case):
+            continue
+        result = run_case(ctx, case)
+        if result.status is Status.FAIL and taken & set(
+                a for b in result.behaviours for a in load_registry().behaviours[b].allowances):
+            hint = legal_if(result.behaviours, [f.value for f in features])
+            assert hint.startswith("; may be legal if the engine declares ")
+            assert any(f"{name} ({ALLOWANCES[Feature(name)]})" in hint for name in taken), hint
+            return
+    pytest.fail(f"{variant.name} without {sorted(taken)} broke no rule that names it")
