@@ -493,6 +493,7 @@ class _Lines(_Display):
         self.place: dict[str, int] = {}
         self.began: dict[str, float] = {}
         self.unsupported: dict[str, list[str]] = {}  # missing feature -> cases, not yet shown
+        self.any_started = False
 
     def plan(self, names: list[str]) -> None:
         self.total = len(names)
@@ -510,6 +511,7 @@ class _Lines(_Display):
         import time
 
         self.began[name] = time.monotonic()
+        self.any_started = True
         self._say(name, f"start {name}")
 
     def _grouped(self) -> None:
@@ -529,6 +531,8 @@ class _Lines(_Display):
             from kvconf.conformance.running.progress import unsupported_key
 
             self.unsupported.setdefault(unsupported_key(detail), []).append(name)
+            if not self.any_started and name in self.place:  # before any start: renumber
+                self.plan([n for n in self.place if n != name])
             return
         took = time.monotonic() - self.began.pop(name, time.monotonic())
         line = f"{status:<5} {name}  {took:.1f}s"
