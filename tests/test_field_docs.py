@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Annotated
 
 import pytest
 
@@ -15,6 +16,13 @@ from kvconf.conformance.engine.field_docs import attribute_doc, compared, meanin
 from kvconf.conformance.engine.protocol import CacheEngine, Inserted, Match
 from kvconf.conformance.oracles import Violation
 from kvconf.conformance.running.runner import play
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A definition carried in ``Annotated`` metadata (as the protocol's ``Doc`` is)."""
+
+    text: str
 
 
 @dataclass
@@ -30,6 +38,7 @@ class _Styles:
     """said in a string after it. More."""
     commented: int = 0  # said in the comment # that ends its line. More.
     in_docstring: int = 0
+    annotated: Annotated[int, Doc("said in its annotation. More.")] = 0
     bare: int = 0
 
     def method(self) -> None:
@@ -42,6 +51,7 @@ class _Styles:
     ("commented", "said in the comment # that ends its line"),
     ("in_docstring", "said in the class docstring, over two lines"),
     ("method", "Said in the method's docstring"),
+    ("annotated", "said in its annotation"),
     ("bare", None),
 ])
 def test_every_documenting_style_is_read(name: str, doc: str | None):

@@ -4,7 +4,8 @@ A failure that compares a field (``cached_len is 12, the trace expects 0``) tell
 the kit wants only if it says what the field is. The meaning is defined once, where the field is
 declared (``kvconf.conformance.engine.protocol``, the reference's hybrid types): this module
 reads it from there rather than keeping a copy that could drift. A field's documentation is the
-first that exists of: the dataclass field's ``metadata["doc"]``, the string literal after the
+first that exists of: the text its ``Annotated`` metadata carries (a ``Doc("...")`` or a str),
+the dataclass field's ``metadata["doc"]``, the string literal after the
 field (an attribute docstring), the comment that ends the field's line, and a ``name: text``
 line in the class's docstring; a method's is its docstring. Only the first sentence is used.
 """
@@ -18,6 +19,7 @@ import io
 import re
 import textwrap
 import tokenize
+import typing
 from functools import cache
 
 
@@ -47,9 +49,26 @@ def _comment(line: str) -> str | None:
     return None
 
 
+def _annotated(owner: type, name: str) -> str | None:
+    """The text an ``Annotated[type, Doc("...")]`` annotation gives ``name``: a metadata item
+    that is a str or has a str ``text``."""
+    try:
+        hints = typing.get_type_hints(owner, include_extras=True)
+    except Exception:  # a name the annotations use that does not resolve here: no meaning
+        return None
+    for item in getattr(hints.get(name), "__metadata__", ()):
+        text = item if isinstance(item, str) else getattr(item, "text", None)
+        if isinstance(text, str) and text:
+            return text
+    return None
+
+
 @cache
 def attribute_doc(owner: type, name: str) -> str | None:
     """The first sentence of what ``owner`` documents for its field or method ``name``."""
+    annotated = _annotated(owner, name)
+    if annotated:
+        return _first_sentence(annotated)
     if dataclasses.is_dataclass(owner):
         for f in dataclasses.fields(owner):
             if f.name == name and f.metadata.get("doc"):
