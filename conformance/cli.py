@@ -241,7 +241,7 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
     finally:
         signal.signal(signal.SIGTERM, previous)
     _emit(result, work, to_stdout, junit)
-    _print_results(result, show)
+    _print_results(result, show, work)
     where = f"standard output (working copy and traces: {work.parent})" if to_stdout else report
     show.print(f"report: {where}", highlight=False)
     if junit is not None:
@@ -492,12 +492,15 @@ class _Lines(_Display):
         self.total = total
         self.place: dict[str, int] = {}
         self.began: dict[str, float] = {}
+        self.unsupported: dict[str, list[str]] = {}  # missing feature -> cases, not yet shown
+        self.any_started = False
 
     def plan(self, names: list[str]) -> None:
         self.total = len(names)
         self.place = {n: i for i, n in enumerate(names, 1)}
 
     def _say(self, name: str, text: str) -> None:
+        self._grouped()
         k = self.place.get(name)
         if k is None:  # a name the plan did not give: number it as it comes
             k = self.place[name] = len(self.place) + 1
@@ -508,11 +511,29 @@ class _Lines(_Display):
         import time
 
         self.began[name] = time.monotonic()
+        self.any_started = True
         self._say(name, f"start {name}")
+
+    def _grouped(self) -> None:
+        """The NOT_SUPPORTED cases gathered so far, one line per missing feature (they settle
+        together before any case runs; one line each, with their rules, buried the log)."""
+        from kvconf.conformance.running.progress import unsupported_line
+
+        for key, names in self.unsupported.items():
+            sys.stderr.write(unsupported_line(key, names) + "\n")
+        self.unsupported = {}
+        sys.stderr.flush()
 
     def end(self, name: str, status: str, detail: str = "", bad: bool = False) -> None:
         import time
 
+        if status == "NOT_SUPPORTED":
+            from kvconf.conformance.running.progress import unsupported_key
+
+            self.unsupported.setdefault(unsupported_key(detail), []).append(name)
+            if not self.any_started and name in self.place:  # before any start: renumber
+                self.plan([n for n in self.place if n != name])
+            return
         took = time.monotonic() - self.began.pop(name, time.monotonic())
         line = f"{status:<5} {name}  {took:.1f}s"
         if detail:
@@ -521,6 +542,9 @@ class _Lines(_Display):
 
     def note(self, name: str, text: str) -> None:
         self._say(name, text)
+
+    def close(self) -> None:
+        self._grouped()
 
 
 def _display(quiet: bool, total: int) -> _Display:
@@ -551,7 +575,8 @@ def _case_callbacks(d: _Display) -> dict:
     def on_result(r) -> None:
         bad = r.status.value not in ("PASS", "NOT_SUPPORTED", "NOT_APPLICABLE")
         rule = f"[{r.oracle}] {', '.join(r.behaviours)}: " if r.oracle else ""
-        d.end(r.case, r.status.value, rule + r.message if bad else "", bad)
+        unsupported = r.message if r.status.value == "NOT_SUPPORTED" else ""  # grouped by it
+        d.end(r.case, r.status.value, rule + r.message if bad else unsupported, bad)
 
     return {"on_plan": d.plan, "on_start": lambda case: d.start(case.name),
             "on_result": on_result,
@@ -591,8 +616,14 @@ def _judged_detail(r) -> str:
     return detail + (f"; {rest} cited, not judged" if rest else "")
 
 
-def _print_results(report, console: Console | None = None) -> None:
+def _print_results(report, console: Console | None = None, where: Path | None = None) -> None:
+    """The closing table; ``where``, the report's file, places its traces for the replay
+    commands printed below it (one per failing case, whole, to paste where the user is)."""
+    from kvconf.conformance.reporting.replay_cmd import from_here, replay_command
+
     console = console or out  # stderr when stdout holds the JSON report
+    folder = where.parent if where is not None else Path(".")
+    replays = []
     table = Table(title=f"kvconf {report.run_info.engine} (seed {report.run_info.seed}, "
                   f"{report.run_info.profile}, {report.run_info.budget})")
     table.add_column("case", no_wrap=True)
@@ -604,8 +635,10 @@ def _print_results(report, console: Console | None = None) -> None:
         if r.status.value == "PASS":  # the rules it judged (checked, held), not all it cites
             detail = _judged_detail(r)
         else:
-            where = f" (step {r.step}, trace {r.trace})" if r.trace else ""
-            detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{where}")
+            at = f" (step {r.step}, trace {from_here(folder / r.trace)})" if r.trace else ""
+            detail = escape(f"[{r.oracle or '-'}] {', '.join(r.behaviours)}: {r.message}{at}")
+            if r.trace:
+                replays.append(replay_command(folder, r.trace, report.run_info.engine))
             if len(r.findings) > 1:
                 detail += escape(f"; {len(r.findings)} distinct findings: "
                                  + ", ".join(f.signature for f in r.findings))
@@ -618,6 +651,8 @@ def _print_results(report, console: Console | None = None) -> None:
             status += " (known)"
         table.add_row(escape(r.case), status, f"{r.duration_s:.2f}", detail)
     _print_table(table, console)
+    for command in replays:  # never wrapped: a command is copied whole
+        console.print(f"replay: {command}", markup=False, highlight=False, soft_wrap=True)
     summary = "  ".join(f"{k.value if hasattr(k, 'value') else k}: {v}"
                         for k, v in report.summary.items())
     console.print(summary)
@@ -794,7 +829,7 @@ def merge(
             write_junit(result, junit, report.parent)
     except KitError as e:
         _die(str(e))
-    _print_results(result)
+    _print_results(result, where=report)
     out.print(f"merged {len(shards)} shards: {report}")
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FAIL)
 
@@ -871,6 +906,11 @@ def replay(
                            "worker (no crash or hang isolation: for debuggers).")
     ] = False,
     call_timeout: CallTimeoutOpt = 60.0,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Then show the engine's and the reference's answer "
+                           "side by side at every step (a scheduler-level trace: plan by plan; "
+                           "played in kvconf's own process).")
+    ] = False,
 ) -> None:
     """Replay one trace against ENGINE with every oracle; exit 1 if a rule breaks or the
     engine crashes or hangs (CRASH and TIMEOUT traces replay as they were found)."""
@@ -900,6 +940,8 @@ def replay(
         _die(f"{trace}: {e}" if not str(e).startswith(str(trace)) else str(e))
     except EngineUnavailable as e:
         _die(f"engine {engine} is not available: {e}")
+    if explain:
+        _explain(t, engine, doc.get("step"))
     if doc["status"] == "PASS":
         out.print(f"[green]PASS[/] {escape(str(trace))} on {escape(engine)}: {doc['steps']} "
                   "steps, every oracle held", highlight=False)
@@ -921,6 +963,32 @@ def replay(
                 out.print(f"[bold]{part}[/]:", highlight=False)
                 out.print(doc[part], markup=False, highlight=False)
     raise typer.Exit(EXIT_FAIL)
+
+
+def _explain(t, engine: str, failed_step: int | None) -> None:
+    """``replay --explain``: both answers at every step (``kvconf.conformance.reporting.explain``)
+    before the verdict's line."""
+    from kvconf.conformance.adapters import (
+        engine_factory,
+        hybrid_engine_factory,
+        sched_engine_factory,
+    )
+    from kvconf.conformance.reporting import explain as ex
+    from kvconf.conformance.trace import Trace
+
+    if isinstance(t, Trace):
+        shown = ex.explain(t, engine_factory(engine), engine_factory("reference"), failed_step)
+    elif getattr(t, "level", None) == "hybrid":
+        shown = ex.explain(t, hybrid_engine_factory(engine), hybrid_engine_factory("reference"),
+                           failed_step)
+    else:
+        shown = ex.explain_plans(t, sched_engine_factory(engine),
+                                 sched_engine_factory("reference"), failed_step)
+    if _isatty(out.file):
+        _print_table(ex.table(shown, engine))
+    else:
+        for line in ex.plain(shown, engine):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _replay_here(t, engine: str, determinism: bool) -> dict:

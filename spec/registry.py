@@ -34,6 +34,10 @@ class Behaviour(BaseModel):
     statement: str = Field(min_length=10)
     rationale: str = Field(min_length=10)
     guards: tuple[str, ...] = ()
+    # The allowances (``kvconf.ALLOWANCES``) under which another behaviour than this rule's is
+    # legal: a failure of the rule may be an engine's legal choice that it did not declare, and
+    # the report says which declaration would make it so.
+    allowances: tuple[str, ...] = ()
     chapter: str = ""
 
     @field_validator("id")
@@ -91,6 +95,13 @@ def _where(path: Path, table: str, index: int, err: ValidationError) -> str:
     return f"{path}: {table}[{index}].{field}: {first['msg']}"
 
 
+def _allowance_names() -> frozenset[str]:
+    """The allowances' names; imported late, so that the spec loads without the kit."""
+    from kvconf.conformance.engine.features import ALLOWANCES
+
+    return frozenset(f.value for f in ALLOWANCES)
+
+
 @lru_cache(maxsize=4)
 def load_registry(spec_dir: Path = SPEC_DIR) -> Registry:
     """Load and validate every registry file, the catalog and the chapter list."""
@@ -120,6 +131,12 @@ def load_registry(spec_dir: Path = SPEC_DIR) -> Registry:
             if unknown:
                 raise SpecError(
                     f"{path}: behaviour[{i}].guards: {', '.join(unknown)} not in the catalog"
+                )
+            bad = [a for a in b.allowances if a not in _allowance_names()]
+            if bad:
+                raise SpecError(
+                    f"{path}: behaviour[{i}].allowances: {', '.join(bad)} not an allowance "
+                    "(kvconf.ALLOWANCES)"
                 )
             behaviours[b.id] = b
     return Registry(behaviours=behaviours, catalog=catalog, chapters=chapters)

@@ -69,6 +69,28 @@ def test_run_fails_and_saves_a_replayable_trace(tmp_path: Path, planted_engine: 
         assert clean.exit_code == 0, clean.output
 
 
+@pytest.mark.parametrize("inside", [True, False])
+def test_the_table_prints_a_replay_command_that_works_from_here(
+        tmp_path: Path, planted_engine: str, monkeypatch, inside: bool) -> None:
+    """Each failure's replay command names its trace from the current directory (relative below
+    it, absolute elsewhere), not from the report's folder, and runs as printed."""
+    import shlex
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    report = Path("out/report.json") if inside else tmp_path / "elsewhere" / "report.json"
+    r = kvconf("run", "--engine", planted_engine, "--report", str(report), "--quiet",
+               "--case", "pinned-never-evicted")
+    assert r.exit_code == 1, r.output
+    trace = ("out/traces/pinned-never-evicted.json" if inside
+             else str(tmp_path / "elsewhere" / "traces" / "pinned-never-evicted.json"))
+    line = f"replay: kvconf replay {trace} --engine {planted_engine}"
+    assert line in r.output.splitlines()
+    again = kvconf(*shlex.split(line.removeprefix("replay: kvconf ")))
+    assert again.exit_code == 1 and "PIN-2" in again.output, again.output
+
+
 def test_fuzz_failure_is_shrunk(tmp_path: Path, planted_engine: str) -> None:
     report = tmp_path / "report.json"
     kvconf("run", "--engine", planted_engine, "--report", str(report), "--quiet",

@@ -147,6 +147,53 @@ def test_a_meter_without_a_sink_sends_nothing_and_with_one_sends_at_its_pace(mon
 
 
 # ---------------------------------------------------------------------- tables
+def host_less(config):
+    """The reference cache declaring no host tier and no scheduler level: an engine the
+    host-tier and scheduler cases cannot judge (module:factory, for ``run_suite``)."""
+    from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+    from kvconf.conformance.engine.features import Feature
+
+    engine = ReferenceCacheAdapter(config)
+    engine.features = engine.features - {Feature.HOST_TIER, Feature.SCHEDULER}
+    return engine
+
+
+def test_piped_not_supported_cases_are_one_line_per_missing_feature(capsys):
+    """Cases an engine cannot run settle before any case starts: piped, they are one line per
+    missing feature, with no rule list and no start line each (issue 37's 60-rule lines)."""
+    from kvconf.conformance.cli import _case_callbacks, _Lines
+    from kvconf.conformance.engine.config import EngineConfig
+    from kvconf.conformance.running.profiles import get_profile
+    from kvconf.conformance.running.runner import run_suite, select_cases
+
+    names = ["writeback-demote-loadback", "lru-victim-order", "writeback-keeps-host-parent",
+             "sched-retract-and-recover"]
+    display = _Lines(len(names))
+    run_suite(f"{__name__}:host_less", EngineConfig(), seed_value=0, profile=get_profile("ci"),
+              budget=Budget(examples=1), report_path=None, cases=select_cases(names),
+              **_case_callbacks(display))
+    display.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:3] == [
+        "NOT_SUPPORTED, needs host_tier: 2 cases (writeback-demote-loadback, "
+        "writeback-keeps-host-parent)",
+        "NOT_SUPPORTED, needs scheduler: 1 case (sched-retract-and-recover)",
+        "[1/1] start lru-victim-order",  # numbered among the cases that run
+    ]
+    assert len(lines) == 4 and END.match(lines[3]) and "PASS" in lines[3]
+
+
+def test_a_long_group_lists_its_first_cases():
+    names = [f"c{i}" for i in range(9)]
+    assert progress.unsupported_line("needs host_tier", names) == (
+        "NOT_SUPPORTED, needs host_tier: 9 cases (c0, c1, c2, c3, c4, c5, ...)")
+    assert progress.unsupported_key("engine lacks host_tier, l3_store; no L3 here") == (
+        "needs host_tier, l3_store")
+    assert progress.unsupported_key("engine declares x, which makes what the case checks "
+                                    "moot") == ("engine declares x, which makes what the case "
+                                                "checks moot")
+
+
 def test_piped_tables_keep_every_name_whole(tmp_path: Path):
     run = _kvconf("run", "--quiet", "--profile", "ci", "--examples-db", "none",
                   *_case_args(CASES[:2]), "--report", str(tmp_path / "r.json"),

@@ -16,6 +16,7 @@ from kvconf.conformance.cache.ledger import Ledger, LockRecord
 from kvconf.conformance.cache.tape import REJECTED, Tape, record
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.field_docs import compared
 from kvconf.conformance.engine.protocol import CacheEngine, CopyOp, Inserted, Match, match_scope
 from kvconf.conformance.errors import EngineRejected, KitError
 from kvconf.conformance.faults import call_legal, fits, raised, rejected, wrong_return
@@ -533,5 +534,5 @@ def _check_expect(step: Step, out: dict[str, Any], behaviours: tuple[str, ...],
         if want is not None and out.get(field) != want:
             raise Violation(
                 "expect", tuple(exp.behaviours or behaviours),
-                f"{field} is {out.get(field)!r}, the trace expects {want!r}",
+                compared(field, out.get(field), want),
             )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvconf.conformance.engine.field_docs import compared
 from kvconf.conformance.engine.hybrid import (
     Admitted,
     Extended,
@@ -135,7 +136,7 @@ class HybridDriver:
             want = getattr(exp, field)
             if want is not None and out.get(field) != want:
                 raise Violation("expect", tuple(exp.behaviours or self.behaviours),
-                                f"{field} is {out.get(field)!r}, the trace expects {want!r}")
+                                compared(field, out.get(field), want, "hybrid"))
 
     def _hit_row(self, hit: HybridHit) -> dict[str, Any]:
         out: dict[str, Any] = {"length": hit.length}

@@ -265,7 +265,9 @@ def _trace(res: Results, reg: Registry, out: Path, docs: Path, run: Run, x: Case
               f"kvconf replay {replay} --engine {run.report.run_info.engine}", "```", "",
               f"[Download the trace (JSON)]({name}){{ download=\"{run.key}-{name}\" }}", "",
               "## The trace", ""]
-    lines += trace_page.render(data, failed_step=step, source=str(src))
+    lines += trace_page.render(data, failed_step=step, source=str(src),
+                               engine=run.report.run_info.engine,
+                               version=run.report.run_info.version)
     dst.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

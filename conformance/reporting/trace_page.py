@@ -5,8 +5,11 @@ site shows it as a page instead of opening the raw file: a cache-level trace's s
 operation, arguments, what the trace expects) with the step the run failed at marked, a
 scheduler-level trace's workload in plan order (arrivals, aborts, how each writeback and L3
 transfer is acknowledged). Beside them, what the reference does with the same trace (its answer
-to each cache-level step, its plans for a workload): the behaviour the engine was held to. The
-JSON itself stays beside the page, to download and replay.
+to each cache-level step, its plans for a workload): the behaviour the engine was held to. Where
+the engine that ran is installed where the site is built, at the version that ran, the page
+shows its answer beside the reference's at every step (its plans beside the reference's, for a
+workload), as ``kvconf replay --explain`` prints it (``kvconf.conformance.reporting.explain``).
+The JSON itself stays beside the page, to download and replay.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ import json
 from dataclasses import dataclass
 
 from kvconf.conformance.errors import KitError
-
-# Token lists longer than this are shown by their start and their length.
-SHOW_TOKENS = 16
+from kvconf.conformance.reporting.step_words import (
+    answer,
+    describe_args,
+    describe_expect,
+    plans_in_words,
+    tokens,
+)
 
 
 @dataclass(slots=True)
@@ -29,38 +36,6 @@ class Row:
     args: str
     outcome: str
     failed: bool = False
-
-
-def tokens(ts: list) -> str:
-    shown = " ".join(str(t) for t in ts[:SHOW_TOKENS])
-    more = f" … ({len(ts)} tokens)" if len(ts) > SHOW_TOKENS else f" ({len(ts)})"
-    return f"`{shown}`{more}"
-
-
-def _value(key: str, v) -> str:
-    if key == "tokens" and isinstance(v, list):
-        return tokens(v)
-    if key == "step":
-        return f"of step {v}"
-    return f"{key} {json.dumps(v) if not isinstance(v, str) else v}"
-
-
-def _expect(e: dict | None) -> str:
-    if not e:
-        return ""
-    parts = []
-    for k, v in e.items():
-        if v is None:
-            continue
-        if k == "rejected":
-            parts.append("rejected" if v else "accepted")
-        elif k == "started":
-            parts.append("transfer started" if v else "transfer declined")
-        elif k == "behaviours":
-            parts.append("rules " + ", ".join(v))
-        else:
-            parts.append(f"{k.replace('_', ' ')} = {v}")
-    return "expects " + ", ".join(parts) if parts else ""
 
 
 _LOGS: dict[str, tuple[list | None, str]] = {}  # one play per distinct trace in a build
@@ -92,78 +67,27 @@ def _play_reference(text: str) -> tuple[list | None, str]:
         return None, f"the reference does not play it either: {type(e).__name__}: {e}"
 
 
-def _events(evs: list) -> str:
-    counts: dict[str, int] = {}
-    for kind, hashes in evs:
-        counts[kind] = counts.get(kind, 0) + len(hashes)
-    return ", ".join(f"{n} {k}" for k, n in counts.items())
-
-
-def _pages(pages: list) -> str:
-    return f"pages {' '.join(str(p) for p in pages)}" if pages else "no pages"
-
-
-def answer(out: dict) -> str:
-    """The reference's answer to one cache-level step, in words."""
-    op = out.get("op")
-    parts: list[str] = []
-    if op == "match":
-        parts.append(f"matches {out.get('device_len', 0)} tokens on device, "
-                     f"{out.get('host_len', 0)} on host")
-    elif op in ("insert", "extend"):
-        parts.append(f"had {out.get('cached_len', 0)} tokens cached; "
-                     f"{_pages(out.get('pages', []))}")
-        if out.get("freed"):
-            parts.append(f"frees {_pages(out['freed'])}")
-    elif "rejected" in out:
-        parts.append("rejects it" if out["rejected"] else "accepts it")
-    elif "evicted" in out:
-        parts.append(f"evicts {out['evicted']} pages")
-    elif "started" in out:
-        parts.append("starts the copy" if out["started"] else "declines the copy")
-    if out.get("events"):
-        parts.append(_events(out["events"]))
-    return "; ".join(parts)
-
-
 def cache_rows(trace: dict, failed_step: int | None, log: list | None = None) -> list[Row]:
     """One row per step: its index (the number a report's ``step`` and an unlock's ``step``
     name), the operation, its arguments, what the trace expects of it and what the reference
     answers."""
     rows = []
     for i, s in enumerate(trace.get("steps", [])):
-        args = [_value(k, v) for k, v in s.items() if k not in ("op", "expect")]
-        outcome = _expect(s.get("expect"))
+        outcome = describe_expect(s.get("expect"))
         if log is not None and i < len(log):
             ref = answer(log[i])
             outcome = "; ".join(x for x in (outcome, f"reference: {ref}" if ref else "") if x)
-        rows.append(Row(str(i), str(s.get("op", "?")), ", ".join(args), outcome,
+        rows.append(Row(str(i), str(s.get("op", "?")), describe_args(s), outcome,
                         i == failed_step))
     return rows
 
 
-AT_REST = "kvconf-at-rest"  # the driver's own request, played once the workload is done
 MAX_PLANS = 60
 
 
 def plan_rows(log: list) -> list[Row]:
     """The reference's plans for a workload, up to the kit's at-rest check."""
-    rows = []
-    for entry in log:
-        if not entry or entry[0] != "plan":
-            continue
-        _tag, step, prows, copies = entry[:4]
-        if any(r[0] == AT_REST for r in prows):
-            break
-        work = "; ".join(
-            f"`{rid}` {kind} " + (f"positions {start}-{start + n - 1}" if n > 1
-                                  else f"position {start}")
-            + (f" (reuses {reused})" if reused else "")
-            for rid, kind, start, n, reused, _table in prows)
-        moved = "; ".join(f"{c[0]} {len(c[1])} pages" if len(c) == 2
-                          else f"{c[0]} of `{c[1]}`" for c in copies)
-        rows.append(Row(str(step), work or "nothing", moved, ""))
-    return rows
+    return [Row(str(step), work, moved, "") for step, work, moved in plans_in_words(log)]
 
 
 def scheduler_rows(trace: dict) -> list[Row]:
@@ -198,9 +122,50 @@ def _table(rows: list[Row], step_head: str, outcome: bool = True) -> list[str]:
     return out
 
 
-def render(trace: dict, *, failed_step: int | None, source: str) -> list[str]:
+def engine_side(trace: dict, engine: str | None, version: str | None,
+                failed_step: int | None):
+    """The engine's answers beside the reference's at every step of a cache-level trace (plan
+    by plan at the scheduler level; ``kvconf.conformance.reporting.explain``, what ``kvconf
+    replay --explain`` prints), when ``engine`` is installed here at the ``version`` that ran;
+    else None (the page then shows the reference's answers alone)."""
+    if not engine or engine == "reference" or trace.get("level") not in ("cache", "scheduler"):
+        return None
+    from kvconf.conformance.adapters import engine_factory, sched_engine_factory
+    from kvconf.conformance.reporting.explain import explain, explain_plans
+    from kvconf.conformance.trace import Trace, parse_any_trace
+
+    try:
+        t = parse_any_trace(json.dumps(trace))
+        cache = isinstance(t, Trace)
+        factory = engine_factory(engine) if cache else sched_engine_factory(engine)
+        if factory is None or factory(t.config).version != version:
+            return None  # another build of the engine would answer for one that did not run
+        if cache:
+            return explain(t, factory, engine_factory("reference"), failed_step)
+        return explain_plans(t, factory, sched_engine_factory("reference"), failed_step)
+    except Exception:  # not installed, or will not start here: the reference's answers alone
+        return None
+
+
+def _side_table(ex, engine: str) -> list[str]:
+    from kvconf.conformance.reporting.explain import cells, head, summary
+
+    names = head(ex, engine)
+    out = [*summary(ex, f"`{engine}`"), "", "| " + " | ".join(names) + " |",
+           "|" + " --- |" * len(names)]
+    for r, row in zip(ex.rows, cells(ex), strict=True):
+        mark = "**" if r.step == ex.failed_step or r.step == ex.first_difference else ""
+        row = [c.replace("|", "\\|") for c in row]
+        row[0], row[-1] = f"{mark}{row[0]}{mark}", f"{mark}{row[-1]}{mark}" if row[-1] else ""
+        out.append("| " + " | ".join(row) + " |")
+    return out
+
+
+def render(trace: dict, *, failed_step: int | None, source: str, engine: str | None = None,
+           version: str | None = None) -> list[str]:
     """The trace's body as Markdown lines (config, then steps); ``source`` names the file in
-    messages."""
+    messages; ``engine`` and ``version``, the run's, set its answers beside the reference's
+    where it is installed here (``engine_side``)."""
     level = trace.get("level")
     if trace.get("format") != "kvconf-trace/1" or level not in ("cache", "scheduler"):
         raise KitError(f"{source}: not a kvconf-trace/1 trace (format {trace.get('format')!r},"
@@ -210,6 +175,12 @@ def render(trace: dict, *, failed_step: int | None, source: str) -> list[str]:
     if trace.get("behaviours"):
         lines[0] += f" **Written for**: {', '.join(trace['behaviours'])}."
     lines.append("")
+    side = engine_side(trace, engine, version, failed_step)
+    if side is not None and level == "cache":
+        lines += [f"{len(side.rows)} steps (clock: {trace.get('clock', 'per_step')}; an "
+                  "`unlock`, `writeback` or `ack` names the step it refers to by its number), "
+                  f"replayed here with `{engine}` {version}.", ""]
+        return lines + _side_table(side, engine)
     log, why = reference_log(trace)
     if level == "cache":
         rows = cache_rows(trace, failed_step, log)
@@ -237,6 +208,9 @@ def render(trace: dict, *, failed_step: int | None, source: str) -> list[str]:
     if trace.get("l3_acks"):
         lines += ["", "L3 transfers end, in order and then cycled: "
                   + ", ".join(f"#{i + 1} {a}" for i, a in enumerate(trace["l3_acks"])) + "."]
+    if side is not None:
+        return lines + ["", "## The engine's plans beside the reference's", "",
+                        *_side_table(side, engine)]
     lines += ["", "## What the reference plans for it", ""]
     if log is None:
         return lines + [why]

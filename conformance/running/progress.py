@@ -148,3 +148,18 @@ def describe(doc: Note) -> str:
         parts.append(f"{_n(doc['steps'])} steps")
     parts.append(f"{elapsed} of {_s(doc['of_seconds'])}" if doc.get("of_seconds") else elapsed)
     return f"{doc['unit']}: " + ", ".join(parts)
+
+
+def unsupported_key(message: str) -> str:
+    """What a NOT_SUPPORTED case lacks, from its message: ``needs host_tier`` for ``engine lacks
+    host_tier; ...`` (the engine's reasons after the first ``;`` left out), else the message's
+    head (a level that could not start, a declaration that makes the case moot)."""
+    head = message.split("; ", 1)[0]
+    return "needs " + head[len("engine lacks "):] if head.startswith("engine lacks ") else head
+
+
+def unsupported_line(key: str, names: list[str], shown: int = 6) -> str:
+    """One line for the NOT_SUPPORTED cases of one missing feature, without their rules:
+    ``NOT_SUPPORTED, needs host_tier: 7 cases (a, b, c, d, e, f, ...)``."""
+    listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+    return f"NOT_SUPPORTED, {key}: {len(names)} case{'s' * (len(names) != 1)} ({listed})"

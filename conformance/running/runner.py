@@ -43,6 +43,7 @@ from kvconf.conformance.oracles import (
     Oracle,
     Violation,
 )
+from kvconf.conformance.reporting.legal_if import annotate
 from kvconf.conformance.reporting.report import (
     CaseResult,
     Coverage,
@@ -679,6 +680,7 @@ class Campaign:
                 self._settle(combine(got, self.cases[name].doc, None))
 
     def _settle(self, result: CaseResult) -> None:
+        annotate(result, self.report.run_info.features)  # which allowance would make it legal
         self.settled[result.case] = result
         self.partial.pop(result.case, None)
         self.report.results = sorted(self.settled.values(), key=lambda r: self.order[r.case])
@@ -757,9 +759,9 @@ def run_suite(
     (a folder, ``module:attr``, or None for none), shared by the workers.
 
     For a display: ``on_plan`` gets the names of the cases this run plays, in order, before
-    any starts; ``on_start`` and ``on_result`` each case as it starts and settles;
-    ``on_progress`` the progress notes of running fuzz units
-    (``kvconf.conformance.running.progress``)."""
+    any starts; ``on_start`` and ``on_result`` each case as it starts and settles (a case
+    the engine or config cannot run settles without a start); ``on_progress`` the progress
+    notes of running fuzz units (``kvconf.conformance.running.progress``)."""
     from kvconf.conformance.running.examples_db import open_database
 
     cases = cases if cases is not None else all_cases()
@@ -803,8 +805,7 @@ def run_suite(
         by_name = {c.name: c for c in cases}
         todo = []
         for u in units:
-            if u.case in skipped:
-                campaign.start(u)
+            if u.case in skipped:  # settled unstarted: a display groups them (never run)
                 campaign.add(u, skipped[u.case])
             else:
                 todo.append(u)

@@ -167,9 +167,27 @@ def replay_doc(engine: str, trace, determinism: bool = True, memory_spec=None,
     try:
         log = _player(engine, trace, memory_spec, memory_only)(trace, determinism)
     except Violation as v:
+        from kvconf.conformance.reporting.legal_if import with_hint
+
         return {"status": "FAIL", "oracle": v.oracle, "behaviours": list(v.behaviours),
-                "message": v.message, "step": v.step}
+                "message": with_hint(v.message, v.behaviours, _declared(engine, trace)),
+                "step": v.step}
     return {"status": "PASS", "steps": len(log)}
+
+
+def _declared(engine: str, trace) -> frozenset:
+    """The features ``engine`` declares at ``trace``'s level and config (for a failure's
+    allowance hint); none when it will not say."""
+    from kvconf.conformance.adapters import levels
+    from kvconf.conformance.trace import Trace
+
+    try:
+        lv = levels(engine)
+        factory = (lv.cache if isinstance(trace, Trace)
+                   else lv.hybrid if getattr(trace, "level", None) == "hybrid" else lv.scheduler)
+        return frozenset(str(f) for f in factory(trace.config).features)
+    except Exception:  # the hint is a help, never a reason for replay to fail
+        return frozenset()
 
 
 def _shrink(state: State, text: str, want, max_replays: int, timeout: float) -> None:
