@@ -50,6 +50,7 @@ class HybridOracle(Oracle):
 
     name = NAME
     behaviours = BEHAVIOURS
+    conditional = ("POOL-5",)  # judged at rest, where the driver brought the engine there
 
     def __init__(self, engine: HybridEngine, mem: HybridMemory) -> None:
         self.engine = engine
