@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvconf.conformance.adapters.reference_cache import ReferenceCacheAdapter
+from kvconf.conformance.adapters.reference_scheduler import ReferenceSchedulerAdapter
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import KitError
@@ -33,6 +34,14 @@ class Bare(ReferenceCacheAdapter):
     events, namespaces, counters or unload (what a first dict-of-prefixes engine offers)."""
 
     name = "bare"
+    features = frozenset()
+
+
+class BareScheduler(ReferenceSchedulerAdapter):
+    """The reference scheduler declaring nothing but the scheduler level, black-box."""
+
+    name = "bare-scheduler"
+    level = "scheduler"
     features = frozenset()
 
 
@@ -111,6 +120,26 @@ def test_an_engine_that_declares_nothing_is_judged_on_no_rule_of_a_feature(tmp_p
     assert {"HOST-1", "EVENT-1", "NS-1", "POOL-6", "POOL-7"} <= set(fuzz.behaviours)
     assert set(fuzz.judged) >= CORE
     assert CORE | {"EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "FAULT-1"} <= everything
+
+
+@pytest.mark.behaviours("HOST-10", "EVENT-7", "NS-3", "L3-1", "MAMBA-1")
+def test_a_scheduler_that_declares_nothing_is_judged_on_no_rule_of_a_feature(tmp_path):
+    """The scheduler fuzz cases play a host tier and several namespaces whatever the engine
+    declares; none of their rules is judged for an engine that declares neither."""
+    report = _run("test_judged:BareScheduler", tmp_path,
+                  ["fuzz-scheduler", "fuzz-scheduler-tight", "sched-abort-everywhere"],
+                  examples=2)
+    gated = _gated(frozenset({Feature.SCHEDULER}))
+    for r in report.results:
+        assert r.status is Status.PASS, (r.case, r.status, r.message)
+        assert not set(r.judged) & gated, (r.case, sorted(set(r.judged) & gated))
+        # Black-box: what the plans, the memory and the probes show (the request table's
+        # states, REQ-1, need a snapshot).
+        assert set(r.judged) >= {"PLAN-1", "PLAN-2", "PLAN-10", "LIVE-1", "POOL-5", "REQ-2",
+                                 "FAULT-2", "DET-1"}, (r.case, r.judged)
+        assert "REQ-1" not in r.judged
+    fuzz = next(r for r in report.results if r.case == "fuzz-scheduler")
+    assert {"HOST-2", "NS-1", "EVENT-1"} <= set(fuzz.behaviours)
 
 
 def test_the_reference_is_judged_on_every_rule_its_cases_cite_that_binds_it(tmp_path):
