@@ -185,3 +185,21 @@ def test_units_combined_judge_the_union_and_an_old_report_judges_nothing():
     assert both.judged == ["PIN-2", "TREE-1"]
     old = combine([unit(0, None), unit(1, None)], "doc")
     assert old.judged is None and rule_verdicts(old) == []
+
+
+def test_judged_by_the_memory_oracles_alone_is_what_they_check(tmp_path):
+    """``kvconf gpu --memory-only``: only the memory oracles (and the drivers' own checks) ran,
+    so a rule of the other oracles is not judged however the case ends."""
+    report = run_suite("reference", EngineConfig(), seed_value=0, profile=CI,
+                       budget=Budget(examples=3), report_path=tmp_path / "report.json",
+                       cases=select_cases(["lru-victim-order", "fuzz-cache", "fuzz-scheduler"]),
+                       memory_only=True)
+    by = {r.case: r for r in report.results}
+    assert all(r.status is Status.PASS for r in report.results)
+    fuzz = set(by["fuzz-cache"].judged)
+    assert {"TREE-2", "PIN-2", "EVENT-4", "POOL-5", "FAULT-2"} <= fuzz  # content, pins, hashes
+    assert not fuzz & {"EVICT-2", "TREE-1", "POOL-4", "POOL-6", "EVENT-1", "HOST-10"}
+    # The scenario's expected victims are not checked either: nothing judges eviction there.
+    assert not {"EVICT-1", "EVICT-2", "EVICT-4"} & set(by["lru-victim-order"].judged)
+    sched = set(by["fuzz-scheduler"].judged)
+    assert "TREE-2" in sched and not sched & {"PLAN-1", "REQ-1", "REQ-2", "EVENT-1", "POOL-6"}
