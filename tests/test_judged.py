@@ -203,3 +203,23 @@ def test_judged_by_the_memory_oracles_alone_is_what_they_check(tmp_path):
     assert not {"EVICT-1", "EVICT-2", "EVICT-4"} & set(by["lru-victim-order"].judged)
     sched = set(by["fuzz-scheduler"].judged)
     assert "TREE-2" in sched and not sched & {"PLAN-1", "REQ-1", "REQ-2", "EVENT-1", "POOL-6"}
+
+
+@pytest.mark.behaviours("HOST-7")
+def test_host_pools_beside_a_gpu_judge_host_7_and_beside_a_cpu_nothing():
+    """``kvconf gpu``: HOST-7 is judged where a host pool with pages is built for copies with a
+    CUDA device (the pinned-host oracle), and nowhere else."""
+    from kvconf.conformance.oracles.pinned import PinnedHostOracle
+
+    class Pinned:  # the two methods of a torch tensor the oracle reads
+        def numel(self) -> int:
+            return 8
+
+        def is_pinned(self) -> bool:
+            return True
+
+    for device, pools, want in (("cpu", [Pinned()], set()), ("cuda", [], set()),
+                                ("cuda", [Pinned()], {"HOST-7"})):
+        with judged.sink() as seen:
+            PinnedHostOracle().check("TensorMemory", pools, device)
+        assert seen == want, device
