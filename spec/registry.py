@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 SPEC_DIR = Path(__file__).resolve().parent
 BEHAVIOUR_ID = re.compile(r"^[A-Z][A-Z0-9]*-[0-9]+$")
+FEATURE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 DEFECT_ID = re.compile(r"^(D[0-9]+|E)-[0-9]+$")
 
 
@@ -38,6 +39,11 @@ class Behaviour(BaseModel):
     # legal: a failure of the rule may be an engine's legal choice that it did not declare, and
     # the report says which declaration would make it so.
     allowances: tuple[str, ...] = ()
+    # The features an engine declares for the rule to bind it (a host tier, KV events, ...):
+    # an engine without one of them is never judged on the rule (chapter faults, "Verdicts of
+    # a rule"). A chapter file's top-level ``needs`` is the default of its entries; an entry's
+    # own ``needs`` replaces it. Plain names here; the kit checks they are features.
+    needs: tuple[str, ...] = ()
     chapter: str = ""
 
     @field_validator("id")
@@ -45,6 +51,14 @@ class Behaviour(BaseModel):
     def _id_shape(cls, v: str) -> str:
         if not BEHAVIOUR_ID.match(v):
             raise ValueError(f"behaviour id {v!r} is not of the form PREFIX-N")
+        return v
+
+    @field_validator("needs")
+    @classmethod
+    def _needs_shape(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for n in v:
+            if not FEATURE_NAME.match(n):
+                raise ValueError(f"feature name {n!r} is not a lower-case identifier")
         return v
 
     @field_validator("guards")
@@ -120,9 +134,13 @@ def load_registry(spec_dir: Path = SPEC_DIR) -> Registry:
     for path in sorted((spec_dir / "registry").glob("*.toml")):
         chapter = path.stem
         chapters[chapter] = spec_dir / "chapters" / f"{chapter}.md"
-        for i, raw in enumerate(_read_toml(path).get("behaviour", [])):
+        doc = _read_toml(path)
+        default = doc.get("needs", [])
+        if not isinstance(default, list) or not all(isinstance(n, str) for n in default):
+            raise SpecError(f"{path}: needs: a list of feature names, not {default!r}")
+        for i, raw in enumerate(doc.get("behaviour", [])):
             try:
-                b = Behaviour.model_validate({**raw, "chapter": chapter})
+                b = Behaviour.model_validate({"needs": default, **raw, "chapter": chapter})
             except ValidationError as e:
                 raise SpecError(_where(path, "behaviour", i, e)) from None
             if b.id in behaviours:

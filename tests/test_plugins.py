@@ -262,9 +262,11 @@ def test_the_plugin_judges_as_kvconf_run_does(project: Path, site: Path, tmp_pat
     assert plug.run_info.examples_db == "none" and plug.run_info.seed == 5
 
     def seen(rep):
-        return [(x.case, x.status.value, x.steps, x.examples, x.message) for x in rep.results]
+        return [(x.case, x.status.value, x.steps, x.examples, x.message, x.judged)
+                for x in rep.results]
 
     assert seen(plug) == seen(cli)
+    assert all(x.judged for x in plug.results)  # the rules the items' checks ran for
 
 
 def test_a_bad_option_is_a_usage_error(project: Path) -> None:

@@ -109,6 +109,10 @@ class CacheDriver:
             self.hooks[h] for h in ("on_alloc", "on_forward", "on_match", "on_insert",
                                     "on_evict"))
         self._after_all = self.hooks["after_step"]
+        # The hooks called in this play ("after_acks": an ``after_step`` with a copy
+        # acknowledged) and the rules the driver's own checks judged: what ``judged`` reads.
+        self.ran: set[str] = set()
+        self.marks: set[str] = set()
         self.ledger = Ledger(
             engine.page_size,
             memory(engine.page_size,
@@ -195,12 +199,14 @@ class CacheDriver:
 
     def _notify(self, hook: str, *args) -> None:
         ctx = self.ctx
+        self.ran.add(hook)
         for fn in self.hooks[hook]:
             fn(ctx, *args)
 
     def _after_step(self) -> None:
         """The oracles' ``after_step``, of those with something to judge in this step."""
         ctx = self.ctx
+        self.ran.add("after_acks" if ctx.acks else "after_step")
         for fn in self._after_all if ctx.acks else self.quiet:
             fn(ctx)
 
@@ -217,6 +223,7 @@ class CacheDriver:
             return None
         pages = list(pages)
         ctx = self.ctx
+        self.ran.add("on_alloc")
         for fn in self._on_alloc:
             fn(ctx, pages)
         self.ledger.held.update(pages)
@@ -228,12 +235,14 @@ class CacheDriver:
         self.ledger.remember(ns, tokens, tags)
         self.ledger.memory.write_pages(Tier.DEVICE, pages, tags[first : first + len(pages)])
         ctx = self.ctx
+        self.ran.add("on_forward")
         for fn in self._on_forward:
             fn(ctx, pages)
 
     def _match(self, ns: int, tokens: Sequence[int]) -> Match:
         m = self._call("match", self.engine.match, ns, list(tokens))
         ctx = self.ctx
+        self.ran.add("on_match")
         for fn in self._on_match:
             fn(ctx, ns, tokens, m)
         return m
@@ -252,6 +261,7 @@ class CacheDriver:
     def _insert(self, ns: int, tokens: Sequence[int], pages: list[int]) -> dict[str, Any]:
         r = self._call("insert", self.engine.insert, ns, list(tokens), list(pages))
         ctx = self.ctx
+        self.ran.add("on_insert")
         for fn in self._on_insert:
             fn(ctx, ns, tokens, pages, r)
         self.ledger.held.difference_update(pages)
@@ -262,6 +272,7 @@ class CacheDriver:
         freed = self._call("evict", self.engine.evict, tier, n)
         after = self._snapshot()
         ctx = self.ctx
+        self.ran.add("on_evict")
         for fn in self._on_evict:
             fn(ctx, tier, n, freed, before, after)
         return freed
@@ -306,12 +317,15 @@ class CacheDriver:
             ctx.events = events
             self._snap = ctx.after = self._snapshot()
             ctx.counters = self._counters()
+            if ctx.acks:
+                self.ran.add("after_acks")
             for fn in self._after_all if ctx.acks else self.quiet:
                 fn(ctx)
             out["events"] = rows = event_rows(events) if events else []
             if self.tape is not None and self.events_on:
                 self.tape.append((index, "drain_events", (), (rows, ())))
             if step.expect is not None and self.expect:
+                self.marks.update(step.expect.behaviours or self.behaviours)
                 _check_expect(step, out, self.behaviours, self._match_cap(step),
                               Feature.PAGE_EVICTION in self.engine.features)
         except Violation as v:
@@ -319,6 +333,18 @@ class CacheDriver:
                 v.step = index
             raise
         self.log.append(out)
+        return out
+
+    def judged(self) -> set[str]:
+        """The rules this play judged so far (spec chapter faults, "Verdicts of a rule"): each
+        oracle's, given the hooks called (``Oracle.judged``), and the driver's own checks:
+        FAULT-2 on every call, the trace's expectations, PIN-3, POOL-5 at rest. Before the
+        feature filter (``kvconf.conformance.running.judged``)."""
+        out = set(self.marks)
+        if self.log or self.ran:
+            out.add("FAULT-2")
+            for o in self.oracles:
+                out |= o.judged(self.ran)
         return out
 
     def _match_cap(self, step: Step) -> int | None:
@@ -433,6 +459,7 @@ class CacheDriver:
         One the engine cannot tell apart is not sent (a shrunk trace can hold one)."""
         if not self.must_refuse(rec):
             return {"op": "unlock", "rejected": None, "not_sent": True}
+        self.marks.add("PIN-3")
         before = self._snapshot()
         try:
             self._call("unlock", self.engine.unlock, rec.handle, legal=False)
@@ -494,6 +521,7 @@ class CacheDriver:
             if self.rest is not None and self.ctx.counters is not None:
                 self.rest.counts(self.ctx.counters, sizes, where, empty=True)
             total = self.config.device_pages
+            self.marks.add("POOL-5")
             pages = self._call("alloc", self.engine.alloc, total)
             if pages is None:
                 raise rest.fail(

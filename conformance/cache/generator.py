@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from kvconf.conformance.cache.walk import RULES, CacheWalk, EngineFactory, TraceHolder, swarm_rules
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.oracles import STEP_ORACLES, Oracle
+from kvconf.conformance.running import judged
 from kvconf.conformance.running.profiles import Budget
 from kvconf.conformance.running.seeding import walk_search
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
@@ -32,8 +33,11 @@ def play_walk(factory: EngineFactory, config: EngineConfig, holder: TraceHolder,
     rng = random.Random(seed)
     rules = swarm_rules(rng) if swarm else RULES
     walk = CacheWalk(rng, factory, config, holder, rules=rules, memory=memory, oracles=oracles)
-    walk.run(steps)
-    walk.finish(determinism)
+    try:
+        walk.run(steps)
+        walk.finish(determinism)
+    finally:  # what ran is judged, whether or not it held
+        judged.record(walk.driver.judged())
     return walk
 
 

@@ -30,7 +30,7 @@ from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import CacheEngine
 from kvconf.conformance.oracles import Oracle
-from kvconf.conformance.running import flight
+from kvconf.conformance.running import flight, judged
 from kvconf.conformance.running.progress import Meter
 from kvconf.conformance.runtime.memory import MemoryFactory
 from kvconf.conformance.trace import (
@@ -154,6 +154,7 @@ class CacheWalk:
         calls = self.driver.tape[:] if self.driver.tape is not None else []
         self.driver.drain()
         if determinism:
+            judged.record(("DET-1",))
             flight.begin(self.trace)  # a cache-level trace is announced without its steps
             tape.replay(self.factory(self.config), calls, self.trace.steps, self.driver.lines,
                         event_rows)

@@ -39,7 +39,7 @@ from kvconf.conformance.hybrid.trace import (
     HybridTrace,
 )
 from kvconf.conformance.oracles.hybrid import HybridOracle, fail
-from kvconf.conformance.running import flight
+from kvconf.conformance.running import flight, judged
 from kvconf.conformance.violation import Violation
 
 RETURNS: dict[str, tuple[type | None, ...]] = {
@@ -80,6 +80,7 @@ class HybridDriver:
         self.live: dict[str, Running] = {}
         self.log: list[dict[str, Any]] = []
         self.index = -1
+        self.marks: set[str] = set()  # rules the driver's own checks judged (``judged``)
 
     # ----------------------------------------------------------------- plumbing
     def _call(self, name: str, fn, *args):
@@ -129,9 +130,18 @@ class HybridDriver:
         self.log.append(out)
         return out
 
+    def judged(self) -> set[str]:
+        """The rules this play judged (spec chapter faults, "Verdicts of a rule"): the
+        oracle's, FAULT-2 on every call, the trace's expectations; nothing unjudged (a replay
+        for DET-1). Before the feature filter (``kvconf.conformance.running.judged``)."""
+        if not self.judge or not (self.log or self.index >= 0):
+            return set()
+        return self.oracle.judged() | self.marks | {"FAULT-2"}
+
     def _expect(self, step: HybridStep, out: dict[str, Any]) -> None:
         exp = step.expect
         assert exp is not None
+        self.marks.update(exp.behaviours or self.behaviours)
         for field in ("full", "window", "mamba", "length", "room"):
             want = getattr(exp, field)
             if want is not None and out.get(field) != want:
@@ -361,6 +371,7 @@ class HybridDriver:
                 del self.live[rid]
             got = dict(self._call("available", self.engine.available))
             want = dict(self.engine.pool_sizes)
+            self.oracle.mark("POOL-5")
             if self.judge and got != want:
                 raise fail("POOL-5", f"at rest, with every request finished, the engine can hand "
                                      f"out {got} of {want}: pages or slots leaked")
@@ -376,8 +387,11 @@ def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True,
     rest, then replay it on another and compare what the engine said (DET-1)."""
     flight.begin(trace)
     driver = HybridDriver(factory(trace.config), tuple(trace.behaviours), store=store)
-    driver.run(trace)
-    driver.drain()
+    try:
+        driver.run(trace)
+        driver.drain()
+    finally:  # what ran is judged, whether or not it held
+        judged.record(driver.judged())
     if determinism:
         check_determinism(factory, trace, driver.log)
     return driver.log
@@ -385,6 +399,7 @@ def play_hybrid(factory, trace: HybridTrace, *, determinism: bool = True,
 
 def check_determinism(factory, trace: HybridTrace, log: list[dict[str, Any]]) -> None:
     """``trace`` played again on a fresh engine, unjudged, must say what ``log`` says (DET-1)."""
+    judged.record(("DET-1",))
     flight.begin(trace)
     again = HybridDriver(factory(trace.config), judge=False)
     again.run(trace)

@@ -30,7 +30,7 @@ from kvconf.conformance.hybrid.trace import (
     HybridStep,
     HybridTrace,
 )
-from kvconf.conformance.running import flight
+from kvconf.conformance.running import flight, judged
 from kvconf.conformance.violation import Violation
 
 
@@ -76,7 +76,6 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
     prompts = _prompts(rng, p)
     sequences: list[tuple[int, list[int]]] = []  # (ns, prompt + output) of admitted requests
     live: dict[str, list[int]] = {}  # rid -> [computed, prompt length, length]
-    n = 0
 
     def play(step: HybridStep) -> dict:
         trace.steps.append(step)
@@ -84,6 +83,19 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
         stats.steps += 1
         return driver.step(len(trace.steps) - 1, step)
 
+    try:
+        _walk(rng, p, steps, driver, prompts, sequences, live, play)
+        driver.drain()
+    finally:  # what ran is judged, whether or not it held
+        judged.record(driver.judged())
+    stats.examples += 1
+    check_determinism(factory, trace, driver.log)  # a fresh engine says the same (DET-1)
+
+
+def _walk(rng: random.Random, p: int, steps: int, driver: HybridDriver, prompts, sequences,
+          live: dict[str, list[int]], play: Callable[[HybridStep], dict]) -> None:
+    """The steps of a walk, drawn by ``rng`` and played by ``play``."""
+    n = 0
     for _ in range(steps):
         roll = rng.random()
         if (roll < 0.25 and len(live) < 3) or not live:
@@ -134,9 +146,6 @@ def walk(factory, config: HybridConfig, seed: int, steps: int, stats: WalkStats,
             rid = rng.choice(sorted(live))
             play(FinishStep(rid=rid))
             del live[rid]
-    driver.drain()
-    stats.examples += 1
-    check_determinism(factory, trace, driver.log)  # a fresh engine says the same (DET-1)
 
 
 def search(factory, config: HybridConfig, seeds: Callable[[int], int], steps: int,

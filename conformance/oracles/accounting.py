@@ -489,6 +489,7 @@ class RestOracle(Oracle):
 
     name = "at-rest"
     behaviours = ("POOL-5",)
+    conditional = ("POOL-5",)  # judged where a driver brought the engine to rest (``mark``)
 
     def cache(self, snap: CacheSnapshot, where: str) -> None:
         """A cache snapshot at rest: no lock, no transfer; every page free or held by the node

@@ -6,7 +6,7 @@ snapshot and are skipped for engines that do not declare ``snapshot``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -47,10 +47,36 @@ class Oracle:
     # does nothing in a step with none: the cache driver then calls it only after a step that
     # acknowledged one, unless ``incremental`` is off (tests play both ways and compare).
     after_acks_only: ClassVar[bool] = False
+    # Which of ``behaviours`` a play judged (``judged``; spec chapter faults, "Verdicts of a
+    # rule"). A rule listed under a hook is judged only where the driver called that hook on the
+    # oracle; a rule in ``conditional`` only where the oracle marked it at the check that ran
+    # (``mark``: a check made only when a copy failed, say); every other rule of ``behaviours``
+    # whenever the oracle took part in the play. Set once per play, never per step.
+    hook_rules: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    conditional: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def applies(cls, engine: CacheEngine) -> bool:
         return cls.needs <= engine.features
+
+    def mark(self, *rules: str) -> None:
+        """The check of ``rules`` (of ``conditional``) ran: call it where the condition held,
+        at most once per play where it can (a check of a set is enough)."""
+        marked = self.__dict__.get("_marked")
+        if marked is None:
+            marked = self.__dict__["_marked"] = set()
+        marked.update(rules)
+
+    def judged(self, hooks: Collection[str] | None = None) -> set[str]:
+        """The rules this oracle judged in a play, given the hooks the driver called on it
+        (None: a driver that calls no hooks, only the oracle's own methods)."""
+        skip = set(self.conditional)
+        for hook, rules in self.hook_rules.items():
+            if hooks is None or hook not in hooks:
+                skip.update(rules)
+        out = {b for b in self.behaviours if b not in skip}
+        out.update(self.__dict__.get("_marked", ()))
+        return out
 
     def fail(self, behaviour: str | Sequence[str], message: str) -> Violation:
         ids = (behaviour,) if isinstance(behaviour, str) else tuple(behaviour)

@@ -27,6 +27,8 @@ class ContentOracle(Oracle):
     name = "content"
     after_acks_only = True  # its after_step reads nothing but ``ctx.acks``
     behaviours = ("TREE-2", "NS-1", "HOST-11")
+    # What a match serves; HOST-11 where a copy landed (judged as it lands).
+    hook_rules = {"on_match": ("TREE-2", "NS-1"), "after_acks": ("HOST-11",)}
 
     def __init__(self) -> None:
         # HOST-11: device pages served while a loadback was still filling them, judged when it

@@ -60,6 +60,9 @@ class EvictionOracle(Oracle):
                   "PIN-2")
     needs = frozenset({Feature.SNAPSHOT})
     after_acks_only = True  # HOST-6 is judged after a writeback lands, and only then
+    hook_rules = {"on_evict": ("EVICT-1", "EVICT-2", "EVICT-3", "EVICT-4", "EVICT-5",
+                               "HOST-12")}
+    conditional = ("HOST-6",)
 
     @classmethod
     def applies(cls, engine) -> bool:
@@ -133,6 +136,7 @@ class EvictionOracle(Oracle):
         ]
         if not filled:
             return
+        self.mark("HOST-6")
         newest_other = max(
             (n.host_access for n in ctx.after.nodes
              if n.parent is not None and n.host is not None and n not in filled),
@@ -154,6 +158,7 @@ class PageEvictionOracle(Oracle):
     name = "page-eviction"
     behaviours = ("EVICT-6",)
     needs = frozenset({Feature.PAGE_EVICTION})
+    hook_rules = {"on_evict": ("EVICT-6",)}
 
     def on_evict(self, ctx, tier, asked, freed, before, after) -> None:
         if not 0 <= freed <= asked:

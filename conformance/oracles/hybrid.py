@@ -50,6 +50,8 @@ class HybridOracle(Oracle):
 
     name = NAME
     behaviours = BEHAVIOURS
+    # POOL-5 at rest, where the driver brought the engine there; WIN-7 where a decode row ran.
+    conditional = ("POOL-5", "WIN-7")
 
     def __init__(self, engine: HybridEngine, mem: HybridMemory) -> None:
         self.engine = engine
@@ -185,6 +187,7 @@ class HybridOracle(Oracle):
                      start: int) -> None:
         """A decode row computes one position, ``start``: a page per attention table exactly
         where that position begins a page the table lacks, none otherwise (WIN-7)."""
+        self.mark("WIN-7")
         for i, g in enumerate(self.engine.groups):
             if g.kind == "mamba":
                 continue

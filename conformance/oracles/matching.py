@@ -19,6 +19,7 @@ _BLOCKS = attrgetter("id", "namespace", "parent", "key", "device", "host", "hash
 
 class MatchOracle(Oracle):
     name = "match"
+    hook_rules = {"on_match": ("TREE-1", "TREE-3", "TREE-6", "TREE-7")}
     behaviours = ("TREE-1", "TREE-3", "TREE-4", "TREE-5", "TREE-6", "TREE-7")
 
     def __init__(self) -> None:

@@ -21,15 +21,20 @@ class OwnershipOracle(Oracle):
     name = "ownership"
     behaviours = ("POOL-1", "POOL-3", "POOL-4", "HOST-1", "HOST-2", "HOST-3", "HOST-11", "PIN-1")
     needs = frozenset({Feature.SNAPSHOT})
+    # A transfer's pages are judged only where a snapshot showed one in flight.
+    conditional = ("HOST-2", "HOST-3", "HOST-11")
 
     def __init__(self) -> None:
         self.passed: tuple | None = None  # the inputs of the last step that held (``_inputs``)
         self.pools: dict = {}  # tier -> (pool, claims) last seen to hold (``_holds``)
+        self.kinds_seen: set[str] = set()  # kinds of transfer seen in flight (``conditional``)
 
     def after_step(self, ctx: Ctx) -> None:
         snap = ctx.after
         if snap is None:
             return
+        if snap.transfers and len(self.kinds_seen) < 2:
+            self._seen(snap.transfers)
         last = self.passed
         if (self.incremental and last is not None and last[2] is snap
                 and last[0][4] == ctx.ledger.held and last[1][2] == len(ctx.ledger.live)):
@@ -45,6 +50,16 @@ class OwnershipOracle(Oracle):
             self.pools.clear()
             self.judge(ctx, snap)  # names the first rule broken, as it always did
         self.passed = (*seen, snap)
+
+    def _seen(self, transfers) -> None:
+        """Mark the transfer rules of the kinds first seen in flight (at most twice a play)."""
+        for t in transfers:
+            if t.kind not in self.kinds_seen:
+                self.kinds_seen.add(t.kind)
+                if t.kind == "writeback":
+                    self.mark("HOST-2")
+                elif t.kind == "loadback":
+                    self.mark("HOST-3", "HOST-11")
 
     def _landing_in_tree(self, snap, key, op, owner: str) -> bool:
         """HOST-11: a device destination of an in-flight loadback that already hangs in the

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kvconf.conformance.oracles.base import Oracle
+from kvconf.conformance.running import judged
 
 
 class PinnedHostOracle(Oracle):
@@ -23,6 +24,7 @@ class PinnedHostOracle(Oracle):
         for i, t in enumerate(tensors):
             if t.numel() == 0:
                 continue  # a pool of no pages takes part in no copy (and cannot be pinned)
+            judged.record(self.behaviours)  # per host tensor of a pool built, never per step
             if not t.is_pinned():
                 raise self.fail("HOST-7", f"{what}: host tensor {i} (shape {tuple(t.shape)}) "
                                 "is pageable memory, so its copies with the device cannot run "

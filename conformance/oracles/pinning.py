@@ -22,6 +22,7 @@ from kvconf.reference.tiers import Tier
 class PinOracle(Oracle):
     name = "pinning"
     behaviours = ("PIN-2", "POOL-2", "POOL-1", "TREE-5")
+    hook_rules = {"on_alloc": ("POOL-2",), "on_insert": ("TREE-5",)}
 
     def __init__(self) -> None:
         self.cached: dict[int, int] = {}  # device page -> step that showed it in the tree

@@ -745,6 +745,9 @@ class RuntimeEventOracle(Oracle):
 
     name = "runtime-events"
     behaviours = ("REQ-2", "REQ-4", "REQ-5", "REQ-6", "HOST-2", "HOST-8", "HOST-9")
+    # Each judged only where its event happened: a probe, an abort, a failed copy, an ignored
+    # event, a loadback or a loadback reading host pages of failed copies (``mark``).
+    conditional = behaviours
 
     def in_flight(self, plan, loads: Sequence, writes: Sequence, abandoned: set[int]) -> None:
         """A plan, seen while ``loads`` (loadbacks) and ``writes`` (writebacks) await their
@@ -753,6 +756,10 @@ class RuntimeEventOracle(Oracle):
         still owns, and no loadback reads a host page whose copy has not landed."""
         if not loads and not plan.loadbacks:
             return  # every check below reads a loadback in flight or one of the plan
+        if loads:
+            self.mark("HOST-8")
+        if plan.loadbacks:
+            self.mark("HOST-2", *(("HOST-9",) if abandoned else ()))
         for op in loads:
             dst = {d for _s, d in op.pairs}
             src = {s for s, _d in op.pairs}
@@ -777,6 +784,7 @@ class RuntimeEventOracle(Oracle):
 
     def ignored_changed(self, with_log: list, without_log: list) -> Violation | None:
         """REQ-6: the plans of a run with ignored events against the same run without them."""
+        self.mark("REQ-6")
         for i, (a, b) in enumerate(zip(with_log, without_log, strict=False)):
             if a != b:
                 return self.fail("REQ-6", f"an event the engine ignored changed the scheduler: "
@@ -789,6 +797,7 @@ class RuntimeEventOracle(Oracle):
         return None
 
     def rejected(self, what: str, before, after) -> None:
+        self.mark("REQ-2")
         if before is not None and after is not None and before != after:
             raise self.fail("REQ-2", f"the rejected {what} changed the scheduler")
 
@@ -798,6 +807,7 @@ class RuntimeEventOracle(Oracle):
     def aborted(self, rid: str, after) -> None:
         if after is None:
             return
+        self.mark("REQ-4")
         for v in after.requests:
             if v.rid == rid and (v.state is not State.FINISHED or v.pages or v.lock is not None
                                  or v.slot is not None
@@ -808,6 +818,7 @@ class RuntimeEventOracle(Oracle):
     def failed_copy(self, op, after) -> None:
         if after is None:
             return
+        self.mark("REQ-5")
         owners = after.cache.pools[Tier.HOST].owners
         kept = [d for _s, d in op.pairs if owners[d] != "free"]
         if kept:
@@ -829,6 +840,7 @@ class SchedContentOracle(Oracle):
     name = "content"
     behaviours = ("TREE-2", "NS-1", "NS-3", "PLAN-8", "WIN-2", "WIN-3", "WIN-4", "PLAN-11",
                   "PLAN-12", "REQ-5", "HOST-4")
+    conditional = ("REQ-5", "HOST-4")  # reads of a failed copy's remains: the driver marks
 
     def same_forward(self, row, i: int, page: int, rid: str, at: int) -> Violation:
         """PLAN-12: the row reads KV that another row of its own forward computes; the rows of

@@ -26,6 +26,7 @@ _LINKS = attrgetter("id", "parent")
 class UnloadOracle(Oracle):
     name = "unload"
     behaviours = ("NS-2",)
+    hook_rules = {"on_unload": ("NS-2",)}
     needs = frozenset({Feature.UNLOAD})
 
     def __init__(self) -> None:

@@ -523,6 +523,7 @@ class Pool:
             exit_code=ending.code if ending is not None and ending.kind != "signal" else None,
             signal=ending.signal_name if ending is not None else None,
             steps=steps,
+            judged=list(CRASH_BEHAVIOURS),  # the parent's own check of the process (FAULT-3)
             units=[UnitResult(index=unit.index, of=unit.of, status=status,
                               duration_s=round(time.monotonic() - w.started, 4))]
             if case.fuzz else None,

@@ -53,7 +53,7 @@ from kvconf.conformance.reporting.report import (
     UnitResult,
     write_report,
 )
-from kvconf.conformance.running import flight, progress
+from kvconf.conformance.running import flight, judged, progress
 from kvconf.conformance.running.cases import (
     Case,
     RunContext,
@@ -103,10 +103,14 @@ def play(factory, trace: Trace, *, determinism: bool = True,
                          clock=trace.clock, memory=memory,
                          expect=tuple(oracles) != MEMORY_ORACLES)
     driver.tape = []  # the engine's calls, for DET-1's replay (conformance/cache/tape.py)
-    driver.run(trace)
-    calls = driver.tape[:]
-    driver.drain()
+    try:
+        driver.run(trace)
+        calls = driver.tape[:]
+        driver.drain()
+    finally:  # what ran is judged, whether or not it held
+        judged.record(driver.judged())
     if determinism:
+        judged.record(("DET-1",))
         flight.begin(trace)
         replay_tape(factory(trace.config), calls, trace.steps, driver.lines, event_rows)
     return driver.log
@@ -537,8 +541,10 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
         ctx.meter = progress.Meter(case.name, unit.label if unit else case.name,
                                    unit.budget if unit else ctx.budget)
     t0 = time.perf_counter()
+    seen: set[str] = set()
     try:
-        result = case.run(ctx)
+        with judged.sink() as seen:
+            result = case.run(ctx)
     except KitError:
         raise
     except Exception as e:
@@ -552,6 +558,7 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     finally:
         ctx.unit = None
         ctx.meter = None
+    result.judged = judged_of(result, seen, ctx.features)
     if ctx.exercised or ctx.illegal or ctx.pairs:
         result.coverage = Coverage(exercised=sorted(ctx.exercised), illegal=sorted(ctx.illegal),
                                    pairs=sorted(ctx.pairs))
@@ -560,6 +567,16 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     if result.units:
         result.units[0].duration_s = result.duration_s
     return result
+
+
+def judged_of(result: CaseResult, seen: set[str], features: frozenset[Feature]) -> list[str]:
+    """The rules a unit judged (spec chapter faults, "Verdicts of a rule"): those its checks
+    ran for (``seen``) that bind an engine of ``features``, and the rules it found broken,
+    which a check of judged however they are gated."""
+    broken = {b for f in result.findings for b in f.behaviours}
+    if result.status is Status.FAIL:
+        broken.update(result.behaviours)
+    return sorted(set(judged.allowed(seen, features)) | broken)
 
 
 def run_case(ctx: RunContext, case: Case) -> CaseResult:
@@ -581,7 +598,7 @@ def not_supported(case: Case, features: frozenset[Feature],
         return CaseResult(
             case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
             message=f"engine declares {', '.join(moot)}, which makes what the case checks moot",
-            duration_s=0.0)
+            duration_s=0.0, judged=[])
     missing = sorted(case.needs - features, key=lambda f: f.value)
     if not missing:
         return None
@@ -594,7 +611,7 @@ def not_supported(case: Case, features: frozenset[Feature],
         case=case.name, status=Status.NOT_SUPPORTED, behaviours=list(case.behaviours),
         message=down or ("engine lacks " + ", ".join(f.value for f in missing)
                          + (f"; {why}" if why else "")),
-        duration_s=0.0,
+        duration_s=0.0, judged=[],
     )
 
 
@@ -606,7 +623,7 @@ def not_applicable(case: Case, config: EngineConfig) -> CaseResult | None:
     if reason is None:
         return None
     return CaseResult(case=case.name, status=Status.NOT_APPLICABLE,
-                      behaviours=list(case.behaviours), message=reason, duration_s=0.0)
+                      behaviours=list(case.behaviours), message=reason, duration_s=0.0, judged=[])
 
 
 def unjudged(case: Case, features: frozenset[Feature], unavailable: dict[Feature, Missing],

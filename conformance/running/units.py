@@ -132,6 +132,14 @@ def union(covers: Iterable[Coverage | None]) -> Coverage | None:
     return Coverage(exercised=sorted(exercised), illegal=sorted(illegal), pairs=sorted(pairs))
 
 
+def judged_union(results: Iterable[CaseResult]) -> list[str] | None:
+    """The rules the results judged, together (sorted); None where none of them says (a
+    report older than kvconf-report/5). A shard's result judged for all the units it ran: a
+    rule a unit past the case's end judged there counts too (a check of it ran)."""
+    lists = [r.judged for r in {id(r): r for r in results}.values() if r.judged is not None]
+    return sorted({b for js in lists for b in js}) if lists else None
+
+
 def combine(results: Sequence[CaseResult], passed_message: str,
             expected: Sequence[int] | None = None) -> CaseResult:
     """A fuzz case's result from results that carry its units (one each from the workers, or
@@ -154,7 +162,8 @@ def combine(results: Sequence[CaseResult], passed_message: str,
     examples = [u.examples for u in units if u.examples is not None]
     update = {"examples": sum(examples) if examples else None, "units": units,
               "duration_s": round(sum(u.duration_s for u in units), 4),
-              "coverage": union(u.coverage for u in units)}
+              "coverage": union(u.coverage for u in units),
+              "judged": judged_union(r for _u, r in taken)}
     bad = next(((u, r) for u, r in taken if failed(u.status)), None)
     if bad is not None:
         # A shard's result carries several units' findings: each is taken with its own unit,

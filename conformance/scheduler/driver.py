@@ -45,7 +45,7 @@ from kvconf.conformance.runtime.memory import (
 )
 from kvconf.conformance.scheduler.l3_runtime import L3Runtime
 from kvconf.conformance.scheduler.tape import Tape, plan_record
-from kvconf.conformance.scheduler.trace import Arrival, SchedTrace
+from kvconf.conformance.scheduler.trace import Arrival, SchedConfig, SchedTrace
 from kvconf.reference.plan import (
     Abort,
     BackupDone,
@@ -93,6 +93,31 @@ def sample(seed: int, rid: str, position: int) -> int:
     """The runtime's token: a function of the request and position, not of the plan order."""
     h = hashlib.blake2b(f"{seed}:{rid}:{position}".encode(), digest_size=4).digest()
     return int.from_bytes(h, "little") % ALPHABET
+
+
+# Rules a workload judges only where its configuration has what they are about.
+_WINDOW_RULES = frozenset({"PLAN-8", "WIN-2", "WIN-3", "WIN-4"})
+
+
+def _configured(rule: str, c: SchedConfig, mixed: bool, namespaces: set[int]) -> bool:
+    """Whether ``rule`` has anything to judge under config ``c`` (``mixed``: the switch as
+    played; ``namespaces``: those the workload's requests name)."""
+    prefix = rule.split("-", 1)[0]
+    if prefix == "L3":
+        return c.l3_store
+    if prefix == "MAMBA":
+        return c.mamba
+    if prefix == "NS":
+        return namespaces != {0}
+    if prefix == "HOST" or rule in ("FIN-2", "REQ-5"):
+        return c.host_pages > 0
+    if rule in _WINDOW_RULES:
+        return bool(c.sliding_window)
+    if rule == "PLAN-9":
+        return c.max_adapters > 0
+    if rule == "PLAN-3":
+        return not mixed
+    return True
 
 
 class SchedulerDriver:
@@ -251,7 +276,30 @@ class SchedulerDriver:
         self.fresh: Any = None
         self.serve_at_rest = True
         self.sizes = {Tier.DEVICE: c.device_pages, Tier.HOST: c.host_pages}
+        self.marks: set[str] = set()  # rules the driver's own checks judged (``judged``)
         self.snap = self._snapshot()
+
+    def judged(self) -> set[str]:
+        """The rules this play judged (spec chapter faults, "Verdicts of a rule"): those of
+        the oracles that took part (``Oracle.judged``: some only where their event happened),
+        the driver's own checks (FAULT-2 on every call, PLAN-10, REQ-4, LIVE-1, POOL-5 at
+        rest), less what the workload's configuration leaves nothing to judge of and what the
+        driver says it could not judge (``unjudged``). Before the feature filter
+        (``kvconf.conformance.running.judged``)."""
+        if not self.log:
+            return set()
+        c = self.trace.config
+        out = self.marks | {"FAULT-2", "PLAN-10"}
+        for o in (self.plans, self.states, self.reuse, self.hybrid_reuse, self.events, self.kv,
+                  self.content, self.mamba_owners, self.transfers, self.counter):
+            if o is not None:
+                out |= o.judged()
+        if c.mamba:
+            out |= self.mamba_content.judged()
+        if self.l3 is not None and self.l3.checks:
+            out |= self.l3.oracle.judged()
+        namespaces = {a.ns for a in self.trace.arrivals}
+        return {b for b in out if _configured(b, c, self.config.mixed, namespaces)}
 
     # ----------------------------------------------------------------- plumbing
     def _snapshot(self):
@@ -368,6 +416,7 @@ class SchedulerDriver:
                              "acknowledged: the runtime would have ended there"))
             return self.log
         if self._fits():
+            self.marks.add("LIVE-1")
             states = None if self.snap is None else {v.rid: v.state for v in self.snap.requests}
             # The cap can hold a request back only where the workload has more adapter
             # namespaces than the cap allows in one forward (PLAN-9).
@@ -388,6 +437,7 @@ class SchedulerDriver:
         was never acknowledged (HOST-9: the runtime would have ended there)."""
         if self.abandoned or self.memory_only:
             return
+        self.marks.add("POOL-5")
         where = f"at rest after plan {self._at}"
         if self.white and self.snap is not None:
             self.rest.scheduler(self.snap, self.config.max_slots, where)
@@ -407,6 +457,7 @@ class SchedulerDriver:
         if tokens < 1 or (c.mamba and c.mamba_slots < 2
                           and Feature.MAMBA_CHECKPOINT_SLOT in self.engine.features):
             return
+        self.marks.add("LIVE-1")
         rest_at = self._at
         self.resting = True  # REQ-2 probes were played through the workload; not again here
         self._submit([Arrival(at=step + 1, rid=REST_RID, ns=0, tokens=[REST_TOKEN] * tokens,
@@ -597,6 +648,7 @@ class SchedulerDriver:
         # arrive), so an engine that refuses one is seen refusing an Abort (REQ-4, E-2).
         cancels = [e for e in events if isinstance(e, Abort)]
         if cancels:
+            self.marks.add("REQ-4")
             try:
                 self.engine.advance(cancels)
                 self.tape.append(("advance", cancels))
@@ -622,6 +674,7 @@ class SchedulerDriver:
             # REQ-5 judges a failure the engine heard of; under HOST-9 it never hears of one
             # (the copy stays unacknowledged, its host pages the transfer's).
             for op, _handle in [] if self.fatal_failures else failed:
+                self.content.mark("REQ-5", "HOST-4")
                 self.events.failed_copy(op, after)
         self._probe(step)
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.oracles.base import Violation
-from kvconf.conformance.running import flight
+from kvconf.conformance.running import flight, judged
 from kvconf.conformance.runtime.memory import MemoryFactory, shadow_memory
 from kvconf.conformance.scheduler.draws import Draws, HypothesisDraws, SeededDraws
 from kvconf.conformance.scheduler.driver import SchedulerDriver, sample
@@ -288,6 +288,15 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
     flight.begin(trace)
     driver = _driver(factory, trace, memory, memory_only, probes=probes)
     try:
+        return _play(factory, trace, driver, determinism, memory, memory_only)
+    finally:  # what ran is judged, whether or not it held
+        judged.record(driver.judged())
+
+
+def _play(factory, trace: SchedTrace, driver: SchedulerDriver, determinism: bool,
+          memory: MemoryFactory, memory_only: bool) -> SchedulerDriver:
+    """``play_sched`` past the first driver's making."""
+    try:
         log = driver.run()
     except Violation as v:
         found = driver.probe_finding
@@ -308,6 +317,7 @@ def play_sched(factory: Callable[[SchedConfig], object], trace: SchedTrace,
                           "without the probes")
         raise found from None
     if determinism:  # the first play's calls on a fresh engine, plan by plan (tape.py)
+        judged.record(("DET-1",))
         flight.begin(trace)
         replay(factory(trace.config), driver.tape)
     if driver.ignored:  # REQ-6: the same run without the events the engine ignored

@@ -15,6 +15,7 @@ from kvconf.conformance.errors import EngineRejected
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.window import WindowConfigOracle
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
+from kvconf.conformance.running import judged
 from kvconf.conformance.running.cases import Case, fail_result
 from kvconf.conformance.scheduler.trace import SchedConfig
 
@@ -40,6 +41,7 @@ def check_model_window(engine, oracle: WindowConfigOracle, name: str, cfg: dict[
     except EngineRejected as e:
         refused = str(e)
     oracle.check(name, cfg, got, refused, want)
+    judged.record(oracle.behaviours)  # a check per config: set updates, not a step's cost
 
 
 def check_model_windows(engine) -> int:
