@@ -1,5 +1,6 @@
 """An engine's fault in a legal call, as the drivers report it: one FAULT-2 violation naming the
-call (spec chapter faults), never a traceback out of the kit.
+call (spec chapter faults), never a traceback out of the kit; a MemoryError is FAULT-4's
+instead (the engine's memory past the worker's limit).
 
 A legal call the engine refuses (``EngineRejected``), any exception it raises, and a value of a
 type the protocol does not allow are each one violation of the ``faults`` oracle; the engine's
@@ -20,6 +21,16 @@ IDS = ("FAULT-2",)
 
 
 def raised(call: str, err: BaseException, more: str = "") -> Violation:
+    """The violation of a legal call that raised ``err``: FAULT-2, or FAULT-4 for a
+    MemoryError, which under the worker's memory limit says the engine's memory grew past the
+    run's bound rather than that the call was refused (``kvconf.conformance.running.bounds``)."""
+    if isinstance(err, MemoryError):
+        from kvconf.conformance.oracles.process import WorkerMemoryOracle
+        from kvconf.conformance.running import bounds
+
+        bounds.hit = True
+        return Violation(WorkerMemoryOracle.name, WorkerMemoryOracle.behaviours,
+                         f"{call} raised MemoryError{bounds.under_limit()}")
     return Violation(ORACLE, IDS, f"{call} raised {type(err).__name__}: {err}{more}")
 
 
