@@ -269,13 +269,23 @@ def _bounds(cfg, force: bool, extra: dict) -> None:
     the configuration's cost against the default's (a line, or a refusal without --force), the
     workers against the CPUs, and --worker-memory parsed into ``extra``."""
     from kvconf.conformance.engine.config import cost_warning
-    from kvconf.conformance.running.bounds import jobs_warning, parse_memory
+    from kvconf.conformance.running.bounds import parse_memory
 
     if "worker_memory" in extra:
         extra["worker_memory"] = parse_memory(extra["worker_memory"])
-    for line in (cost_warning(cfg, force), jobs_warning(extra.get("jobs", 0))):
-        if line:
-            sys.stderr.write(f"kvconf: {line}\n")
+    line = cost_warning(cfg, force)
+    if line:
+        sys.stderr.write(f"kvconf: {line}\n")
+    _say_jobs(extra.get("jobs", 0))
+
+
+def _say_jobs(jobs: int) -> None:
+    """One line on stderr for a --jobs above the machine's CPUs."""
+    from kvconf.conformance.running.bounds import jobs_warning
+
+    line = jobs_warning(jobs)
+    if line:
+        sys.stderr.write(f"kvconf: {line}\n")
 
 
 def _pairs_reached(result, show) -> bool:
@@ -382,6 +392,8 @@ def gpu(
     examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
     junit: JunitOpt = None,
     traces: TracesOpt = None,
+    worker_memory: WorkerMemoryOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -395,7 +407,8 @@ def gpu(
         _die(str(e))
     _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, expect,
            device=device, layout=layout, memory_only=memory_only, jobs=jobs, shard=shard,
-           call_timeout=call_timeout, database=examples_db, junit=junit, traces=traces)
+           call_timeout=call_timeout, database=examples_db, junit=junit, traces=traces,
+           worker_memory=worker_memory, force=force)
 
 
 def _check_writable(report: Path, option: str = "--report") -> None:
@@ -700,6 +713,7 @@ def mutants(
             def on_progress(name: str, doc: dict) -> None:  # a note of one of its fuzz cases
                 display.note(name, f"{name} {describe(doc)}")
 
+            _say_jobs(jobs)
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                                  names=mutant, fuzz_only=fuzz_only, jobs=jobs,
                                  call_timeout=call_timeout, on_result=on_result,
@@ -767,6 +781,7 @@ def variants(
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         _check_writable(report)
+        _say_jobs(jobs)
         matrix = run_variants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                               names=variant, jobs=jobs, call_timeout=call_timeout,
                               on_result=on_result)

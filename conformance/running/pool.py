@@ -673,7 +673,7 @@ def run_engines(units: list[EngineUnit], specs: dict[str, WorkerSpec], campaign,
 
     if not units:
         return
-    pool = Pool(specs[units[0].engine], jobs, call_timeout)
+    pool = Pool(specs[units[0].engine], jobs, call_timeout, len(units))
     try:
         pool.run(units, campaign, out_dir, spec_of=lambda u: specs[u.engine],
                  out_dir_of=lambda u: out_dir / u.engine if out_dir is not None else None,
