@@ -22,15 +22,17 @@ IDS = ("FAULT-2",)
 
 def raised(call: str, err: BaseException, more: str = "") -> Violation:
     """The violation of a legal call that raised ``err``: FAULT-2, or FAULT-4 for a
-    MemoryError, which under the worker's memory limit says the engine's memory grew past the
-    run's bound rather than that the call was refused (``kvconf.conformance.running.bounds``)."""
+    MemoryError raised at the worker's memory limit, which says the engine's memory grew past
+    the run's bound rather than that the call failed (``kvconf.conformance.running.bounds``)."""
     if isinstance(err, MemoryError):
-        from kvconf.conformance.oracles.process import WorkerMemoryOracle
         from kvconf.conformance.running import bounds
 
-        bounds.hit = True
-        return Violation(WorkerMemoryOracle.name, WorkerMemoryOracle.behaviours,
-                         f"{call} raised MemoryError{bounds.under_limit()}")
+        if bounds.at_limit():
+            from kvconf.conformance.oracles.process import WorkerMemoryOracle
+
+            bounds.hit = True
+            return Violation(WorkerMemoryOracle.name, WorkerMemoryOracle.behaviours,
+                             f"{call} raised MemoryError{bounds.under_limit()}")
     return Violation(ORACLE, IDS, f"{call} raised {type(err).__name__}: {err}{more}")
 
 

@@ -201,3 +201,19 @@ def test_write_failed_is_raised_for_an_os_error(monkeypatch, tmp_path):
     with pytest.raises(WriteFailed) as e:
         trace.write_atomic(tmp_path / "x.json", "{}")
     assert e.value.why == "No space left on device" and e.value.path == str(tmp_path / "x.json")
+
+
+@pytest.mark.behaviours("FAULT-2")
+def test_a_memory_error_far_below_the_limit_is_the_engines_own_exception(monkeypatch):
+    """Only a MemoryError at the limit is FAULT-4: one raised with the limit far away (an
+    engine's own signal, say), or with no limit at all, is FAULT-2 like any exception."""
+    from kvconf.conformance.faults import raised
+
+    monkeypatch.setattr(bounds, "hit", False)
+    monkeypatch.setattr(bounds, "limit", 0)
+    assert raised("alloc", MemoryError("pool full")).behaviours == ("FAULT-2",)
+    monkeypatch.setattr(bounds, "limit", 64 << 30)  # this process holds far less than half
+    assert raised("alloc", MemoryError("pool full")).behaviours == ("FAULT-2",)
+    monkeypatch.setattr(bounds, "data_size", lambda: 40 << 30)
+    v = raised("alloc", MemoryError())
+    assert v.behaviours == ("FAULT-4",) and "limit of 64 GiB" in v.message and bounds.hit

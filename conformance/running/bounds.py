@@ -90,12 +90,32 @@ def apply_memory_limit(size: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (size, hard))
 
 
+def data_size() -> int | None:
+    """This process's data now (VmData, bytes), what RLIMIT_DATA counts; None where unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def at_limit() -> bool:
+    """Whether a MemoryError just raised is the limit's: a limit is set and this process holds
+    at least half of it still. An engine that raises MemoryError far below the limit (its own
+    signal for a full pool, say) raised an exception like any other (FAULT-2), not a leak."""
+    if not limit:
+        return False
+    size = data_size()
+    return size is None or size >= limit // 2
+
+
 def under_limit() -> str:
     """The phrase a memory finding ends with: the limit it was raised under."""
-    if limit:
-        return (f" under the worker memory limit of {describe(limit)} (--worker-memory; the "
-                "engine's memory grew past what the run allows each worker)")
-    return " (no worker memory limit was set: the machine's memory ran out)"
+    return (f" under the worker memory limit of {describe(limit)} (--worker-memory; the "
+            "engine's memory grew past what the run allows each worker)")
 
 
 def jobs_warning(jobs: int) -> str | None:
