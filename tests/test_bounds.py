@@ -217,3 +217,16 @@ def test_a_memory_error_far_below_the_limit_is_the_engines_own_exception(monkeyp
     monkeypatch.setattr(bounds, "data_size", lambda: 40 << 30)
     v = raised("alloc", MemoryError())
     assert v.behaviours == ("FAULT-4",) and "limit of 64 GiB" in v.message and bounds.hit
+
+
+def test_a_trace_that_cannot_be_saved_cuts_the_run_too(monkeypatch, tmp_path):
+    def full(path, text):
+        raise WriteFailed(path, "No space left on device")
+
+    monkeypatch.setattr(pool, "write_atomic", full)  # where the parent saves failing traces
+    with pytest.raises(KitError, match="cut short"):
+        _run("faulty_engine:Raises", tmp_path, cases=["namespace-isolation",
+                                                       "lru-victim-order"], jobs=1)
+    info = load_report(tmp_path / "r.json").run_info
+    assert info.interrupted and info.cut.startswith(f"write failed: {tmp_path / 'traces'}")
+    assert "namespace-isolation" in info.not_run
