@@ -6,7 +6,9 @@ write says so in its report."""
 from __future__ import annotations
 
 import errno
+import os
 import resource
+import subprocess
 import time
 from pathlib import Path
 
@@ -230,3 +232,16 @@ def test_a_trace_that_cannot_be_saved_cuts_the_run_too(monkeypatch, tmp_path):
     info = load_report(tmp_path / "r.json").run_info
     assert info.interrupted and info.cut.startswith(f"write failed: {tmp_path / 'traces'}")
     assert "namespace-isolation" in info.not_run
+
+
+def test_the_folder_of_a_run_killed_outright_goes_at_the_next_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool.tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{pool.TMP_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{pool.TMP_PREFIX}{os.getpid()}-def"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "worker-1.log").write_text("")
+    pool.remove_stale_folders()
+    assert not stale.exists() and live.exists()

@@ -185,6 +185,30 @@ class Worker:
             os.close(self.fd)
 
 
+TMP_PREFIX = "kvconf-workers-"  # the pool's folder: kvconf-workers-<pid of the run>-<random>
+
+
+def remove_stale_folders() -> None:
+    """Remove the pool folders of runs that are gone (killed outright, SIGKILL or the OOM
+    killer, with no chance to remove their own): their run's pid, in the name, is no process."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
+        pid = folder.name[len(TMP_PREFIX):].partition("-")[0]
+        if not pid.isdigit() or not folder.is_dir() or folder.owner() != _me():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (PermissionError, OverflowError):
+            continue
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
 def split_stacks(output: str) -> tuple[str, str | None]:
     """The output before the Python stacks ``faulthandler`` wrote into it, and the stacks."""
     lines = output.splitlines()
@@ -207,7 +231,8 @@ class Pool:
         self.spec = spec
         self.jobs = max(1, min(jobs, most)) if most is not None else jobs
         self.call_timeout = call_timeout
-        self.tmp = Path(tempfile.mkdtemp(prefix="kvconf-workers-"))
+        remove_stale_folders()
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
         self.workers: list[Worker] = []
         self.shrinker: Worker | None = None
         self.spawned = 0  # processes started, replacements and shrinkers included
