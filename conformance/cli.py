@@ -112,6 +112,15 @@ TracesOpt = Annotated[
 ]
 ReportOpt = Annotated[Path, typer.Option(help="Where to write the JSON report; - writes it to "
                                          "standard output (the table goes to stderr).")]
+WorkerMemoryOpt = Annotated[
+    str | None, typer.Option(help="Memory (data) each worker process may hold, such as 4GiB "
+                             "or 700MiB; 0 for no limit (default 4GiB). Past it the engine's "
+                             "memory is a finding (FAULT-5).")
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Run a --config whose cost is past the hard bound "
+                       "(docs/campaigns.md, the bounds of a run).")
+]
 RequirePairsOpt = Annotated[
     bool, typer.Option("--require-pairs", help="Exit 1 when a pair of the engine's declared "
                        "features was never played together (the report's feature_pairs; the "
@@ -150,13 +159,16 @@ def run(
     junit: JunitOpt = None,
     traces: TracesOpt = None,
     require_pairs: RequirePairsOpt = False,
+    worker_memory: WorkerMemoryOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Run the conformance suite against ENGINE and write a report."""
     from kvconf.conformance.running.runner import run_suite
 
     _suite(run_suite, engine, report, seed, budget, profile, config, case, quiet, expect,
            jobs=jobs, shard=shard, call_timeout=call_timeout, database=examples_db,
-           junit=junit, traces=traces, require_pairs=require_pairs)
+           junit=junit, traces=traces, require_pairs=require_pairs, force=force,
+           worker_memory=worker_memory)
 
 
 class _Stopped(KeyboardInterrupt):
@@ -183,7 +195,8 @@ class _sigterm_as_interrupt:
 
 
 def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, expect,
-           shard=None, junit=None, traces=None, require_pairs=False, **extra) -> None:
+           shard=None, junit=None, traces=None, require_pairs=False, force=False,
+           **extra) -> None:
     """Parse the common options, run the suite with ``runner``, print the table, exit."""
     import contextlib
     import signal
@@ -207,6 +220,7 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         cfg = parse_overrides(EngineConfig(), config or [])
+        _bounds(cfg, force, extra)
         cases = select_cases(case)
         if expectations is not None:
             check_cases(expectations, expect, engine, [c.name for c in cases])
@@ -248,6 +262,30 @@ def _suite(runner, engine, report, seed, budget, profile, config, case, quiet, e
         show.print(f"junit: {junit}", highlight=False)
     pairs_ok = not require_pairs or _pairs_reached(result, show)
     raise typer.Exit(EXIT_OK if result.ok and pairs_ok else EXIT_FAIL)
+
+
+def _bounds(cfg, force: bool, extra: dict) -> None:
+    """The run's bounds, said before it starts (spec chapter faults, "The bounds of a run"):
+    the configuration's cost against the default's (a line, or a refusal without --force), the
+    workers against the CPUs, and --worker-memory parsed into ``extra``."""
+    from kvconf.conformance.engine.config import cost_warning
+    from kvconf.conformance.running.bounds import parse_memory
+
+    if "worker_memory" in extra:
+        extra["worker_memory"] = parse_memory(extra["worker_memory"])
+    line = cost_warning(cfg, force)
+    if line:
+        sys.stderr.write(f"kvconf: {line}\n")
+    _say_jobs(extra.get("jobs", 0))
+
+
+def _say_jobs(jobs: int) -> None:
+    """One line on stderr for a --jobs above the machine's CPUs."""
+    from kvconf.conformance.running.bounds import jobs_warning
+
+    line = jobs_warning(jobs)
+    if line:
+        sys.stderr.write(f"kvconf: {line}\n")
 
 
 def _pairs_reached(result, show) -> bool:
@@ -354,6 +392,8 @@ def gpu(
     examples_db: ExamplesDbOpt = DEFAULT_EXAMPLES_DB,
     junit: JunitOpt = None,
     traces: TracesOpt = None,
+    worker_memory: WorkerMemoryOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Run the suite with the runtime's KV memory in torch pools (GPU harness); same report."""
     try:
@@ -367,7 +407,8 @@ def gpu(
         _die(str(e))
     _suite(run_gpu, engine, report, seed, budget, profile, config, case, quiet, expect,
            device=device, layout=layout, memory_only=memory_only, jobs=jobs, shard=shard,
-           call_timeout=call_timeout, database=examples_db, junit=junit, traces=traces)
+           call_timeout=call_timeout, database=examples_db, junit=junit, traces=traces,
+           worker_memory=worker_memory, force=force)
 
 
 def _check_writable(report: Path, option: str = "--report") -> None:
@@ -719,6 +760,7 @@ def mutants(
             def on_progress(name: str, doc: dict) -> None:  # a note of one of its fuzz cases
                 display.note(name, f"{name} {describe(doc)}")
 
+            _say_jobs(jobs)
             matrix = run_mutants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                                  names=mutant, fuzz_only=fuzz_only, jobs=jobs,
                                  call_timeout=call_timeout, on_result=on_result,
@@ -786,6 +828,7 @@ def variants(
         prof = get_profile(profile)
         bud = parse_budget(budget, prof)
         _check_writable(report)
+        _say_jobs(jobs)
         matrix = run_variants(seed_value=seed, profile=prof, budget=bud, report_path=report,
                               names=variant, jobs=jobs, call_timeout=call_timeout,
                               on_result=on_result)

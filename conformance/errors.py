@@ -9,6 +9,15 @@ class KitError(Exception):
     """Bad input to the kit (trace file, engine name, config value, report path)."""
 
 
+class WriteFailed(KitError):
+    """A file the kit writes (a report, a trace) could not be written: a full disk, a folder
+    made read-only. A run it cuts short says so in its report (``RunInfo.cut``)."""
+
+    def __init__(self, path: str | Path, why: str) -> None:
+        super().__init__(f"{path}: cannot write ({why})")
+        self.path, self.why = str(path), why
+
+
 class EngineRejected(Exception):
     """The engine refused a call with its documented error (FAULT-1); ``code`` is stable."""
 

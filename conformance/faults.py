@@ -1,5 +1,6 @@
 """An engine's fault in a legal call, as the drivers report it: one FAULT-2 violation naming the
-call (spec chapter faults), never a traceback out of the kit.
+call (spec chapter faults), never a traceback out of the kit; a MemoryError is FAULT-5's
+instead (the engine's memory past the worker's limit).
 
 A legal call the engine refuses (``EngineRejected``) and any exception it raises are each one
 FAULT-2 violation of the ``faults`` oracle, a value of a type the protocol does not allow one
@@ -22,6 +23,18 @@ ANSWER = ("FAULT-4",)  # an answer of a type or shape the protocol does not allo
 
 
 def raised(call: str, err: BaseException, more: str = "") -> Violation:
+    """The violation of a legal call that raised ``err``: FAULT-2, or FAULT-5 for a
+    MemoryError raised at the worker's memory limit, which says the engine's memory grew past
+    the run's bound rather than that the call failed (``kvconf.conformance.running.bounds``)."""
+    if isinstance(err, MemoryError):
+        from kvconf.conformance.running import bounds
+
+        if bounds.at_limit():
+            from kvconf.conformance.oracles.process import WorkerMemoryOracle
+
+            bounds.hit = True
+            return Violation(WorkerMemoryOracle.name, WorkerMemoryOracle.behaviours,
+                             f"{call} raised MemoryError{bounds.under_limit()}")
     return Violation(ORACLE, IDS, f"{call} raised {type(err).__name__}: {err}{more}")
 
 

@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvconf-jobs", type=int, default=1,
                     help="Worker processes; 0 runs the engine in pytest's own process (no "
                          "crash or hang isolation: for debuggers).")
+    group.addoption("--kvconf-worker-memory", default=None, metavar="SIZE",
+                    help="Memory each worker may hold (4GiB, 700MiB; 0: no limit; default "
+                         "4GiB); past it the engine's memory is a finding (FAULT-5).")
     group.addoption("--kvconf-call-timeout", type=float, default=60.0,
                     help="Seconds a worker may stay silent before its case is TIMEOUT.")
     group.addoption("--kvconf-report", default=DEFAULT_REPORT, metavar="PATH",
@@ -87,6 +90,7 @@ class KvconfSuite:
         from kvconf.conformance.adapters import check_engine
         from kvconf.conformance.engine.config import EngineConfig, parse_overrides
         from kvconf.conformance.reporting.expectations import load_expectations
+        from kvconf.conformance.running.bounds import parse_memory
         from kvconf.conformance.running.profiles import get_profile, parse_budget
         from kvconf.conformance.running.runner import all_cases, select_cases
 
@@ -102,6 +106,8 @@ class KvconfSuite:
         if self.jobs < 0:
             raise KitError(f"--kvconf-jobs {self.jobs}: must be 0 (this process) or more")
         self.call_timeout: float = opt("kvconf_call_timeout")
+        self.worker_memory = parse_memory(opt("kvconf_worker_memory"),
+                                          "--kvconf-worker-memory")
         self.database: str = opt("kvconf_examples_db")
         self.report_path = Path(opt("kvconf_report"))
         self.expect_path = Path(opt("kvconf_expect")) if opt("kvconf_expect") else None
@@ -192,8 +198,10 @@ class _Run:
 
             spec = WorkerSpec(engine=suite.engine, config=suite.config, seed=suite.seed,
                               profile=suite.profile, budget=suite.budget,
-                              database=suite.database)
-            self.pool = Pool(spec, suite.jobs, suite.call_timeout)
+                              database=suite.database, worker_memory=suite.worker_memory)
+            most = len(plan(((c.name, c.fuzz) for c in suite.cases), suite.budget,
+                            max(1, suite.jobs)))
+            self.pool = Pool(spec, suite.jobs, suite.call_timeout, most)
             try:
                 features, version, unavailable = self.pool.open()
             except BaseException:
@@ -202,12 +210,14 @@ class _Run:
         report = start_report(suite.engine, suite.config, version, features,
                               seed_value=suite.seed, profile=suite.profile, budget=suite.budget,
                               jobs=suite.jobs, call_timeout=suite.call_timeout,
-                              database=suite.database)
+                              database=suite.database, worker_memory=suite.worker_memory)
         self.skipped = {c.name: r for c in suite.cases
                         if (r := unjudged(c, features, unavailable, suite.config)) is not None}
         self.units = plan(((c.name, c.fuzz and c.name not in self.skipped) for c in suite.cases),
                           suite.budget, max(1, suite.jobs))
         self.campaign = Campaign(suite.cases, self.units, report, suite.report_path)
+        if self.pool is not None:
+            self.pool.retire_beyond(sum(u.case not in self.skipped for u in self.units))
         self.sigterm = _sigterm_interrupts()
 
     def case(self, case):

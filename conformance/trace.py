@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvconf.conformance.engine.config import MAX_PAGES, EngineConfig
-from kvconf.conformance.errors import KitError, read_input
+from kvconf.conformance.errors import KitError, WriteFailed, read_input
 from kvconf.reference.tiers import Tier
 
 FORMAT = "kvconf-trace/1"
@@ -383,10 +383,10 @@ def write_atomic(path: str | Path, text: str) -> Path:
     """Write via a temporary file and rename, so a reader never sees half a file. The file gets
     the mode of the file it replaces, or the user's umask for a new one (not mkstemp's 0600);
     ``-`` and ``/dev/stdout`` are written through to standard output. Any OS failure is a
-    one-line KitError naming the path. SIGINT and SIGTERM are held from the temporary file's
-    creation to the rename and delivered just after (``hold_signals``): an interrupt landing
-    between them, inside ``mkstemp`` before it hands the name back, would leave the temporary
-    file behind."""
+    one-line KitError naming the path (``WriteFailed``: a run it cuts short says so). SIGINT
+    and SIGTERM are held from the temporary file's creation to the rename and delivered just
+    after (``hold_signals``): an interrupt landing between them, inside ``mkstemp`` before it
+    hands the name back, would leave the temporary file behind."""
     from kvconf.conformance.running.signals import hold_signals
 
     if is_stream(path):
@@ -413,7 +413,7 @@ def write_atomic(path: str | Path, text: str) -> Path:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         where = e.filename if e.filename and str(e.filename) != str(tmp) else path
-        raise KitError(f"{where}: cannot write ({e.strerror})") from None
+        raise WriteFailed(where, e.strerror or str(e)) from None
     except BaseException:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)

@@ -9,16 +9,55 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvconf.conformance.errors import KitError
 
 MAX_PAGES = 1_000_000  # the largest pool a config may state
+# A run's cost grows with its pools: every engine a trace builds (two per trace, DET-1) sets up
+# each pool's pages, whatever the trace then uses. Measured on the reference, fuzz-cache and
+# lru-victim-order at --profile ci in one process: 2.4 s and 50 MB at the default 24 device
+# pages, 5.5 s and 64 MB at 10,000, 42 s and 200 MB at 100,000, 417 s and 1.67 GB at 1,000,000
+# (about 0.4 ms per page per two cases). Past WARN_PAGES (about four times the default's cost)
+# a run says so; past FORCE_PAGES (about 35 times, and growing with every page) it needs --force.
+WARN_PAGES = 20_000
+FORCE_PAGES = 200_000
+_POOL = {"warn_above": WARN_PAGES, "force_above": FORCE_PAGES}
+_POOL_COST = (f"; past {WARN_PAGES:,} pages a run warns of its cost, past {FORCE_PAGES:,} it "
+              "needs --force (each engine a trace builds sets up every page)")
 
 
 class EngineConfig(BaseModel):
-    """Pool sizes and page size of the cache under test; small pools make pressure likely."""
+    """Pool sizes and page size of the cache under test; small pools make pressure likely.
+    Each field's bounds live with it: its range, and (``json_schema_extra``) the values past
+    which a run warns of its cost (``warn_above``) or is refused without --force
+    (``force_above``; ``cost_warning``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    page_size: int = Field(default=2, ge=1, le=64)
-    device_pages: int = Field(default=24, ge=1, le=MAX_PAGES)
-    host_pages: int = Field(default=24, ge=0, le=MAX_PAGES)
+    page_size: int = Field(default=2, ge=1, le=64, description="tokens per page")
+    device_pages: int = Field(default=24, ge=1, le=MAX_PAGES, json_schema_extra=_POOL,
+                              description="pages of the device pool" + _POOL_COST)
+    host_pages: int = Field(default=24, ge=0, le=MAX_PAGES, json_schema_extra=_POOL,
+                            description="pages of the host pool (0: no host tier)"
+                            + _POOL_COST)
+
+
+def cost_warning(config: EngineConfig, force: bool = False) -> str | None:
+    """The one line a configuration far dearer than the default earns, naming the field, its
+    value and the default (None when every field is within its ``warn_above``); a field past
+    its ``force_above`` is a KitError unless ``force``."""
+    lines = []
+    for name, info in EngineConfig.model_fields.items():
+        bounds = info.json_schema_extra or {}
+        value = getattr(config, name)
+        if "force_above" in bounds and value > bounds["force_above"] and not force:
+            raise KitError(f"--config {name}={value}: past {bounds['force_above']:,} (the "
+                           f"default is {info.default}) a run can take hours and gigabytes "
+                           "for what the default size judges in seconds; give --force to run "
+                           "it anyway")
+        if "warn_above" in bounds and value > bounds["warn_above"]:
+            lines.append(f"{name}={value} (default {info.default})")
+    if not lines:
+        return None
+    return (f"warning: --config {', '.join(lines)}: past {WARN_PAGES:,} pages each engine a "
+            "trace builds sets up every page, so this run can take far longer and more memory "
+            "than at the default size")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from kvconf.conformance.oracles.memory import PageHashOracle, PinnedContentOracl
 from kvconf.conformance.oracles.ownership import OwnershipOracle
 from kvconf.conformance.oracles.pinned import PinnedHostOracle
 from kvconf.conformance.oracles.pinning import PinOracle
-from kvconf.conformance.oracles.process import ProcessOracle
+from kvconf.conformance.oracles.process import ProcessOracle, WorkerMemoryOracle
 from kvconf.conformance.oracles.scheduler import (
     HybridReuseOracle,
     LivenessOracle,
@@ -59,6 +59,6 @@ SCHED_ORACLES: tuple[type[Oracle], ...] = (
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = tuple(dict.fromkeys((
     *STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle, WindowConfigOracle, PinnedHostOracle,
-    ProcessOracle, HybridOracle)))
+    ProcessOracle, WorkerMemoryOracle, HybridOracle)))
 
 __all__ = ["ALL_ORACLES", "MEMORY_ORACLES", "STEP_ORACLES", "Ctx", "Oracle", "Violation"]

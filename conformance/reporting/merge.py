@@ -94,6 +94,7 @@ def merge_reports(paths: list[Path], out: Path | None = None) -> Report:
         else max(i.finished for i in infos),
         "interrupted": any(i.interrupted for i in infos),
         "not_run": sorted({c for i in infos for c in i.not_run}),
+        "cut": "; ".join(dict.fromkeys(i.cut for i in infos if i.cut)) or None,
         "expectations": None,
         "coverage": transition_coverage(union(r.coverage for r in results), infos[0].features),
     })

@@ -177,6 +177,13 @@ class RunInfo(BaseModel):
     examples_db: str | None = Field(None, description="the Hypothesis example database the "
                                     "fuzz cases shared (a folder or module:attr)")
     not_run: list[str] = Field([], description="cases an interrupted run did not finish")
+    cut: str | None = Field(None, description="why the run was cut short when no signal did "
+                            "it: a file it could not write ('write failed: <path>: No space "
+                            "left on device'); the run is then interrupted too")
+    worker_memory: str | None = Field(None, description="the memory each worker process may "
+                                      "hold (its data: heap and private mappings; --worker-"
+                                      "memory), such as '4 GiB' or 'no limit'; None when the "
+                                      "cases ran in kvconf's own process")
 
 
 class Report(BaseModel):

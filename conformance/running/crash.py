@@ -26,8 +26,8 @@ CRASH_BEHAVIOURS = ProcessOracle.behaviours
 @dataclass(frozen=True, slots=True)
 class Ending:
     """How a process ended: ``kind`` is signal, exit (the process exited with ``code``),
-    sys.exit (the engine raised SystemExit, caught by the worker), ok, violation, error or
-    timeout."""
+    sys.exit (the engine raised SystemExit, caught by the worker), memory (the worker ran out of
+    memory under its limit, ``code`` bytes: FAULT-5), ok, violation, error or timeout."""
 
     kind: str
     code: int | None = None
@@ -42,6 +42,11 @@ class Ending:
             return f"signal {self.code}"
 
     def describe(self) -> str:
+        if self.kind == "memory":  # ``code``: the limit, in bytes
+            from kvconf.conformance.running.bounds import describe
+
+            return (f"ran out of memory under the worker memory limit of "
+                    f"{describe(self.code or 0)} (--worker-memory)")
         if self.kind == "signal":
             text = signal.strsignal(self.code) if self.code is not None else None
             return f"was killed by {self.signal_name}" + (f" ({text})" if text else "")
@@ -58,6 +63,8 @@ class Ending:
         if self.kind == "signal":
             name = self.signal_name or f"signal-{self.code}"
             return name.replace(" ", "-")
+        if self.kind == "memory":
+            return "memory-limit"
         return f"{self.kind}-{self.code}"
 
     def crashed(self) -> bool:

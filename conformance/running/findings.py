@@ -151,22 +151,25 @@ def crash_kind(trace: Trace | SchedTrace | None, step: int | None) -> str:
     return str(trace.steps[step].op)
 
 
-def crash_signature(ending: str, trace: Trace | SchedTrace | None, step: int | None) -> str:
+def crash_signature(ending: str, trace: Trace | SchedTrace | None, step: int | None,
+                    oracle: type = ProcessOracle) -> str:
     """The finding signature of a crash (module docstring) that ended the process as ``ending``
     says (``kvconf.conformance.running.crash.Ending.token``): decided from the trace as played
-    up to the crash, before any shrinking, so every worker and shard names it the same."""
-    return "/".join([ProcessOracle.name, "+".join(sorted(ProcessOracle.behaviours)),
+    up to the crash, before any shrinking, so every worker and shard names it the same.
+    ``oracle`` judged it: the process oracle, or the worker memory oracle for a worker that ran
+    out of memory under its limit."""
+    return "/".join([oracle.name, "+".join(sorted(oracle.behaviours)),
                      crash_kind(trace, step), ending])
 
 
 def crash_finding(result: CaseResult, ending: str, trace: Trace | SchedTrace | None,
-                  unit: int | None) -> Finding:
+                  unit: int | None, oracle: type = ProcessOracle) -> Finding:
     """The finding of a CRASH ``result`` whose process ended as ``ending`` says (``Ending.token``;
     its trace, if any, saved under the finding's trace name beside the case's, as a FAIL
     finding's is)."""
-    sig = crash_signature(ending, trace, result.step)
+    sig = crash_signature(ending, trace, result.step, oracle)
     return Finding(
-        signature=sig, oracle=ProcessOracle.name, behaviours=list(ProcessOracle.behaviours),
+        signature=sig, oracle=oracle.name, behaviours=list(oracle.behaviours),
         message=result.message, step=result.step, kind=crash_kind(trace, result.step),
         error=ending,
         trace=None if trace is None else f"traces/{trace_name(result.case, sig)}.json",

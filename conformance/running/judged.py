@@ -16,6 +16,15 @@ from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.errors import KitError
 
 _sink: set[str] | None = None
+# True in a worker process: its parent holds every call to the per-call deadline and sees the
+# process end, so a case that came back judged FAULT-3 (every call returned) for its calls.
+watched = False
+
+
+def process_rules(bounded_memory: bool) -> tuple[str, ...]:
+    """The rules of the process a case ran in that held if it came back with a verdict: FAULT-3
+    where a parent watched it, FAULT-5 where its data had a limit (``running.bounds``)."""
+    return (("FAULT-3",) if watched else ()) + (("FAULT-5",) if bounded_memory else ())
 
 
 def record(rules: Iterable[str]) -> None:

@@ -30,9 +30,11 @@ from pathlib import Path
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature, Missing
 from kvconf.conformance.errors import KitError
+from kvconf.conformance.oracles.process import ProcessOracle, WorkerMemoryOracle
 from kvconf.conformance.reporting.report import CaseResult, Status, UnitResult
 from kvconf.conformance.reporting.source_paths import relative_paths
-from kvconf.conformance.running.crash import CRASH_BEHAVIOURS, CRASH_ORACLE, Ending, ending_of
+from kvconf.conformance.running import bounds
+from kvconf.conformance.running.crash import Ending, ending_of
 from kvconf.conformance.running.findings import crash_finding, trace_name
 from kvconf.conformance.running.flight import read_play
 from kvconf.conformance.running.profiles import Budget, Profile
@@ -58,6 +60,7 @@ class WorkerSpec:
     memory_only: bool = False
     database: str | None = None
     first_only: bool = False  # stop a fuzz unit at its first finding (the kill matrix)
+    worker_memory: int = bounds.DEFAULT_WORKER_MEMORY  # bytes of data per worker; 0: no limit
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Worker:
     log_from: int = 0
     said: list[tuple[bytes, bytes]] = field(default_factory=list)  # (kind, payload) answers
     exit_info: dict | None = None  # a C line: the engine raised SystemExit
+    memory_info: dict | None = None  # an M line: the worker ran out of memory under its limit
     notes: list[dict] = field(default_factory=list)  # G lines: progress, for the display
     eof: bool = False
     started: float = 0.0
@@ -118,21 +122,28 @@ class Worker:
                 self.notes.append(json.loads(payload))
             elif kind == b"C":
                 self.exit_info = json.loads(payload)
+            elif kind == b"M":
+                self.memory_info = json.loads(payload)
             else:
                 self.said.append((kind, payload))
 
     def ending(self) -> Ending:
-        """How the dead worker ended: the engine's sys.exit it reported, else its exit status."""
+        """How the dead worker ended: the engine's sys.exit it reported, its memory limit met
+        (an M line), else its exit status."""
         if self.exit_info is not None:
             return Ending("sys.exit", self.exit_info["code"])
+        if self.memory_info is not None:
+            self.proc.wait()
+            return Ending("memory", self.memory_info["limit"])
         return ending_of(self.proc.wait())
 
     def last_words(self) -> tuple[str, str | None]:
         """Its output since the job began, and the stacks of the moment it died or stalled:
         the traceback of a sys.exit it reported, else what ``faulthandler`` wrote."""
         output, stacks = split_stacks(self.output())
+        said = self.exit_info or self.memory_info or {}
         return (relative_paths(output),
-                (self.exit_info or {}).get("traceback") or (stacks and relative_paths(stacks)))
+                said.get("traceback") or (stacks and relative_paths(stacks)))
 
     def output(self) -> str:
         """The engine's last output since the current job began."""
@@ -174,6 +185,30 @@ class Worker:
             os.close(self.fd)
 
 
+TMP_PREFIX = "kvconf-workers-"  # the pool's folder: kvconf-workers-<pid of the run>-<random>
+
+
+def remove_stale_folders() -> None:
+    """Remove the pool folders of runs that are gone (killed outright, SIGKILL or the OOM
+    killer, with no chance to remove their own): their run's pid, in the name, is no process."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
+        pid = folder.name[len(TMP_PREFIX):].partition("-")[0]
+        if not pid.isdigit() or not folder.is_dir() or folder.owner() != _me():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (PermissionError, OverflowError):
+            continue
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
 def split_stacks(output: str) -> tuple[str, str | None]:
     """The output before the Python stacks ``faulthandler`` wrote into it, and the stacks."""
     lines = output.splitlines()
@@ -184,18 +219,24 @@ def split_stacks(output: str) -> tuple[str, str | None]:
 
 
 class Pool:
-    def __init__(self, spec: WorkerSpec, jobs: int, call_timeout: float) -> None:
+    def __init__(self, spec: WorkerSpec, jobs: int, call_timeout: float,
+                 most: int | None = None) -> None:
+        """``jobs`` workers at most, and never more than ``most``, the units of work the run
+        can have (spec chapter faults, "The bounds of a run"): a worker with no unit to run is
+        a process, and its memory, for nothing."""
         if jobs < 1:
             raise KitError(f"--jobs {jobs}: a pool needs at least one worker")
         if call_timeout <= 0:
             raise KitError(f"--call-timeout {call_timeout:g}: must be more than 0 seconds")
         self.spec = spec
-        self.jobs = jobs
+        self.jobs = max(1, min(jobs, most)) if most is not None else jobs
         self.call_timeout = call_timeout
-        self.tmp = Path(tempfile.mkdtemp(prefix="kvconf-workers-"))
+        remove_stale_folders()
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
         self.workers: list[Worker] = []
         self.shrinker: Worker | None = None
-        self.spawned = 0
+        self.spawned = 0  # processes started, replacements and shrinkers included
+        self.gone: list[Worker] = []  # ended workers whose files are still to be removed
         # (folder, trace name) -> lowest failing unit that saved it
         self.written: dict[tuple[Path | None, str], int] = {}
         self.cancel_unwanted = False
@@ -214,6 +255,7 @@ class Pool:
         path = [p for p in sys.path if p and Path(p).exists()]
         env = dict(os.environ, PYTHONUNBUFFERED="1", KVCONF_WORKER_PARENT=str(os.getpid()),
                    PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
+        env[bounds.ENV] = str(spec.worker_memory)
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "kvconf.conformance.running.worker", str(w), str(recorder)],
@@ -340,7 +382,25 @@ class Pool:
             self._wind_down(shrinks)
             raise
 
+    def _sweep(self) -> None:
+        """Remove the log and play files of the workers that ended, their last words read:
+        the pool's folder holds the live workers' files, not one pair per worker ever started."""
+        for w in self.gone:
+            w.log.unlink(missing_ok=True)
+            w.recorder.unlink(missing_ok=True)
+        self.gone.clear()
+
+    def retire_beyond(self, units: int) -> None:
+        """Stop the workers past one per unit of the run (``open`` started them before the
+        cases the engine cannot run were known), the opening first, then the idle."""
+        spare = sorted((w for w in self.workers if w.job is None or w.job.kind == "open"),
+                       key=lambda w: w.job is None)
+        for w in spare[:max(0, len(self.workers) - max(1, units))]:
+            w.kill()
+            self._forget(w)
+
     def _dispatch(self, queue: deque, shrinks: deque) -> None:
+        self._sweep()
         if self.cancel_unwanted:
             for w in self.workers:
                 if (w.job is not None and w.job.kind == "unit" and not w.cancelled
@@ -367,8 +427,10 @@ class Pool:
                 if idle:  # it ran another engine's units: it opens this one's first
                     self._open_on(idle[0], spec)
                     continue
-                if len(self.workers) >= self.jobs:
-                    return
+                opening = sum(w.job is not None and w.job.kind == "open" for w in self.workers)
+                if (len(self.workers) >= self.jobs
+                        or opening >= sum(map(self.campaign.wanted, queue))):
+                    return  # enough workers, or one opening already for each unit left
                 self.workers.append(self._spawn(probe=True, spec=spec))
                 continue  # it takes work once it has opened the engine
             idle = ready
@@ -418,6 +480,10 @@ class Pool:
                     self._shrunk(job, doc)
                     return
                 self._unit_done(job.unit, doc)
+                if doc.get("retire"):  # its memory limit met: a fresh worker takes the next
+                    w.kill()
+                    self._forget(w)
+                    return
         if w.job is None and not w.eof:
             return
         if w.eof:
@@ -427,6 +493,7 @@ class Pool:
 
     def _forget(self, w: Worker) -> None:
         w.close()
+        self.gone.append(w)  # its files go once what it left is read (``_sweep``)
         if w is self.shrinker:
             self.shrinker = None
         elif w in self.workers:
@@ -509,28 +576,34 @@ class Pool:
         so it does not end a fuzz case (``units.ends``)."""
         trace, text, step, where = self._played(w)
         output, stacks = w.last_words()  # the stacks go to the traceback field
+        if message is None and ending is not None and ending.kind == "memory":
+            message = (f"the engine's process {ending.describe()} {where}, outside any engine "
+                       "call that could raise it; memory that grows with the calls is a leak "
+                       "(give --worker-memory more if the engine needs more)")
         if message is None:
             message = (f"the engine's process {ending.describe()} {where}; an exit or a signal "
                        "inside the engine is never a pass")
         case = self.campaign.cases[unit.case]
         steps = None if text is None else (step + 1 if step is not None else None)
+        oracle = (WorkerMemoryOracle if ending is not None and ending.kind == "memory"
+                  else ProcessOracle)
         result = CaseResult(
-            case=unit.case, status=status, behaviours=list(CRASH_BEHAVIOURS),
-            message=message, oracle=CRASH_ORACLE, step=step,
+            case=unit.case, status=status, behaviours=list(oracle.behaviours),
+            message=message, oracle=oracle.name, step=step,
             duration_s=round(time.monotonic() - w.started, 4),
             trace=None if text is None else f"traces/{unit.case}.json",
             traceback=stacks, output=output or None,
             exit_code=ending.code if ending is not None and ending.kind != "signal" else None,
             signal=ending.signal_name if ending is not None else None,
             steps=steps,
-            judged=list(CRASH_BEHAVIOURS),  # the parent's own check of the process (FAULT-3)
+            judged=list(oracle.behaviours),  # the parent's own check of the process
             units=[UnitResult(index=unit.index, of=unit.of, status=status,
                               duration_s=round(time.monotonic() - w.started, 4))]
             if case.fuzz else None,
         )
         if status is Status.CRASH and ending is not None:
             result.findings = [crash_finding(result, ending.token, trace,
-                                             unit.index if case.fuzz else None)]
+                                             unit.index if case.fuzz else None, oracle)]
         return result, text
 
     def _shrunk(self, job: Job, doc: dict | None) -> None:
@@ -626,7 +699,7 @@ def run_engines(units: list[EngineUnit], specs: dict[str, WorkerSpec], campaign,
 
     if not units:
         return
-    pool = Pool(specs[units[0].engine], jobs, call_timeout)
+    pool = Pool(specs[units[0].engine], jobs, call_timeout, len(units))
     try:
         pool.run(units, campaign, out_dir, spec_of=lambda u: specs[u.engine],
                  out_dir_of=lambda u: out_dir / u.engine if out_dir is not None else None,

@@ -34,7 +34,7 @@ from kvconf.conformance.engine import contract
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature, Missing
 from kvconf.conformance.engine.hybrid import HybridConfig
-from kvconf.conformance.errors import EngineUnavailable, KitError
+from kvconf.conformance.errors import EngineUnavailable, KitError, WriteFailed
 from kvconf.conformance.hybrid.cases import hybrid_cases
 from kvconf.conformance.oracles import (
     MEMORY_ORACLES,
@@ -53,7 +53,7 @@ from kvconf.conformance.reporting.report import (
     UnitResult,
     write_report,
 )
-from kvconf.conformance.running import flight, judged, progress
+from kvconf.conformance.running import bounds, flight, judged, progress
 from kvconf.conformance.running.cases import (
     Case,
     RunContext,
@@ -550,6 +550,8 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     except Exception as e:
         if interrupt_inside(e):
             raise KeyboardInterrupt from None
+        if isinstance(e, MemoryError) and bounds.limit:
+            raise  # the worker's limit met outside an engine call: its CRASH (FAULT-5)
         result = CaseResult(
             case=case.name, status=Status.ERROR, behaviours=list(case.behaviours),
             message=f"{type(e).__name__}: {e}", duration_s=time.perf_counter() - t0,
@@ -558,6 +560,8 @@ def run_unit(ctx: RunContext, case: Case, unit: Unit | None) -> CaseResult:
     finally:
         ctx.unit = None
         ctx.meter = None
+    if result.status in (Status.PASS, Status.FAIL):  # its calls came back: the process held
+        seen.update(judged.process_rules(bool(bounds.limit)))
     result.judged = judged_of(result, seen, ctx.features)
     if ctx.exercised or ctx.illegal or ctx.pairs:
         result.coverage = Coverage(exercised=sorted(ctx.exercised), illegal=sorted(ctx.illegal),
@@ -729,7 +733,8 @@ def start_report(engine: str, config: EngineConfig, version: str,
                  features: frozenset[Feature], *, seed_value: int, profile: Profile,
                  budget: Budget, memory_info: dict | None = None, memory_only: bool = False,
                  jobs: int = 0, shard: Shard | None = None, call_timeout: float = 60.0,
-                 database: str | None = None) -> Report:
+                 database: str | None = None,
+                 worker_memory: int = bounds.DEFAULT_WORKER_MEMORY) -> Report:
     """A report with no result yet: what was run, on what, how (``run_suite`` and the pytest
     plugin write the same one)."""
     return Report(
@@ -740,8 +745,23 @@ def start_report(engine: str, config: EngineConfig, version: str,
             memory=None if memory_info is None else {**memory_info, "memory_only": memory_only},
             jobs=jobs, shard=None if shard is None else str(shard),
             call_timeout_s=None if jobs == 0 else call_timeout, examples_db=database,
+            worker_memory=None if jobs == 0 else bounds.describe(worker_memory),
         )
     )
+
+
+def _cut_short(cut: WriteFailed, campaign: Campaign, pending: list[str]) -> KitError:
+    """The one line a run cut short by a failed write ends with, once its report says so (when
+    the report can be written at all)."""
+    try:
+        campaign.write()
+    except WriteFailed as again:
+        return KitError(f"{cut}; the run was cut short there, and its report could not be "
+                        f"written either ({again.why})")
+    left = f"{len(pending)} case{'s' * (len(pending) != 1)} did not finish"
+    where = f" ({campaign.report_path})" if campaign.report_path is not None else ""
+    return KitError(f"{cut}; the run was cut short there: its report{where} is marked "
+                    f"interrupted, {left}")
 
 
 def run_suite(
@@ -765,6 +785,7 @@ def run_suite(
     shard: Shard | None = None,
     call_timeout: float = 60.0,
     database: str | None = None,
+    worker_memory: int = bounds.DEFAULT_WORKER_MEMORY,
 ) -> Report:
     """Run cases against ``engine``; the report is rewritten atomically after every case.
 
@@ -773,7 +794,11 @@ def run_suite(
     the work. ``memory`` is the runtime's KV memory (``kvconf gpu`` passes torch pools, and
     ``memory_spec``, how a worker builds the same); with ``memory_only`` the cases are judged
     by the oracles that read that memory alone. ``database`` is Hypothesis's example database
-    (a folder, ``module:attr``, or None for none), shared by the workers.
+    (a folder, ``module:attr``, or None for none), shared by the workers. ``worker_memory``
+    bounds each worker's data in bytes (0: no limit; ``kvconf.conformance.running.bounds``), and
+    no more workers start than the run has units of work. A report or trace that cannot be
+    written cuts the run short: its report (if it can be written still) says so (``cut``,
+    ``interrupted``, ``not_run``) and the run stops with the one-line WriteFailed.
 
     For a display: ``on_plan`` gets the names of the cases this run plays, in order, before
     any starts; ``on_start`` and ``on_result`` each case as it starts and settles (a case
@@ -805,13 +830,18 @@ def run_suite(
                 raise KitError("this memory cannot be rebuilt in a worker; run with --jobs 0")
             spec = WorkerSpec(engine=engine, config=config, seed=seed_value, profile=profile,
                               budget=budget, memory_spec=memory_spec, memory_only=memory_only,
-                              database=database)
-            pool = Pool(spec, jobs, call_timeout)
+                              database=database, worker_memory=worker_memory)
+            # Never more workers than units of work (before the engine says which cases it
+            # cannot run: the pool retires the rest once it knows).
+            most = len(plan(((c.name, c.fuzz) for c in cases), budget,
+                            jobs * (shard.count if shard else 1), shard))
+            pool = Pool(spec, jobs, call_timeout, most)
             features, version, unavailable = pool.open()
         report = start_report(engine, config, version, features, seed_value=seed_value,
                               profile=profile, budget=budget, memory_info=memory_info,
                               memory_only=memory_only, jobs=jobs, shard=shard,
-                              call_timeout=call_timeout, database=database)
+                              call_timeout=call_timeout, database=database,
+                              worker_memory=worker_memory)
         skipped = {c.name: r for c in cases
                    if (r := unjudged(c, features, unavailable, config)) is not None}
         streams = max(1, jobs) * (shard.count if shard else 1)
@@ -835,16 +865,19 @@ def run_suite(
                         if shrink_interrupted():  # the finding was kept; now stop
                             raise KeyboardInterrupt
         else:
+            pool.retire_beyond(len(todo))
             pool.run(todo, campaign, out_dir)
     except BaseException as stop:
-        if not isinstance(stop, KeyboardInterrupt) and not interrupt_inside(stop):
+        cut = stop if isinstance(stop, WriteFailed) else None
+        if cut is None and not isinstance(stop, KeyboardInterrupt) and not interrupt_inside(stop):
             raise
         with hold_signals():  # a second Ctrl-C must not cut the report or leave workers
             if campaign is None:  # stopped while the engine opened: nothing ran
                 report = start_report(engine, config, "", frozenset(), seed_value=seed_value,
                                       profile=profile, budget=budget, memory_info=memory_info,
                                       memory_only=memory_only, jobs=jobs, shard=shard,
-                                      call_timeout=call_timeout, database=database)
+                                      call_timeout=call_timeout, database=database,
+                                      worker_memory=worker_memory)
                 campaign = Campaign(cases, [], report, report_path)
                 pending = [c.name for c in cases]
             else:
@@ -853,6 +886,9 @@ def run_suite(
             report.run_info.interrupted = True
             report.run_info.not_run = pending
             report.run_info.finished = now()
+            if cut is not None:
+                report.run_info.cut = f"write failed: {cut.path}: {cut.why}"
+                raise _cut_short(cut, campaign, pending) from None
             campaign.write()
         if isinstance(stop, KeyboardInterrupt):
             raise

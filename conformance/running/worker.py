@@ -8,6 +8,9 @@ on its standard input, records the play in progress in the file RECORDER
 - ``P<json>``: the engine opened: its features, version, and the levels it cannot run.
 - ``R<json>``: a command's result (a unit's ``CaseResult`` and its trace; a shrunk trace).
 - ``C<json>``: the engine raised SystemExit: the code and traceback (the worker then exits).
+- ``M<json>``: the worker ran out of memory under its limit (``KVCONF_WORKER_MEMORY``,
+  ``kvconf.conformance.running.bounds``) outside an engine call: the limit and the traceback
+  (the worker then exits; FAULT-5).
 - ``X<json>``: a fault of the kit or of the input (the run stops with it).
 - ``I``: interrupted (SIGTERM from the parent); the worker exits.
 - ``K``: the unit the parent cancelled (SIGUSR2, ``progress.cancel``) was dropped; the worker
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import os
 import signal
 import sys
 import traceback
@@ -33,7 +37,7 @@ from importlib import import_module
 
 from kvconf.conformance.errors import EngineUnavailable, KitError
 from kvconf.conformance.reporting.source_paths import relative_paths
-from kvconf.conformance.running import flight, progress, shrink
+from kvconf.conformance.running import bounds, flight, judged, progress, shrink
 from kvconf.conformance.running.wire import read_command
 
 
@@ -85,8 +89,11 @@ def _unit(state: State, case: str, unit) -> None:
     ctx = state.opened.ctx
     ctx.deferred = {}
     result = run_unit(ctx, state.cases[case], unit)
+    # After a MemoryError under the limit the engine's leak stays in its module state: the
+    # worker retires (``retire``) and a fresh process takes the next unit.
     answer(b"R", {"result": result.model_dump(mode="json"), "trace": ctx.deferred.get(case),
-                  "traces": {k: v for k, v in ctx.deferred.items() if k != case}})
+                  "traces": {k: v for k, v in ctx.deferred.items() if k != case},
+                  "retire": bounds.hit})
 
 
 def _player(engine: str, trace, memory_spec=None, memory_only: bool = False):
@@ -246,7 +253,23 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
+def _out_of_memory(state: State | None) -> None:
+    """The worker ran out of memory under its limit outside an engine call that could say so
+    (in the kit's own code, or an engine's module-level work): an ``M`` line for the parent's
+    CRASH of FAULT-5, then the worker ends. The engine is dropped first, so the traceback has
+    room to be written."""
+    if state is not None:
+        state.opened = None
+    try:
+        tb = relative_paths(traceback.format_exc())
+    except MemoryError:
+        tb = None
+    answer(b"M", {"limit": bounds.limit, "traceback": tb})
+
+
 def main(argv: list[str]) -> int:
+    bounds.apply_memory_limit(int(os.environ.get(bounds.ENV, "0") or 0))
+    judged.watched = True  # the parent holds each call to its deadline and the process's end
     die_with_parent()
     flight.attach(int(argv[1]), argv[2])
     progress.set_sink(lambda doc: answer(b"G", doc))
@@ -290,6 +313,9 @@ def main(argv: list[str]) -> int:
             return 0
         except KeyboardInterrupt:
             answer(b"I")
+            return 0
+        except MemoryError:
+            _out_of_memory(state)
             return 0
         except Exception as e:
             from kvconf.conformance.running.signals import interrupt_inside
