@@ -168,11 +168,17 @@ def test_a_failing_case_judges_the_rule_it_broke(tmp_path):
 
 
 def test_workers_bring_back_what_the_case_judged(tmp_path):
-    here = _run("test_judged:Bare", tmp_path / "here", ["lru-victim-order", "fuzz-cache"])
-    there = _run("test_judged:Bare", tmp_path / "there", ["lru-victim-order", "fuzz-cache"],
-                 jobs=2)
-    assert [r.judged for r in here.results] == [r.judged for r in there.results]
+    """Any number of workers judge the same rules; a worker's process is watched and bounded,
+    so its cases judge FAULT-3 and FAULT-5 too, which a run in kvconf's own process does not."""
+    cases = ["lru-victim-order", "fuzz-cache"]
+    here = _run("test_judged:Bare", tmp_path / "here", cases)
+    one = _run("test_judged:Bare", tmp_path / "one", cases, jobs=1)
+    there = _run("test_judged:Bare", tmp_path / "there", cases, jobs=2)
+    assert [r.judged for r in one.results] == [r.judged for r in there.results]
     assert all(r.judged for r in there.results)
+    for a, b in zip(here.results, there.results, strict=True):
+        assert set(b.judged) - set(a.judged) == {"FAULT-3", "FAULT-5"}
+        assert set(a.judged) <= set(b.judged)
 
 
 def test_units_combined_judge_the_union_and_an_old_report_judges_nothing():
