@@ -44,6 +44,7 @@ class RetentionOracle(Oracle):
 
     name = "retention"
     behaviours = ("EVICT-7",)
+    after_acks_only = True  # its after_step reads nothing but ``ctx.acks`` (loadbacks landed)
 
     def __init__(self) -> None:
         # The prefixes the device must still serve: namespace -> first pages -> pages below.
