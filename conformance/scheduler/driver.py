@@ -312,7 +312,7 @@ class SchedulerDriver:
             done = {rid for rid, evs in external.items() if Event.FINISH in evs}
             self.mamba_owners.check(self.snap, after, done, self.p)
         if self.mamba_kept is not None and after is not None:
-            self.mamba_kept.check(self.snap, after, where)
+            self.mamba_kept.check(self.snap, after, where, phase)
         if phase == "plan":
             self.before_plan = self.snap
         self.snap = after
