@@ -61,7 +61,7 @@ def test_a_page_dropped_outside_eviction_is_caught_at_the_next_match(black_box: 
     with pytest.raises(Violation) as e:
         play(cache(DropsLeafOnUnlock, black_box), t)
     assert (e.value.oracle, e.value.behaviours, e.value.step) == ("retention", ("EVICT-7",), 4)
-    assert "nothing evicted it" in e.value.message
+    assert "no eviction freed it" in e.value.message
 
 
 @pytest.mark.behaviours("EVICT-7")

@@ -4,15 +4,16 @@ The reuse obligations (TREE-1, MAMBA-10) are judged against what the cache holds
 that drops what it would owe on is owed nothing by them. These oracles keep the caller's own
 account instead.
 
-At the cache level (black-box) the kit knows every prefix it inserted and every page an eviction
-reported freed. A prefix inserted is matched again in full on device until pages go; every page
-the kit finds gone must be paid for by the evictions' freed counts (an eviction frees at most what
-it reports), and at rest, with everything evicted, every page the kit inserted must have been.
-Pages the cache got otherwise (a loadback) or kept twice (TREE-5) only add to the freed counts:
+At the cache level (black-box) the kit counts every device page the cache took (a caller page
+an insert kept, a page a loadback filled) and every page an eviction reported freed. A prefix
+inserted is matched again in full on device until pages go; the owed pages a match finds gone
+are never more than the evictions freed, and at rest, with everything evicted, the pages taken
+are no more than the evictions freed and the unloads let go. Where the kit cannot tell (what an
+unload let go, a loaded page the caller inserted meanwhile) each bound leans the engine's way:
 the account can miss a loss, never invent one.
 
 At the scheduler level (white-box) the snapshots show each cached Mamba state: one that leaves a
-tier in a step while that tier's pool had free slots and handed none out went without pressure.
+tier in a call while that tier's pool had free slots and handed none out went without pressure.
 """
 
 from __future__ import annotations
@@ -136,10 +137,11 @@ class RetentionOracle(Oracle):
                 gone = self.found
                 if gone > self.freed:
                     raise self.fail("EVICT-7", (
-                        f"a match of {len(tokens)} tokens in namespace {ns} covers "
-                        f"{m.device_len} on device, but the kit inserted page {depth} of it at "
-                        f"step {page.step} and nothing evicted it: {gone} inserted pages are "
-                        f"gone and evictions freed {self.freed}"))
+                        f"a match of {len(tokens)} tokens in namespace {ns} serves "
+                        f"{m.device_len} of them from the device, but the page of tokens "
+                        f"{depth * p}..{(depth + 1) * p - 1} was cached at step {page.step} and "
+                        f"no eviction freed it: {gone} cached pages are gone and evictions "
+                        f"freed {self.freed}; a cached page leaves only by an eviction"))
                 return
             level, depth = page.kids, depth + 1
 
