@@ -140,3 +140,19 @@ def test_a_mamba_state_evicted_under_pressure_is_legal() -> None:
 
     play_sched(_sched(Spy), _workload("sched-mamba-tight-slots"))
     assert sum(evicted), "the workload should evict a state under pressure"
+
+
+@pytest.mark.behaviours("MAMBA-12")
+def test_mamba_retention_is_said_unjudged_without_a_snapshot() -> None:
+    from kvconf.conformance.scheduler.driver import SchedulerDriver
+
+    class BlackBox(ReferenceSchedulerAdapter):
+        @property
+        def features(self):
+            return super().features - {Feature.SNAPSHOT}
+
+    t = _workload("sched-mamba-reuse")
+    assert SchedulerDriver(ReferenceSchedulerAdapter(t.config), t).mamba_kept is not None
+    d = SchedulerDriver(BlackBox(t.config), t)
+    assert d.mamba_kept is None
+    assert any(u.startswith("MAMBA-12 (states kept until evicted) not judged") for u in d.unjudged)

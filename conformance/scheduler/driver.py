@@ -143,6 +143,10 @@ class SchedulerDriver:
             ["MAMBA-10 (hybrid reuse) not judged: the engine offers no snapshot, so which "
              "states and KV its cache held is unknown"]
             if c.mamba and not self.white and not memory_only else [])
+        if c.mamba and not self.white and not memory_only:
+            self.unjudged.append("MAMBA-12 (states kept until evicted) not judged: the engine "
+                                 "offers no snapshot, so which states its cache dropped is "
+                                 "unknown")
         if Feature.MIXED_ONLY in feats and not c.mixed and not memory_only:
             self.unjudged.append("PLAN-3 (unmixed batches) not judged: the engine declares "
                                  "mixed_only, its runtime takes any mix of rows")
