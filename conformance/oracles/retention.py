@@ -13,7 +13,8 @@ unload let go, a loaded page the caller inserted meanwhile) each bound leans the
 the account can miss a loss, never invent one.
 
 At the scheduler level (white-box) the snapshots show each cached Mamba state: one that leaves a
-tier in a call while that tier's pool had free slots and handed none out went without pressure.
+tier in a call while that tier's pool had free slots and handed none out went with no allocation
+taking it.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def _slot(entry, tier: Tier) -> int | None:
 
 
 class MambaRetentionOracle(Oracle):
-    """MAMBA-12, white-box: a cached state leaves a tier only under pressure.
+    """MAMBA-12, white-box: a cached state leaves a tier only when an allocation takes it.
 
     A snapshot shows no allocation that came and went within one call: a plan may take slots
     for a request it then fails to admit (evicting on the way) and give them back. So a plan
@@ -208,8 +209,8 @@ class MambaRetentionOracle(Oracle):
             raise self.fail("MAMBA-12", (
                 f"{where}: the {tier} state of depth {e.depth} of namespace {e.namespace} "
                 f"(entry {e.id}) left the cache while {len(before.mamba.free[tier])} {tier} "
-                "state slots were free and none was handed out: a state is dropped only by an "
-                "eviction under pressure"))
+                "state slots were free and none was handed out: a cached state leaves only when "
+                "an allocation takes its slot"))
 
 
 # Requests a plan may admit, taking state slots for them (spec chapter requests).

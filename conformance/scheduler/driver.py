@@ -242,7 +242,7 @@ class SchedulerDriver:
         self.mamba_owners = (MambaOwnershipOracle() if c.mamba and self.white
                              and not memory_only else None)
         self.mamba_kept = (MambaRetentionOracle() if self.mamba_owners is not None
-                           else None)  # MAMBA-12: states leave only under pressure
+                           else None)  # MAMBA-12: states leave only for an allocation
         # The copies the runtime was handed and has not acknowledged, by kind (op id -> request),
         # and this plan's loadbacks where none is acknowledged (HOST-10).
         self.held_ops: dict[str, dict[Any, str]] = {"writeback": {}, "loadback": {}, "l3": {}}
