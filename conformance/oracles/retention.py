@@ -31,10 +31,11 @@ from kvconf.reference.tiers import Tier
 
 @dataclass(slots=True)
 class _Page:
-    """One inserted page the cache owes on device: where the kit inserted it, and the pages
-    inserted below it."""
+    """One page the cache owes on device: the step it was first cached at and the last step an
+    insert or a loadback put it there again, and the pages owed below it."""
 
     step: int
+    last: int
     kids: dict[tuple[int, ...], _Page] = field(default_factory=dict)
 
 
@@ -71,8 +72,8 @@ class RetentionOracle(Oracle):
     def after_step(self, ctx: Ctx) -> None:
         """A loadback that landed put its lock's whole prefix on device (HOST-3), its last
         pages (as many as it copied) fresh there: each is a page the cache took, save one the
-        caller inserted while the copy was in flight (owed since, its copy's page went back
-        free)."""
+        caller inserted while the copy was in flight (taken by that insert, the copy's page
+        went back free)."""
         for op, ok in ctx.acks:
             got = ctx.ledger.started.pop(op.op_id, None)
             if not ok or op.kind != "loadback" or got is None or got[0].detached:
@@ -82,7 +83,7 @@ class RetentionOracle(Oracle):
             pages, level, fresh = len(rec.tokens) // p, self.owed.get(rec.namespace, {}), 0
             for k in range(pages - len(op.pairs), pages):
                 page = _find(level, rec.tokens, p, k)
-                fresh += page is None or page.step < start
+                fresh += page is None or page.last < start
             self._take(rec.namespace, fresh)
             self._owe(ctx, rec.namespace, rec.tokens)
 
@@ -98,7 +99,8 @@ class RetentionOracle(Oracle):
             key = tuple(tokens[k * p:(k + 1) * p])
             page = level.get(key)
             if page is None:
-                page = level[key] = _Page(ctx.index)
+                page = level[key] = _Page(ctx.index, ctx.index)
+            page.last = ctx.index
             level = page.kids
 
     def on_evict(self, ctx, tier, asked, freed, before, after) -> None:
@@ -118,7 +120,7 @@ class RetentionOracle(Oracle):
                 held += len(r.tokens) // p
                 del ctx.ledger.started[op_id]
         now = freed if isinstance(freed, int) and freed > 0 else 0
-        self.unloaded += min(self.taken.pop(ns, 0) - self.gone.pop(ns, 0), now + held)
+        self.unloaded += max(0, min(self.taken.pop(ns, 0) - self.gone.pop(ns, 0), now + held))
 
     def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
         p = ctx.ledger.page_size
