@@ -149,6 +149,8 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "EvictableOffByOne": ("match-longest-whole-pages", "counters", "POOL-6"),
     # The host source the copy still reads is freed by the eviction: its pages' owner is wrong.
     "UnlockDropsTransferPin": ("loadback-keeps-host-source", "ownership", "HOST-3"),
+    # The leaf its lock held is gone at the next match, and no eviction freed a page.
+    "DropsLeafOnUnlock": ("cached-until-evicted", "retention", "EVICT-7"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.
@@ -184,7 +186,7 @@ def test_every_planted_defect_names_real_behaviours():
 @pytest.mark.behaviours(
     "PIN-2", "EVICT-1", "EVICT-2", "EVICT-3", "TREE-5", "POOL-4", "PIN-1", "TREE-4", "HOST-4",
     "HOST-6", "TREE-1", "TREE-2", "EVENT-5", "EVENT-1", "PIN-3", "NS-1", "HOST-3", "HOST-2",
-    "NS-2", "EVENT-6", "HOST-10", "POOL-6",
+    "NS-2", "EVENT-6", "HOST-10", "POOL-6", "EVICT-7",
 )
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_scenarios_catch_planted_defect(name):

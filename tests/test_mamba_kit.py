@@ -32,6 +32,8 @@ CATCHES = {
     "FinishKeepsCheckpoint": ("sched-mamba-reuse", "mamba-ownership", "MAMBA-8"),
     "NoWorkingFallback": ("sched-mamba-finish-fallback", "mamba-ownership", "MAMBA-7"),
     "NoReuseWithMamba": ("sched-mamba-reuse", "hybrid-reuse", "MAMBA-10"),
+    # The state of a shorter prefix goes at a finish while a slot is free.
+    "DropsShorterStates": ("sched-mamba-reuse", "mamba-retention", "MAMBA-12"),
 }
 
 
@@ -49,7 +51,7 @@ def test_every_planted_mamba_defect_has_an_expected_catch() -> None:
 
 
 @pytest.mark.behaviours("MAMBA-1", "MAMBA-2", "MAMBA-3", "MAMBA-4", "MAMBA-5", "MAMBA-6",
-                        "MAMBA-8", "MAMBA-10")
+                        "MAMBA-8", "MAMBA-10", "MAMBA-12")
 @pytest.mark.parametrize("name", sorted(PLANTED_MAMBA))
 def test_a_mamba_workload_catches_planted_defect(name: str) -> None:
     workload, oracle, behaviour = CATCHES[name]

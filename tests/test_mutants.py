@@ -99,6 +99,7 @@ FUZZ_KILLS = {
         "SharedNamespaces", "SplitDropsPins", "StoresTwice", "TieByNewestSeq",
         "UnbalancedUnlockAccepted", "UnloadFreesPinned", "UnloadKeepsUnpinned", "UnloadSilent",
         "UnlockDropsTransferPin", "WritebackNeverRetired", "WritebackParentUnpinned",
+        "DropsLeafOnUnlock",
     ], "fuzz-cache"),
     **dict.fromkeys([
         "AbortKeepsPin", "AbortRaisesWhileWritingBack", "AckAfterAbortDropped",
@@ -124,6 +125,7 @@ FUZZ_KILLS = {
     ], "fuzz-scheduler-swarm"),
     **dict.fromkeys([
         "HostEvictionDropsEntry", "MambaUnitsDropped", "RetractStateUnprotected",
+        "DropsShorterStates",
     ], "fuzz-scheduler-mamba"),
     "WindowFromTopLevelOnly": "fuzz-scheduler-model-config",
     "ReleasesInsideWindow": "fuzz-hybrid",

@@ -22,6 +22,7 @@ from kvconf.conformance.errors import EngineRejected, KitError
 from kvconf.conformance.faults import call_legal, fits, raised, rejected, wrong_return
 from kvconf.conformance.oracles import STEP_ORACLES, Ctx, Oracle, Violation
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle
+from kvconf.conformance.oracles.retention import RetentionOracle
 from kvconf.conformance.running import flight
 from kvconf.conformance.runtime.content import page_tags
 from kvconf.conformance.runtime.memory import MemoryFactory, page_id_space, shadow_memory
@@ -123,6 +124,8 @@ class CacheDriver:
         self.counting = Feature.COUNTERS in engine.features and any(
             isinstance(o, CounterOracle) for o in self.oracles)
         self.rest = next((o for o in self.oracles if isinstance(o, RestOracle)), None)
+        # The kit's account of the pages it inserted, settled at rest (EVICT-7).
+        self.retention = next((o for o in self.oracles if isinstance(o, RetentionOracle)), None)
         self.log: list[dict[str, Any]] = []
         # The engine calls of the steps, with their answers, for DET-1's replay
         # (``kvconf.conformance.cache.tape``); None: not recorded.
@@ -417,6 +420,7 @@ class CacheDriver:
             src, dst = ((Tier.DEVICE, Tier.HOST) if op.kind == "writeback"
                         else (Tier.HOST, Tier.DEVICE))
             handle = self.ledger.memory.start_copy(src, dst, op.pairs)
+            self.ledger.started[op.op_id] = (rec, i)
             if step.ack == "now":
                 self._ack(op, handle, step.success)
             else:
@@ -430,6 +434,8 @@ class CacheDriver:
                 raise KitError(f"steps[{i}].op: unload, and the engine does not declare unload")
             freed = self._call("unload", self.engine.unload, step.ns)
             self._notify("on_unload", step.ns)
+            if self.retention is not None:
+                self.retention.unloaded_ns(self.ctx, step.ns, freed)
             for rec in self.ledger.live_locks():
                 if rec.namespace == step.ns:
                     rec.detached = True
@@ -516,6 +522,8 @@ class CacheDriver:
             self._evict(Tier.HOST, size) if Feature.HOST_TIER in self.engine.features else None
             self._settle()
             where = "at rest with everything evicted"
+            if self.retention is not None:
+                self.retention.emptied(where)
             if self.rest is not None and isinstance(self._snap, CacheSnapshot):
                 self.rest.emptied(self._snap, where)
             if self.rest is not None and self.ctx.counters is not None:

@@ -48,6 +48,9 @@ class Ledger:
     # so still in flight for it; by op id.
     stranded: dict[Any, CopyOp] = field(default_factory=dict)
     sizes: dict[Tier, int] = field(default_factory=dict)  # each pool's configured size
+    # Transfers started and not yet acknowledged, by op id: the lock each was started on and
+    # the step (a loadback's prefix is on device once it lands; EVICT-7's account).
+    started: dict[Any, tuple[LockRecord, int]] = field(default_factory=dict)
 
     def remember(self, namespace: int, tokens: Sequence[int], tags: Sequence[int]) -> None:
         p = self.page_size

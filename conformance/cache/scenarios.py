@@ -103,6 +103,23 @@ SCENARIOS: tuple[Scenario, ...] = (
         requires=Requires(device_pages=6),  # A's 6 pages
     ),
     Scenario(
+        "cached-until-evicted",
+        ("EVICT-7", "TREE-5"),
+        frozenset(),
+        (
+            InsertStep(tokens=A),
+            MatchStep(tokens=A + [42], lock=D, expect=E(device_len=6)),
+            TickStep(),
+            UnlockStep(step=1),
+            MatchStep(tokens=A + [42], expect=E(device_len=6, behaviours=["EVICT-7"])),
+            EvictStep(pages=100, expect=E(evicted=6)),
+            MatchStep(tokens=A + [42], expect=E(device_len=0)),
+        ),
+        "A prefix stays cached, locked or not, until an eviction frees it: releasing its last "
+        "lock drops nothing.",
+        requires=Requires(device_pages=6),  # A's 6 pages
+    ),
+    Scenario(
         "split-keeps-pins",
         ("TREE-4", "TREE-6", "PIN-1", "PIN-2"),
         frozenset(),

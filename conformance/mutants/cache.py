@@ -304,6 +304,35 @@ class UnlockDropsTransferPin(PrefixCache):
                     self._victims.offer(n)
 
 
+class DropsLeafOnUnlock(PrefixCache):
+    """EVICT-7 / E-24: releasing a device lock held across steps frees the locked leaf's device
+    pages as if the request that held it owned them: the removal is announced and the pool
+    conserved, but nothing evicted the prefix, and no reuse obligation counts it any more."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._taken: dict[int, int] = {}  # lock handle -> the clock when it was taken
+
+    def lock(self, node_id, tier=Tier.DEVICE):
+        handle = super().lock(node_id, tier)
+        self._taken[handle] = self.clock.now
+        return handle
+
+    def unlock(self, handle: int) -> None:
+        lock = dict(self._locks.items()).get(handle)
+        super().unlock(handle)
+        taken = self._taken.pop(handle, None)
+        if lock is None or lock.internal or lock.tier is not Tier.DEVICE or taken is None \
+                or taken == self.clock.now:
+            return
+        node = lock.node
+        if node.id in self._nodes and is_candidate(node, Tier.DEVICE) and node.pending is None \
+                and not (self._ghosts and self._detached(node)):
+            parent = node.parent
+            self._drop_tier(node, Tier.DEVICE)
+            self._victims.offer(parent)
+
+
 PLANTED = {
     cls.__name__: cls
     for cls in (
@@ -312,6 +341,6 @@ PLANTED = {
         UnbalancedUnlockAccepted, StoresTwice, SharedNamespaces, LoadbackVisibleEarly,
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
         NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages, EvictionDropsHostCopy,
-        WritebackNeverRetired, EvictableOffByOne, UnlockDropsTransferPin,
+        WritebackNeverRetired, EvictableOffByOne, UnlockDropsTransferPin, DropsLeafOnUnlock,
     )
 }

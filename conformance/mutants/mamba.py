@@ -119,11 +119,27 @@ class FinishKeepsCheckpoint(Scheduler):
             r.ckpt = keep
 
 
+class DropsShorterStates(Scheduler):
+    """MAMBA-12 / E-25: publishing a request's state drops the cached device states of the
+    shorter prefixes of its prompt (one state per chain, to spare slots) though the state pool
+    has free slots: a later request on a shorter prefix is owed nothing and prefills it again."""
+
+    def _mamba_publish(self, r, depth):
+        super()._mamba_publish(r, depth)
+        if not depth or self.mamba is None:
+            return
+        key, ns = tuple(r.tokens[:depth]), r.spec.namespace
+        for e in list(self.mamba.entries.values()):
+            if e.namespace == ns and e.device is not None and e.depth < depth \
+                    and key[: e.depth] == e.tokens and not e.busy and not e.protect:
+                self.mamba.detach(e, Tier.DEVICE)
+
+
 PLANTED_MAMBA = {
     cls.__name__: cls
     for cls in (MambaUnitsDropped, HostEvictionDropsEntry, ReusesWithoutState, AnyDepthForReuse,
                 RetractStateUnprotected, SharedResumeSource, FinishKeepsCheckpoint,
-                NoWorkingFallback)
+                NoWorkingFallback, DropsShorterStates)
 }
 
 

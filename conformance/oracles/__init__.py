@@ -17,6 +17,7 @@ from kvconf.conformance.oracles.ownership import OwnershipOracle
 from kvconf.conformance.oracles.pinned import PinnedHostOracle
 from kvconf.conformance.oracles.pinning import PinOracle
 from kvconf.conformance.oracles.process import ProcessOracle, WorkerMemoryOracle
+from kvconf.conformance.oracles.retention import MambaRetentionOracle, RetentionOracle
 from kvconf.conformance.oracles.scheduler import (
     HybridReuseOracle,
     LivenessOracle,
@@ -34,6 +35,7 @@ from kvconf.conformance.oracles.window import WindowConfigOracle
 STEP_ORACLES: tuple[type[Oracle], ...] = (
     ContentOracle,
     MatchOracle,
+    RetentionOracle,
     PinOracle,
     OwnershipOracle,
     EvictionOracle,
@@ -55,7 +57,7 @@ MEMORY_ORACLES: tuple[type[Oracle], ...] = (ContentOracle, PinnedContentOracle, 
 SCHED_ORACLES: tuple[type[Oracle], ...] = (
     PlanOracle, RequestStateOracle, ReuseOracle, HybridReuseOracle, RuntimeEventOracle,
     LivenessOracle, SchedContentOracle, SchedEventOracle, L3Oracle, MambaContentOracle,
-    MambaOwnershipOracle, TransferOracle, CounterOracle, RestOracle,
+    MambaOwnershipOracle, MambaRetentionOracle, TransferOracle, CounterOracle, RestOracle,
 )
 ALL_ORACLES: tuple[type[Oracle], ...] = tuple(dict.fromkeys((
     *STEP_ORACLES, *SCHED_ORACLES, DeterminismOracle, WindowConfigOracle, PinnedHostOracle,

@@ -21,6 +21,7 @@ from kvconf.conformance.faults import DOCUMENTED, call_legal, raised, wrong_retu
 from kvconf.conformance.oracles.accounting import CounterOracle, RestOracle, TransferOracle
 from kvconf.conformance.oracles.base import Violation
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
+from kvconf.conformance.oracles.retention import MambaRetentionOracle
 from kvconf.conformance.oracles.scheduler import (
     HybridReuseOracle,
     Live,
@@ -167,6 +168,10 @@ class SchedulerDriver:
             ["MAMBA-10 (hybrid reuse) not judged: the engine offers no snapshot, so which "
              "states and KV its cache held is unknown"]
             if c.mamba and not self.white and not memory_only else [])
+        if c.mamba and not self.white and not memory_only:
+            self.unjudged.append("MAMBA-12 (states kept until evicted) not judged: the engine "
+                                 "offers no snapshot, so which states its cache dropped is "
+                                 "unknown")
         if Feature.MIXED_ONLY in feats and not c.mixed and not memory_only:
             self.unjudged.append("PLAN-3 (unmixed batches) not judged: the engine declares "
                                  "mixed_only, its runtime takes any mix of rows")
@@ -261,6 +266,8 @@ class SchedulerDriver:
         self.mamba_content = MambaContentOracle()
         self.mamba_owners = (MambaOwnershipOracle() if c.mamba and self.white
                              and not memory_only else None)
+        self.mamba_kept = (MambaRetentionOracle() if self.mamba_owners is not None
+                           else None)  # MAMBA-12: states leave only for an allocation
         # The copies the runtime was handed and has not acknowledged, by kind (op id -> request),
         # and this plan's loadbacks where none is acknowledged (HOST-10).
         self.held_ops: dict[str, dict[Any, str]] = {"writeback": {}, "loadback": {}, "l3": {}}
@@ -365,6 +372,8 @@ class SchedulerDriver:
         if self.mamba_owners is not None and after is not None:
             done = {rid for rid, evs in external.items() if Event.FINISH in evs}
             self.mamba_owners.check(self.snap, after, done, self.p)
+        if self.mamba_kept is not None and after is not None:
+            self.mamba_kept.check(self.snap, after, where, phase)
         if phase == "plan":
             self.before_plan = self.snap
         self.snap = after
