@@ -132,11 +132,12 @@ class HybridDriver:
 
     def judged(self) -> set[str]:
         """The rules this play judged (spec chapter faults, "Verdicts of a rule"): the
-        oracle's, FAULT-2 on every call, the trace's expectations; nothing unjudged (a replay
-        for DET-1). Before the feature filter (``kvconf.conformance.running.judged``)."""
+        oracle's, FAULT-2 on every call, FAULT-4 on every answer, the trace's expectations;
+        nothing unjudged (a replay for DET-1). Before the feature filter
+        (``kvconf.conformance.running.judged``)."""
         if not self.judge or not (self.log or self.index >= 0):
             return set()
-        return self.oracle.judged() | self.marks | {"FAULT-2"}
+        return self.oracle.judged() | self.marks | {"FAULT-2", "FAULT-4"}
 
     def _expect(self, step: HybridStep, out: dict[str, Any]) -> None:
         exp = step.expect

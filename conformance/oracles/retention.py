@@ -189,6 +189,7 @@ class MambaRetentionOracle(Oracle):
 
     name = "mamba-retention"
     behaviours = ("MAMBA-12",)
+    conditional = ("MAMBA-12",)  # judged where a call changed the states and was compared
     needs = frozenset({Feature.MAMBA, Feature.SNAPSHOT})
 
     def check(self, before, after, where: str, phase: str = "") -> None:
@@ -198,6 +199,7 @@ class MambaRetentionOracle(Oracle):
             return
         if phase == "plan" and any(v.state in _WAITING for v in before.requests):
             return  # slots may have been taken for an admission that failed, and given back
+        self.mark("MAMBA-12")
         now = {(e.namespace, e.tokens): e for e in after.mamba.entries}
         for tier in (Tier.DEVICE, Tier.HOST):
             lost = [e for e in before.mamba.entries if _slot(e, tier) is not None

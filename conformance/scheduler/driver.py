@@ -289,16 +289,17 @@ class SchedulerDriver:
     def judged(self) -> set[str]:
         """The rules this play judged (spec chapter faults, "Verdicts of a rule"): those of
         the oracles that took part (``Oracle.judged``: some only where their event happened),
-        the driver's own checks (FAULT-2 on every call, PLAN-10, REQ-4, LIVE-1, POOL-5 at
-        rest), less what the workload's configuration leaves nothing to judge of and what the
-        driver says it could not judge (``unjudged``). Before the feature filter
+        the driver's own checks (FAULT-2 on every call, FAULT-4 on every plan, PLAN-10, REQ-4,
+        LIVE-1, POOL-5 at rest), less what the workload's configuration leaves nothing to judge
+        of and what the driver says it could not judge (``unjudged``). Before the feature filter
         (``kvconf.conformance.running.judged``)."""
         if not self.log:
             return set()
         c = self.trace.config
-        out = self.marks | {"FAULT-2", "PLAN-10"}
+        out = self.marks | {"FAULT-2", "FAULT-4", "PLAN-10"}  # FAULT-4: every plan's type
         for o in (self.plans, self.states, self.reuse, self.hybrid_reuse, self.events, self.kv,
-                  self.content, self.mamba_owners, self.transfers, self.counter):
+                  self.content, self.mamba_owners, self.mamba_kept, self.transfers,
+                  self.counter):
             if o is not None:
                 out |= o.judged()
         if c.mamba:
