@@ -610,6 +610,37 @@ class PrefixCache:
                                    None, (), 0))
         return self._sweep_ghosts()
 
+    # ----------------------------------------------------------------- reset
+    def in_use(self) -> bool:
+        """Whether anything holds part of the cache: a lock over a page (a lock of an empty
+        match pins nothing), a transfer in flight, a page the caller holds, or an unloaded
+        adapter's blocks still held (EVICT-7)."""
+        if self._transfers or self._l3 or self._ghosts:
+            return True
+        if any(lock.node.parent is not None for _, lock in self._locks.items()):
+            return True
+        return any(CALLER in pool.owners() for pool in self.pools.values())
+
+    def reset(self) -> bool:
+        """Drop the whole cache, as vLLM's ``reset_prefix_cache`` and SGLang's ``flush_cache``
+        do: refused (False, nothing changed) while anything is in use (EVICT-7); else every
+        cached page of every tier and namespace goes back to its free list, one
+        AllBlocksCleared is published (EVENT-9) and no BlockRemoved, and True is returned
+        (EVICT-8). The namespace roots stay: a lock of an empty match still names one."""
+        if self.in_use():
+            return False
+        for root in self._roots.values():
+            for node in self._subtree(root)[1:]:
+                for tier in (DEVICE, HOST):
+                    pages = node.pages(tier)
+                    if pages:
+                        self.pools[tier].release(list(pages), node_owner(node.id))
+                del self._nodes[node.id]
+            root.children.clear()
+        self._victims = VictimIndex()
+        self._emit(KVEvent(EventKind.CLEARED, ()))
+        return True
+
     def _detached(self, node: Node) -> bool:
         """Part of an unloaded namespace's tree: announced as removed already, never again."""
         root = node.path()[0]

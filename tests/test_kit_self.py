@@ -149,6 +149,10 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "EvictableOffByOne": ("match-longest-whole-pages", "counters", "POOL-6"),
     # The host source the copy still reads is freed by the eviction: its pages' owner is wrong.
     "UnlockDropsTransferPin": ("loadback-keeps-host-source", "ownership", "HOST-3"),
+    # The driver knows from its ledger that a lock holds a page: the reset's True is the fault.
+    "ResetIgnoresHolders": ("reset-waits-then-clears", "faults", "EVICT-7"),
+    "ResetKeepsHostCopies": ("reset-waits-for-copies", "reset", "EVICT-8"),
+    "ResetSilent": ("reset-waits-then-clears", "reset", "EVENT-9"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.

@@ -26,6 +26,7 @@ class ReferenceCacheAdapter:
             Feature.LOCK_HANDLES,
             Feature.UNLOAD,
             Feature.COUNTERS,
+            Feature.RESET,
         }
     )
 
@@ -93,6 +94,9 @@ class ReferenceCacheAdapter:
 
     def unload(self, namespace: int) -> int:
         return self._call(self.cache.unload, namespace)
+
+    def reset(self) -> bool:
+        return self._call(self.cache.reset)
 
     def snapshot(self) -> CacheSnapshot:
         return self.cache.snapshot()

@@ -17,6 +17,7 @@ from kvconf.conformance.oracles.ownership import OwnershipOracle
 from kvconf.conformance.oracles.pinned import PinnedHostOracle
 from kvconf.conformance.oracles.pinning import PinOracle
 from kvconf.conformance.oracles.process import ProcessOracle, WorkerMemoryOracle
+from kvconf.conformance.oracles.reset import ResetOracle
 from kvconf.conformance.oracles.scheduler import (
     HybridReuseOracle,
     LivenessOracle,
@@ -38,6 +39,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     OwnershipOracle,
     EvictionOracle,
     PageEvictionOracle,
+    ResetOracle,  # before the events: a reset's own rule names what its events lack
     EventOracle,
     BlockPoolOracle,
     FaultOracle,
