@@ -109,6 +109,10 @@ class PrefixCache:
         self._events: list[KVEvent] = []
         self._victims = VictimIndex()
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
+        # Hit statistics since the cache was built (POOL-8): every match's query tokens and the
+        # device tokens it served; a reset keeps them.
+        self.query_tokens = 0
+        self.hit_tokens = 0
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
         self._forget_views()
 
@@ -270,7 +274,10 @@ class PrefixCache:
             if step.pages * self.page_size < len(node.key):
                 node = self._split(node, step.pages)
                 break
-        return self._matched(node)
+        m = self._matched(node)
+        self.query_tokens += len(tokens)
+        self.hit_tokens += m.device_len
+        return m
 
     def match_node(self, node_id: int) -> MatchResult:
         """What :meth:`match` returns for the tokens of the path down to ``node_id`` (a node

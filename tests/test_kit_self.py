@@ -153,6 +153,8 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "ResetIgnoresHolders": ("reset-waits-then-clears", "faults", "EVICT-7"),
     "ResetKeepsHostCopies": ("reset-waits-for-copies", "reset", "EVICT-8"),
     "ResetSilent": ("reset-waits-then-clears", "reset", "EVENT-9"),
+    # A match that finds the prefix on host alone, after its device copy was evicted.
+    "HitsCountHost": ("writeback-demote-loadback", "hit-rate", "POOL-8"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.

@@ -102,8 +102,11 @@ class ReferenceCacheAdapter:
         return self.cache.snapshot()
 
     def counters(self) -> dict[str, int]:
-        """The reference's own counts (POOL-6): free, cached and evictable pages per tier."""
-        return self.cache.counters()
+        """The reference's own counts (POOL-6): free, cached and evictable pages per tier, and
+        its hit statistics (POOL-8), which only the cache level reports."""
+        out = self.cache.counters()
+        out["query_tokens"], out["hit_tokens"] = self.cache.query_tokens, self.cache.hit_tokens
+        return out
 
 
 def reference(config: EngineConfig) -> ReferenceCacheAdapter:

@@ -242,6 +242,9 @@ class CacheDriver:
 
     def _match(self, ns: int, tokens: Sequence[int]) -> Match:
         m = self._call("match", self.engine.match, ns, list(tokens))
+        led = self.ledger
+        led.queried += len(tokens)
+        led.hits += m.device_len
         ctx = self.ctx
         self.ran.add("on_match")
         for fn in self._on_match:

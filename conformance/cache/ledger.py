@@ -48,6 +48,9 @@ class Ledger:
     # so still in flight for it; by op id.
     stranded: dict[Any, CopyOp] = field(default_factory=dict)
     sizes: dict[Tier, int] = field(default_factory=dict)  # each pool's configured size
+    # Every match call's query tokens and the device tokens it served, summed (POOL-8).
+    queried: int = 0
+    hits: int = 0
 
     def remember(self, namespace: int, tokens: Sequence[int], tags: Sequence[int]) -> None:
         p = self.page_size

@@ -200,7 +200,9 @@ class CacheEngine(Protocol):
     @needs(Feature.COUNTERS)
     def counters(self) -> Mapping[str, int]:
         """The engine's own counts by name (POOL-6): ``available_<tier>``, ``cached_<tier>``,
-        ``evictable_<tier>``, leaving out the ones it does not keep."""
+        ``evictable_<tier>``, and its hit statistics since it was built, ``query_tokens`` (the
+        tokens of every query matched) and ``hit_tokens`` (the device tokens those matches
+        served, POOL-8), leaving out the ones it does not keep."""
 
 
 @runtime_checkable

@@ -251,6 +251,16 @@ class ResetSilent(PrefixCache):
         return cleared
 
 
+class HitsCountHost(PrefixCache):
+    """POOL-8 / E-27: the hit statistics count a prefix found on the host tier as a hit, as if
+    it were served from device."""
+
+    def match(self, namespace, tokens):
+        m = super().match(namespace, tokens)
+        self.hit_tokens += max(m.host_len - m.device_len, 0)
+        return m
+
+
 class NegativeDepthAtRoot(PrefixCache):
     """TREE-3 / D268-8: a miss in an adapter's namespace reports a negative depth (the
     namespace offset is not removed when the match falls back to the root)."""
@@ -348,6 +358,6 @@ PLANTED = {
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
         NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages, EvictionDropsHostCopy,
         WritebackNeverRetired, EvictableOffByOne, UnlockDropsTransferPin, ResetIgnoresHolders,
-        ResetKeepsHostCopies, ResetSilent,
+        ResetKeepsHostCopies, ResetSilent, HitsCountHost,
     )
 }

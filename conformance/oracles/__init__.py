@@ -8,6 +8,7 @@ from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.oracles.events import EventOracle
 from kvconf.conformance.oracles.eviction import EvictionOracle, PageEvictionOracle
 from kvconf.conformance.oracles.faults import FaultOracle
+from kvconf.conformance.oracles.hit_rate import HitRateOracle
 from kvconf.conformance.oracles.hybrid import HybridOracle
 from kvconf.conformance.oracles.l3 import L3Oracle
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
@@ -48,6 +49,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     PageHashOracle,
     TransferOracle,
     CounterOracle,
+    HitRateOracle,
     RestOracle,
 )
 # The oracles that judge the KV memory alone: what ``kvconf gpu --memory-only`` runs, to show a
