@@ -13,6 +13,7 @@ from kvconf.conformance.cache.scenarios import SCENARIOS
 from kvconf.conformance.cache.walk import CacheWalk, TraceHolder
 from kvconf.conformance.engine.config import EngineConfig
 from kvconf.conformance.engine.features import Feature
+from kvconf.conformance.engine.field_docs import meaning
 from kvconf.conformance.errors import KitError
 from kvconf.conformance.mutants.cache import (
     ResetIgnoresHolders,
@@ -20,6 +21,7 @@ from kvconf.conformance.mutants.cache import (
     ResetSilent,
 )
 from kvconf.conformance.oracles import STEP_ORACLES, Violation
+from kvconf.conformance.reporting.step_words import answer, describe_expect
 from kvconf.conformance.running.runner import play
 from kvconf.conformance.runtime.memory import shadow_memory
 from kvconf.conformance.trace import MatchStep, ResetStep, Trace
@@ -119,3 +121,12 @@ def test_an_engine_without_reset_is_never_reset_nor_judged_on_it() -> None:
         assert not {"EVICT-7", "EVICT-8", "EVENT-9"} & walk.driver.judged()
     with pytest.raises(KitError, match="reset, and the engine does not declare reset"):
         play(_NoReset, Trace(config=EngineConfig(), steps=[ResetStep()]))
+
+
+def test_a_reset_step_reads_in_words_and_its_field_says_what_it_means() -> None:
+    assert answer({"op": "reset", "cleared": True, "events": [["AllBlocksCleared", []]]}) == (
+        "clears the cache; 1 AllBlocksCleared")
+    assert answer({"op": "reset", "cleared": False, "events": []}) == "refuses the reset"
+    assert describe_expect({"cleared": False}) == "expects refused"
+    assert meaning("cleared").startswith("cleared: what reset returned")
+    assert "Drop the whole cache" in meaning("cleared")
