@@ -130,3 +130,16 @@ def test_a_reset_step_reads_in_words_and_its_field_says_what_it_means() -> None:
     assert describe_expect({"cleared": False}) == "expects refused"
     assert meaning("cleared").startswith("cleared: what reset returned")
     assert "Drop the whole cache" in meaning("cleared")
+
+
+def test_an_engine_that_declares_reset_without_the_method_is_told_in_one_line() -> None:
+    from kvconf.conformance.engine.contract import problems
+
+    class _Claims(_NoReset):
+        features = ReferenceCacheAdapter.features
+
+    engine = _Claims(EngineConfig())
+    engine.reset = None  # declared, but nothing to call
+    (line,) = problems(engine, Feature.CACHE)
+    assert line.startswith("reset: missing, needed with reset (reset() -> bool: Drop the whole")
+    assert problems(_NoReset(EngineConfig()), Feature.CACHE) == []
