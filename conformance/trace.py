@@ -37,7 +37,7 @@ class Expect(BaseModel):
     evicted: int | None = None
     started: bool | None = None  # a transfer was started (not declined)
     rejected: bool | None = None  # the engine must reject the call (FAULT-1)
-    cleared: bool | None = None  # a reset cleared the cache (EVICT-7, EVICT-8)
+    cleared: bool | None = None  # a reset cleared the cache (EVICT-8, EVICT-9)
     behaviours: list[str] | None = Field(
         None, description="the behaviours a mismatch breaks; the trace's own list when absent",
     )
@@ -111,7 +111,7 @@ class UnloadStep(_Step):
 
 
 class ResetStep(_Step):
-    """Reset the whole cache (EVICT-7, EVICT-8): cleared when nothing is in use, refused
+    """Reset the whole cache (EVICT-8, EVICT-9): cleared when nothing is in use, refused
     otherwise; the driver knows which from its own ledger."""
 
     op: Literal["reset"] = "reset"

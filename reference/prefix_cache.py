@@ -621,7 +621,7 @@ class PrefixCache:
     def in_use(self) -> bool:
         """Whether anything holds part of the cache: a lock over a page (a lock of an empty
         match pins nothing), a transfer in flight, a page the caller holds, or an unloaded
-        adapter's blocks still held (EVICT-7)."""
+        adapter's blocks still held (EVICT-8)."""
         if self._transfers or self._l3 or self._ghosts:
             return True
         if any(lock.node.parent is not None for _, lock in self._locks.items()):
@@ -630,10 +630,10 @@ class PrefixCache:
 
     def reset(self) -> bool:
         """Drop the whole cache, as vLLM's ``reset_prefix_cache`` and SGLang's ``flush_cache``
-        do: refused (False, nothing changed) while anything is in use (EVICT-7); else every
+        do: refused (False, nothing changed) while anything is in use (EVICT-8); else every
         cached page of every tier and namespace goes back to its free list, one
         AllBlocksCleared is published (EVENT-9) and no BlockRemoved, and True is returned
-        (EVICT-8). The namespace roots stay: a lock of an empty match still names one."""
+        (EVICT-9). The namespace roots stay: a lock of an empty match still names one."""
         if self.in_use():
             return False
         for root in self._roots.values():

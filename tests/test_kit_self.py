@@ -150,8 +150,8 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     # The host source the copy still reads is freed by the eviction: its pages' owner is wrong.
     "UnlockDropsTransferPin": ("loadback-keeps-host-source", "ownership", "HOST-3"),
     # The driver knows from its ledger that a lock holds a page: the reset's True is the fault.
-    "ResetIgnoresHolders": ("reset-waits-then-clears", "faults", "EVICT-7"),
-    "ResetKeepsHostCopies": ("reset-waits-for-copies", "reset", "EVICT-8"),
+    "ResetIgnoresHolders": ("reset-waits-then-clears", "faults", "EVICT-8"),
+    "ResetKeepsHostCopies": ("reset-waits-for-copies", "reset", "EVICT-9"),
     "ResetSilent": ("reset-waits-then-clears", "reset", "EVENT-9"),
     # A match that finds the prefix on host alone, after its device copy was evicted.
     "HitsCountHost": ("writeback-demote-loadback", "hit-rate", "POOL-8"),

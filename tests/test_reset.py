@@ -1,4 +1,4 @@
-"""Reset (EVICT-7, EVICT-8, EVENT-9): the reference's, the kit's checks of it, its mutants, and
+"""Reset (EVICT-8, EVICT-9, EVENT-9): the reference's, the kit's checks of it, its mutants, and
 the choice the spec leaves open (a lock of an empty match may count as in use or not)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _factory(cls: type[PrefixCache] = PrefixCache):
     return partial(ReferenceCacheAdapter, cache_cls=cls)
 
 
-@pytest.mark.behaviours("EVICT-7", "EVICT-8", "EVENT-9")
+@pytest.mark.behaviours("EVICT-8", "EVICT-9", "EVENT-9")
 def test_the_reference_refuses_while_held_and_clears_when_idle() -> None:
     cache = PrefixCache(CacheConfig(page_size=2, device_pages=8, host_pages=8))
     pages = cache.alloc(2)
@@ -54,16 +54,16 @@ def test_the_reference_refuses_while_held_and_clears_when_idle() -> None:
     assert cache.counters()["available_device"] == 8 and cache.counters()["cached_device"] == 0
 
 
-@pytest.mark.behaviours("EVICT-7", "EVICT-8", "EVENT-9")
+@pytest.mark.behaviours("EVICT-8", "EVICT-9", "EVENT-9")
 @pytest.mark.parametrize("sc", RESET_SCENARIOS, ids=lambda sc: sc.name)
 def test_the_reset_scenarios_pass_on_the_reference(sc) -> None:
     log = play(_factory(), sc.trace(EngineConfig(page_size=2, device_pages=24, host_pages=24)))
     assert [r["cleared"] for r in log if r["op"] == "reset"] == [False, True]
 
 
-@pytest.mark.behaviours("EVICT-7", "EVICT-8", "EVENT-9")
-@pytest.mark.parametrize(("cls", "rule"), [(ResetIgnoresHolders, "EVICT-7"),
-                                           (ResetKeepsHostCopies, "EVICT-8"),
+@pytest.mark.behaviours("EVICT-8", "EVICT-9", "EVENT-9")
+@pytest.mark.parametrize(("cls", "rule"), [(ResetIgnoresHolders, "EVICT-8"),
+                                           (ResetKeepsHostCopies, "EVICT-9"),
                                            (ResetSilent, "EVENT-9")])
 def test_each_reset_mutant_fails_its_rule_in_a_scenario(cls, rule: str) -> None:
     found = []
@@ -76,13 +76,13 @@ def test_each_reset_mutant_fails_its_rule_in_a_scenario(cls, rule: str) -> None:
 
 
 class _CountsEmptyLocks(PrefixCache):
-    """A legal choice (EVICT-7): any lock held, an empty match's too, keeps a reset out."""
+    """A legal choice (EVICT-8): any lock held, an empty match's too, keeps a reset out."""
 
     def in_use(self) -> bool:
         return super().in_use() or bool(self._locks.items())
 
 
-@pytest.mark.behaviours("EVICT-7")
+@pytest.mark.behaviours("EVICT-8")
 @pytest.mark.parametrize("cls", [PrefixCache, _CountsEmptyLocks])
 def test_with_only_an_empty_match_locked_either_answer_is_legal(cls) -> None:
     trace = Trace(config=EngineConfig(), steps=[
@@ -91,7 +91,7 @@ def test_with_only_an_empty_match_locked_either_answer_is_legal(cls) -> None:
     assert log[1]["cleared"] is (cls is PrefixCache)
 
 
-@pytest.mark.behaviours("EVICT-7", "EVICT-8", "EVENT-9")
+@pytest.mark.behaviours("EVICT-8", "EVICT-9", "EVENT-9")
 def test_the_walk_plays_resets_both_refused_and_cleared_and_the_reference_holds() -> None:
     answers: list[bool] = []
     for seed in range(12):
@@ -103,7 +103,7 @@ def test_the_walk_plays_resets_both_refused_and_cleared_and_the_reference_holds(
         mine = [r["cleared"] for r in walk.driver.log if r["op"] == "reset"]
         judged = walk.driver.judged()
         assert ("EVENT-9" in judged) is bool(mine)  # judged where a reset ran, else not
-        assert ("EVICT-8" in judged) is (True in mine)  # judged where one cleared
+        assert ("EVICT-9" in judged) is (True in mine)  # judged where one cleared
         answers += mine
     assert True in answers and False in answers
 
@@ -118,7 +118,7 @@ def test_an_engine_without_reset_is_never_reset_nor_judged_on_it() -> None:
                          memory=shadow_memory, oracles=STEP_ORACLES)
         walk.run(30)
         assert all(s.op != "reset" for s in walk.trace.steps)
-        assert not {"EVICT-7", "EVICT-8", "EVENT-9"} & walk.driver.judged()
+        assert not {"EVICT-8", "EVICT-9", "EVENT-9"} & walk.driver.judged()
     with pytest.raises(KitError, match="reset, and the engine does not declare reset"):
         play(_NoReset, Trace(config=EngineConfig(), steps=[ResetStep()]))
 

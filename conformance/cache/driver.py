@@ -452,7 +452,7 @@ class CacheDriver:
         raise KitError(f"steps[{i}].op: unknown operation {step.op!r}")
 
     def in_use(self) -> bool | None:
-        """Whether the caller holds part of the cache, as a reset must see it (EVICT-7): True
+        """Whether the caller holds part of the cache, as a reset must see it (EVICT-8): True
         for a lock over a page, a copy in flight or a page it holds; None when it holds only
         locks of empty matches, which pin nothing an engine need count (either answer of a
         reset is legal then); False for nothing at all."""
@@ -464,16 +464,16 @@ class CacheDriver:
         return None if led.live else False
 
     def _reset(self) -> dict[str, Any]:
-        """A reset: cleared exactly when nothing is in use (EVICT-7, EVICT-8); a refused one
+        """A reset: cleared exactly when nothing is in use (EVICT-8, EVICT-9); a refused one
         changes nothing (``ResetOracle``)."""
         busy = self.in_use()
         before = self._snapshot()
         cleared = self._call("reset", self.engine.reset)
         if busy is not None:
-            self.marks.add("EVICT-7")
+            self.marks.add("EVICT-8")
             if cleared is busy:
                 raise Violation(
-                    _FAULTS, ("EVICT-7",),
+                    _FAULTS, ("EVICT-8",),
                     "reset returned True while the caller holds part of the cache (a lock over "
                     "a page or a copy in flight): a reset that clears must wait until nothing "
                     "is in use" if busy else "reset returned False with nothing in use (no "

@@ -419,7 +419,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "reset-waits-then-clears",
-        ("EVICT-7", "EVICT-8"),
+        ("EVICT-8", "EVICT-9"),
         frozenset({Feature.RESET}),
         (
             InsertStep(tokens=A),
@@ -441,7 +441,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "reset-waits-for-copies",
-        ("EVICT-7", "EVICT-8"),
+        ("EVICT-8", "EVICT-9"),
         frozenset({Feature.RESET, Feature.HOST_TIER}),
         (
             InsertStep(tokens=A),

@@ -351,7 +351,7 @@ class CacheWalk:
     def reset(self) -> None:
         """Reset the cache as things stand (refused while the caller holds part of it), or,
         half the time, once the caller has let go of everything: every held-back copy
-        acknowledged, every lock released (EVICT-7, EVICT-8)."""
+        acknowledged, every lock released (EVICT-8, EVICT-9)."""
         if self._coin():
             while self.later:
                 self.ack(0, True)

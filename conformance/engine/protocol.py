@@ -194,8 +194,8 @@ class CacheEngine(Protocol):
         """Drop the whole cache (vLLM's ``reset_prefix_cache``, SGLang's ``flush_cache``): with
         nothing in use (no lock over a page held, no transfer in flight, no page held by the
         caller) every cached page of every tier and namespace goes back to its free list and
-        ``True`` is returned (EVICT-8), with ``AllBlocksCleared`` published (EVENT-9);
-        otherwise ``False``, changing nothing (EVICT-7)."""
+        ``True`` is returned (EVICT-9), with ``AllBlocksCleared`` published (EVENT-9);
+        otherwise ``False``, changing nothing (EVICT-8)."""
 
     @needs(Feature.COUNTERS)
     def counters(self) -> Mapping[str, int]:

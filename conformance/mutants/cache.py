@@ -217,7 +217,7 @@ class UnloadSilent(PrefixCache):
 
 
 class ResetIgnoresHolders(PrefixCache):
-    """EVICT-7 / E-24: a reset while part of the cache is held drops what nobody holds and
+    """EVICT-8 / E-26: a reset while part of the cache is held drops what nobody holds and
     reports success (announcing the clearing), leaving the held pages matchable."""
 
     def reset(self):
@@ -230,7 +230,7 @@ class ResetIgnoresHolders(PrefixCache):
 
 
 class ResetKeepsHostCopies(PrefixCache):
-    """EVICT-8 / E-25: a reset evicts the device tier and announces the clearing, but host
+    """EVICT-9 / E-27: a reset evicts the device tier and announces the clearing, but host
     copies stay in the tree, matchable."""
 
     def reset(self):
@@ -242,7 +242,7 @@ class ResetKeepsHostCopies(PrefixCache):
 
 
 class ResetSilent(PrefixCache):
-    """EVENT-9 / E-26: a reset clears the cache without publishing AllBlocksCleared."""
+    """EVENT-9 / E-28: a reset clears the cache without publishing AllBlocksCleared."""
 
     def reset(self):
         before = len(self._events)
@@ -252,7 +252,7 @@ class ResetSilent(PrefixCache):
 
 
 class HitsCountHost(PrefixCache):
-    """POOL-8 / E-27: the hit statistics count a prefix found on the host tier as a hit, as if
+    """POOL-8 / E-29: the hit statistics count a prefix found on the host tier as a hit, as if
     it were served from device."""
 
     def match(self, namespace, tokens):

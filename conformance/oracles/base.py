@@ -112,5 +112,5 @@ class Oracle:
     def on_unload(self, ctx: Ctx, ns: int) -> None: ...
     def on_reset(self, ctx: Ctx, cleared: bool, before: CacheSnapshot | None,
                  after: CacheSnapshot | None) -> None:
-        """A reset returned ``cleared`` (EVICT-7, EVICT-8); the snapshots around the call."""
+        """A reset returned ``cleared`` (EVICT-8, EVICT-9); the snapshots around the call."""
     def after_step(self, ctx: Ctx) -> None: ...

@@ -43,7 +43,7 @@ class PinOracle(Oracle):
 
     def on_reset(self, ctx: Ctx, cleared, before, after) -> None:
         if cleared:
-            self.cached.clear()  # every cached page went back to the free list (EVICT-8)
+            self.cached.clear()  # every cached page went back to the free list (EVICT-9)
 
     def on_alloc(self, ctx: Ctx, pages: list[int]) -> None:
         if len(set(pages)) != len(pages):

@@ -1,4 +1,4 @@
-"""Reset oracle (EVICT-7, EVICT-8, EVENT-9): a reset clears everything or changes nothing.
+"""Reset oracle (EVICT-8, EVICT-9, EVENT-9): a reset clears everything or changes nothing.
 
 Whether a reset had to clear or refuse the driver knows from its own ledger (it holds the locks
 and the copies) and judges there. This oracle judges what each answer leaves:
@@ -24,11 +24,11 @@ from kvconf.reference.tiers import Tier
 
 class ResetOracle(Oracle):
     name = "reset"
-    behaviours = ("EVICT-7", "EVICT-8", "EVENT-9")
+    behaviours = ("EVICT-8", "EVICT-9", "EVENT-9")
     needs = frozenset({Feature.RESET})
-    # EVICT-7 is judged where a reset was refused and a snapshot shows what it left (the driver
-    # marks it where it knew the answer owed); EVICT-8 where one cleared; EVENT-9 at any reset.
-    conditional = ("EVICT-7", "EVICT-8")
+    # EVICT-8 is judged where a reset was refused and a snapshot shows what it left (the driver
+    # marks it where it knew the answer owed); EVICT-9 where one cleared; EVENT-9 at any reset.
+    conditional = ("EVICT-8", "EVICT-9")
     hook_rules = {"on_reset": ("EVENT-9",)}
 
     def __init__(self) -> None:
@@ -40,24 +40,24 @@ class ResetOracle(Oracle):
         self.answer = cleared
         if not cleared:
             if isinstance(before, CacheSnapshot) and isinstance(after, CacheSnapshot):
-                self.mark("EVICT-7")
+                self.mark("EVICT-8")
                 if before != after:
-                    raise self.fail("EVICT-7", "reset refused (returned False) but changed the "
+                    raise self.fail("EVICT-8", "reset refused (returned False) but changed the "
                                     "engine's state")
             return
-        self.mark("EVICT-8")
+        self.mark("EVICT-9")
         self.since = set()
         if not isinstance(after, CacheSnapshot):
             return
         for n in after.nodes:
             if n.parent is not None and (n.device is not None or n.host is not None):
                 tier = Tier.DEVICE if n.device is not None else Tier.HOST
-                raise self.fail("EVICT-8", f"after a reset that cleared (returned True), node "
+                raise self.fail("EVICT-9", f"after a reset that cleared (returned True), node "
                                 f"{n.id} still holds {tier} pages {list(n.pages(tier))}")
         for tier, pool in after.pools.items():
             kept = [p for p, o in enumerate(pool.owners) if o != "free"]
             if kept:
-                raise self.fail("EVICT-8", f"after a reset that cleared, {tier} pages "
+                raise self.fail("EVICT-9", f"after a reset that cleared, {tier} pages "
                                 f"{kept[:5]} are not free (owners {pool.owners[kept[0]]!r}...)")
 
     def on_insert(self, ctx: Ctx, ns: int, tokens: Sequence[int], pages, r) -> None:
@@ -68,7 +68,7 @@ class ResetOracle(Oracle):
         since = self.since
         if since is None or ns in since or not (m.device_len or m.host_len):
             return
-        raise self.fail("EVICT-8", f"a match in namespace {ns} found {m.device_len} tokens on "
+        raise self.fail("EVICT-9", f"a match in namespace {ns} found {m.device_len} tokens on "
                         f"device and {m.host_len} on host after a reset cleared the cache, "
                         "with nothing inserted in that namespace since")
 
@@ -82,7 +82,7 @@ class ResetOracle(Oracle):
                 free, cached = ctx.counters.get(f"available_{tier.value}"), ctx.counters.get(
                     f"cached_{tier.value}")
                 if cached not in (None, 0) or free not in (None, sizes.get(tier, free)):
-                    raise self.fail("EVICT-8", f"after a reset that cleared, the engine counts "
+                    raise self.fail("EVICT-9", f"after a reset that cleared, the engine counts "
                                     f"{free} of {sizes.get(tier)} {tier} pages available and "
                                     f"{cached} cached")
         if Feature.KV_EVENTS not in ctx.engine.features:
