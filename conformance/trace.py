@@ -37,6 +37,7 @@ class Expect(BaseModel):
     evicted: int | None = None
     started: bool | None = None  # a transfer was started (not declined)
     rejected: bool | None = None  # the engine must reject the call (FAULT-1)
+    cleared: bool | None = None  # a reset cleared the cache (EVICT-8, EVICT-9)
     behaviours: list[str] | None = Field(
         None, description="the behaviours a mismatch breaks; the trace's own list when absent",
     )
@@ -109,6 +110,13 @@ class UnloadStep(_Step):
     ns: Namespace
 
 
+class ResetStep(_Step):
+    """Reset the whole cache (EVICT-8, EVICT-9): cleared when nothing is in use, refused
+    otherwise; the driver knows which from its own ledger."""
+
+    op: Literal["reset"] = "reset"
+
+
 class AckStep(_Step):
     op: Literal["ack"] = "ack"
     step: int = Field(ge=0, description="index of the writeback or loadback step")
@@ -117,7 +125,7 @@ class AckStep(_Step):
 
 Step = Annotated[
     MatchStep | InsertStep | ExtendStep | UnlockStep | EvictStep | WritebackStep | LoadbackStep
-    | AckStep | TickStep | UnloadStep,
+    | AckStep | TickStep | UnloadStep | ResetStep,
     Field(discriminator="op"),
 ]
 
@@ -304,7 +312,7 @@ def parse_any_trace(text: str, where: str = "trace"):
 
 
 _OPS = frozenset(("match", "insert", "extend", "unlock", "evict", "writeback", "loadback", "ack",
-                  "tick", "unload"))
+                  "tick", "unload", "reset"))
 
 
 def _format_loc(loc: tuple) -> str:

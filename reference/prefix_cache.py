@@ -109,6 +109,10 @@ class PrefixCache:
         self._events: list[KVEvent] = []
         self._victims = VictimIndex()
         self._ghosts: list[Node] = []  # roots of unloaded namespaces' trees still pinned (NS-2)
+        # Hit statistics since the cache was built (POOL-8): every match's query tokens and the
+        # device tokens it served; a reset keeps them.
+        self.query_tokens = 0
+        self.hit_tokens = 0
         self._l3: dict[int, L3Transfer] = {}  # prefetches and backups in flight
         self._forget_views()
 
@@ -270,7 +274,10 @@ class PrefixCache:
             if step.pages * self.page_size < len(node.key):
                 node = self._split(node, step.pages)
                 break
-        return self._matched(node)
+        m = self._matched(node)
+        self.query_tokens += len(tokens)
+        self.hit_tokens += m.device_len
+        return m
 
     def match_node(self, node_id: int) -> MatchResult:
         """What :meth:`match` returns for the tokens of the path down to ``node_id`` (a node
@@ -609,6 +616,37 @@ class PrefixCache:
                 self._emit(KVEvent(REMOVED, node.hashes, node.namespace,
                                    None, (), 0))
         return self._sweep_ghosts()
+
+    # ----------------------------------------------------------------- reset
+    def in_use(self) -> bool:
+        """Whether anything holds part of the cache: a lock over a page (a lock of an empty
+        match pins nothing), a transfer in flight, a page the caller holds, or an unloaded
+        adapter's blocks still held (EVICT-8)."""
+        if self._transfers or self._l3 or self._ghosts:
+            return True
+        if any(lock.node.parent is not None for _, lock in self._locks.items()):
+            return True
+        return any(CALLER in pool.owners() for pool in self.pools.values())
+
+    def reset(self) -> bool:
+        """Drop the whole cache, as vLLM's ``reset_prefix_cache`` and SGLang's ``flush_cache``
+        do: refused (False, nothing changed) while anything is in use (EVICT-8); else every
+        cached page of every tier and namespace goes back to its free list, one
+        AllBlocksCleared is published (EVENT-9) and no BlockRemoved, and True is returned
+        (EVICT-9). The namespace roots stay: a lock of an empty match still names one."""
+        if self.in_use():
+            return False
+        for root in self._roots.values():
+            for node in self._subtree(root)[1:]:
+                for tier in (DEVICE, HOST):
+                    pages = node.pages(tier)
+                    if pages:
+                        self.pools[tier].release(list(pages), node_owner(node.id))
+                del self._nodes[node.id]
+            root.children.clear()
+        self._victims = VictimIndex()
+        self._emit(KVEvent(EventKind.CLEARED, ()))
+        return True
 
     def _detached(self, node: Node) -> bool:
         """Part of an unloaded namespace's tree: announced as removed already, never again."""

@@ -267,8 +267,10 @@ class _KeepsALock(PrefixCache):
         r = super().insert(namespace, tokens, pages)
         if not getattr(self, "kept", False):
             self.kept = True
+            stats = self.query_tokens, self.hit_tokens  # its own walk is no caller's query
             self._locks.acquire(self._node(self.match(namespace, tokens).device_node),
                                 Tier.DEVICE, internal=True)
+            self.query_tokens, self.hit_tokens = stats
         return r
 
 

@@ -151,6 +151,12 @@ SCENARIO_CATCHES: dict[str, tuple[str, str, str]] = {
     "UnlockDropsTransferPin": ("loadback-keeps-host-source", "ownership", "HOST-3"),
     # The leaf its lock held is gone at the next match, and no eviction freed a page.
     "DropsLeafOnUnlock": ("cached-until-evicted", "retention", "EVICT-7"),
+    # The driver knows from its ledger that a lock holds a page: the reset's True is the fault.
+    "ResetIgnoresHolders": ("reset-waits-then-clears", "faults", "EVICT-8"),
+    "ResetKeepsHostCopies": ("reset-waits-for-copies", "reset", "EVICT-9"),
+    "ResetSilent": ("reset-waits-then-clears", "reset", "EVENT-9"),
+    # A match that finds the prefix on host alone, after its device copy was evicted.
+    "HitsCountHost": ("writeback-demote-loadback", "hit-rate", "POOL-8"),
 }
 
 # Behaviours a defect is reported under although its docstring names another one, and why.

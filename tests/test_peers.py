@@ -201,7 +201,9 @@ class LeavesLastReference(ReferenceCacheAdapter):
     features = ReferenceCacheAdapter.features | {Feature.MATCH_LEAVES_LAST}
 
     def match(self, namespace, tokens):
-        return super().match(namespace, list(tokens)[:-1])
+        m = super().match(namespace, list(tokens)[:-1])
+        self.cache.query_tokens += 1 if tokens else 0  # it was asked the whole query (POOL-8)
+        return m
 
 
 class ClaimsLeavesLast(ReferenceCacheAdapter):

@@ -26,6 +26,7 @@ class ReferenceCacheAdapter:
             Feature.LOCK_HANDLES,
             Feature.UNLOAD,
             Feature.COUNTERS,
+            Feature.RESET,
         }
     )
 
@@ -94,12 +95,18 @@ class ReferenceCacheAdapter:
     def unload(self, namespace: int) -> int:
         return self._call(self.cache.unload, namespace)
 
+    def reset(self) -> bool:
+        return self._call(self.cache.reset)
+
     def snapshot(self) -> CacheSnapshot:
         return self.cache.snapshot()
 
     def counters(self) -> dict[str, int]:
-        """The reference's own counts (POOL-6): free, cached and evictable pages per tier."""
-        return self.cache.counters()
+        """The reference's own counts (POOL-6): free, cached and evictable pages per tier, and
+        its hit statistics (POOL-8), which only the cache level reports."""
+        out = self.cache.counters()
+        out["query_tokens"], out["hit_tokens"] = self.cache.query_tokens, self.cache.hit_tokens
+        return out
 
 
 def reference(config: EngineConfig) -> ReferenceCacheAdapter:

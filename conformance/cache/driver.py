@@ -33,6 +33,7 @@ from kvconf.conformance.trace import (
     InsertStep,
     LoadbackStep,
     MatchStep,
+    ResetStep,
     Step,
     TickStep,
     Trace,
@@ -47,13 +48,13 @@ from kvconf.reference.tiers import Tier
 _FAULTS = "faults"
 # The oracles' hooks (``Oracle``), each called only on the oracles that override it.
 HOOKS = ("on_alloc", "on_forward", "on_match", "on_insert", "on_evict", "on_unchanged_call",
-         "on_unload", "after_step")
+         "on_unload", "on_reset", "after_step")
 
 
 # What each call must return (conformance/protocol.py); None in a tuple means "or None".
 RETURNS: dict[str, tuple[type | None, ...]] = {
     "match": (Match,), "insert": (Inserted,), "evict": (int,),
-    "start_writeback": (CopyOp, None), "start_loadback": (CopyOp, None),
+    "start_writeback": (CopyOp, None), "start_loadback": (CopyOp, None), "reset": (bool,),
 }
 
 
@@ -244,6 +245,9 @@ class CacheDriver:
 
     def _match(self, ns: int, tokens: Sequence[int]) -> Match:
         m = self._call("match", self.engine.match, ns, list(tokens))
+        led = self.ledger
+        led.queried += len(tokens)
+        led.hits += m.device_len
         ctx = self.ctx
         self.ran.add("on_match")
         for fn in self._on_match:
@@ -440,6 +444,10 @@ class CacheDriver:
                 if rec.namespace == step.ns:
                     rec.detached = True
             return {"op": "unload", "freed": freed}
+        if isinstance(step, ResetStep):
+            if Feature.RESET not in self.engine.features:
+                raise KitError(f"steps[{i}].op: reset, and the engine does not declare reset")
+            return self._reset()
         if isinstance(step, AckStep):
             op = self.ledger.transfers.pop(step.step, None)
             if op is None:
@@ -448,6 +456,37 @@ class CacheDriver:
             self._ack(op, self.ledger.copies.pop(step.step), step.success)
             return {"op": "ack", "success": step.success}
         raise KitError(f"steps[{i}].op: unknown operation {step.op!r}")
+
+    def in_use(self) -> bool | None:
+        """Whether the caller holds part of the cache, as a reset must see it (EVICT-8): True
+        for a lock over a page, a copy in flight or a page it holds; None when it holds only
+        locks of empty matches, which pin nothing an engine need count (either answer of a
+        reset is legal then); False for nothing at all."""
+        led = self.ledger
+        if led.transfers or led.stranded or led.held:
+            return True
+        if any(rec.pages for rec in led.live.values()):
+            return True
+        return None if led.live else False
+
+    def _reset(self) -> dict[str, Any]:
+        """A reset: cleared exactly when nothing is in use (EVICT-8, EVICT-9); a refused one
+        changes nothing (``ResetOracle``)."""
+        busy = self.in_use()
+        before = self._snapshot()
+        cleared = self._call("reset", self.engine.reset)
+        if busy is not None:
+            self.marks.add("EVICT-8")
+            if cleared is busy:
+                raise Violation(
+                    _FAULTS, ("EVICT-8",),
+                    "reset returned True while the caller holds part of the cache (a lock over "
+                    "a page or a copy in flight): a reset that clears must wait until nothing "
+                    "is in use" if busy else "reset returned False with nothing in use (no "
+                    "lock over a page, no copy in flight, no page held by the caller)",
+                )
+        self._notify("on_reset", cleared, before, self._snapshot())
+        return {"op": "reset", "cleared": cleared}
 
     def must_refuse(self, rec: LockRecord) -> bool:
         """Whether a second unlock of ``rec`` is one the engine can tell apart (PIN-3). An engine
@@ -561,7 +600,8 @@ def _check_expect(step: Step, out: dict[str, Any], behaviours: tuple[str, ...],
     assert exp is not None
     if out.get("not_sent"):
         return
-    for field in ("device_len", "host_len", "cached_len", "evicted", "started", "rejected"):
+    for field in ("device_len", "host_len", "cached_len", "evicted", "started", "rejected",
+                  "cleared"):
         want = getattr(exp, field)
         if want is not None and match_cap is not None and field in ("device_len", "host_len"):
             want = min(want, match_cap)

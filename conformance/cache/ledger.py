@@ -51,6 +51,9 @@ class Ledger:
     # Transfers started and not yet acknowledged, by op id: the lock each was started on and
     # the step (a loadback's prefix is on device once it lands; EVICT-7's account).
     started: dict[Any, tuple[LockRecord, int]] = field(default_factory=dict)
+    # Every match call's query tokens and the device tokens it served, summed (POOL-8).
+    queried: int = 0
+    hits: int = 0
 
     def remember(self, namespace: int, tokens: Sequence[int], tags: Sequence[int]) -> None:
         p = self.page_size

@@ -28,6 +28,7 @@ from kvconf.conformance.trace import (
     InsertStep,
     LoadbackStep,
     MatchStep,
+    ResetStep,
     Step,
     TickStep,
     Trace,
@@ -432,5 +433,62 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         "Stored once, removed only when stored, parents first, hashes recomputable.",
         requires=Requires(device_pages=9),  # A[:3] in the tree and the caller's 6 pages of A
+    ),
+    Scenario(
+        "reset-waits-then-clears",
+        ("EVICT-8", "EVICT-9"),
+        frozenset({Feature.RESET}),
+        (
+            InsertStep(tokens=A),
+            InsertStep(ns=1, tokens=B),
+            MatchStep(tokens=A[:3] + [42], lock=D, expect=E(device_len=3)),
+            ResetStep(expect=E(cleared=False)),
+            MatchStep(tokens=A, expect=E(device_len=6)),
+            MatchStep(ns=1, tokens=B, expect=E(device_len=3)),
+            UnlockStep(step=2),
+            ResetStep(expect=E(cleared=True)),
+            MatchStep(tokens=A, expect=E(device_len=0, host_len=0)),
+            MatchStep(ns=1, tokens=B, expect=E(device_len=0)),
+            InsertStep(tokens=A, expect=E(cached_len=0)),
+            MatchStep(tokens=A, expect=E(device_len=6)),
+        ),
+        "A reset is refused while a lock holds a page and changes nothing; with nothing in use "
+        "it empties every namespace, and the cache fills again from empty.",
+        requires=Requires(device_pages=9),  # A and B cached at once
+    ),
+    Scenario(
+        "reset-waits-for-copies",
+        ("EVICT-8", "EVICT-9"),
+        frozenset({Feature.RESET, Feature.HOST_TIER}),
+        (
+            InsertStep(tokens=A),
+            MatchStep(tokens=A, lock=D, expect=E(device_len=6)),
+            WritebackStep(step=1, ack="later"),
+            UnlockStep(step=1),
+            ResetStep(expect=E(cleared=False)),
+            AckStep(step=2),
+            MatchStep(tokens=A, expect=E(device_len=6, host_len=6)),
+            ResetStep(expect=E(cleared=True)),
+            MatchStep(tokens=A, expect=E(device_len=0, host_len=0)),
+        ),
+        "A copy in flight holds the cache: a reset waits for its acknowledgement, then empties "
+        "both tiers.",
+        requires=Requires(device_pages=6, host_pages=6),  # A on each tier
+    ),
+    Scenario(
+        "reset-announces-cleared",
+        ("EVENT-9", "EVENT-1", "EVENT-6"),
+        frozenset({Feature.RESET, Feature.KV_EVENTS}),
+        (
+            InsertStep(tokens=A),
+            MatchStep(tokens=A[:2] + [42], lock=D, expect=E(device_len=2)),
+            ResetStep(expect=E(cleared=False)),
+            UnlockStep(step=1),
+            ResetStep(expect=E(cleared=True)),
+            InsertStep(tokens=A, expect=E(cached_len=0)),
+        ),
+        "A reset that clears publishes AllBlocksCleared, so the same blocks may be stored again; "
+        "a refused one publishes nothing.",
+        requires=Requires(device_pages=6),  # A's 6 pages
     ),
 )

@@ -41,6 +41,7 @@ from kvconf.conformance.trace import (
     InsertStep,
     LoadbackStep,
     MatchStep,
+    ResetStep,
     Step,
     TickStep,
     Trace,
@@ -56,14 +57,14 @@ EngineFactory = Callable[[EngineConfig], CacheEngine]
 RULES: tuple[str, ...] = (
     "match", "match_known", "insert", "extend", "extend_known", "unlock", "unlock_again",
     "offload", "offload_deeper", "writeback_race", "reload", "unload", "tick", "evict",
-    "writeback", "loadback", "race", "loadback_race", "ack",
+    "writeback", "loadback", "race", "loadback_race", "ack", "reset",
 )
 # Rules that can always run: a swarm draw keeps at least one, so every trace has a step to take.
 ALWAYS = ("match", "insert", "extend", "tick", "evict")
 _LOCKS = (None, Tier.DEVICE, Tier.HOST)
-# (rules, unloads) -> {the walk's facts: the rules ready} (``CacheWalk._now``): a few hundred
-# entries at most, the facts being seven booleans.
-_NOW: dict[tuple[tuple[str, ...], bool], dict[tuple[bool, ...], tuple[str, ...]]] = {}
+# (rules, unloads, resets) -> {the walk's facts: the rules ready} (``CacheWalk._now``): a few
+# hundred entries at most, the facts being seven booleans.
+_NOW: dict[tuple[tuple[str, ...], bool, bool], dict[tuple[bool, ...], tuple[str, ...]]] = {}
 _TIERS = (Tier.DEVICE, Tier.HOST)
 
 
@@ -110,9 +111,10 @@ class CacheWalk:
         self.prompts: list[tuple[int, list[int]]] = []  # what was inserted, to aim matches at
         self.longer = 0  # prompts of more than a page (``offload_deeper`` needs one)
         self.unloads = Feature.UNLOAD in self.engine.features
+        self.resets = Feature.RESET in self.engine.features
         # The rules ready under each set of the walk's facts (``_now``), shared by the walks of
-        # the same rules and the same ``unloads``.
-        self._seen = _NOW.setdefault((self.rules, self.unloads), {})
+        # the same rules and the same ``unloads`` and ``resets``.
+        self._seen = _NOW.setdefault((self.rules, self.unloads, self.resets), {})
         # Whether the walk may unlock a released lock again: else no released lock is a fact
         # of its steps (``_facts``).
         self.unlocks_again = "unlock_again" in self.rules
@@ -175,6 +177,7 @@ class CacheWalk:
             "offload_deeper": self.longer > 0,
             "writeback_race": later and len(self.prompts) >= 2,
             "unload": self.unloads and prompts,
+            "reset": self.resets,
             "writeback": device, "loadback": host, "race": later, "ack": later,
         }
 
@@ -344,6 +347,17 @@ class CacheWalk:
         self._do(UnloadStep(ns=n))
         self.prompts = [(m, t) for m, t in self.prompts if m != n]
         self.longer = sum(len(t) > self.p for _, t in self.prompts)
+
+    def reset(self) -> None:
+        """Reset the cache as things stand (refused while the caller holds part of it), or,
+        half the time, once the caller has let go of everything: every held-back copy
+        acknowledged, every lock released (EVICT-8, EVICT-9)."""
+        if self._coin():
+            while self.later:
+                self.ack(0, True)
+            for ref in self.live[Tier.DEVICE] + self.live[Tier.HOST]:
+                self._release(ref)
+        self._do(ResetStep())
 
     def tick(self) -> None:
         """A new scheduling step: steps between two ticks share one access time."""

@@ -36,6 +36,9 @@ class Feature(str, Enum):
     # (hit / admit / extend / finish; conformance/engine/hybrid.py).
     HYBRID = "hybrid"
     UNLOAD = "unload"  # a namespace (adapter) can be unloaded
+    # reset() drops the whole cache at once when nothing is in use, and refuses otherwise
+    # (EVICT-8, EVICT-9): vLLM's reset_prefix_cache, SGLang's flush_cache.
+    RESET = "reset"
     ADAPTER_CAP = "adapter_cap"  # a cap on distinct adapters per forward (max_adapters, PLAN-9)
     MATCH_LEAVES_LAST = "match_leaves_last"  # matches never cover the query's last token (TREE-7)
     PAGE_EVICTION = "page_eviction"  # evicts page by page, freeing exactly what is asked (EVICT-6)

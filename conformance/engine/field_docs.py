@@ -108,6 +108,7 @@ def _cache_fields() -> dict[str, tuple[type, str, str]]:
         "started": (CacheEngine, "start_writeback",
                     "whether start_writeback or start_loadback returned a copy, not None"),
         "rejected": (CacheEngine, "unlock", "whether unlock refused"),
+        "cleared": (CacheEngine, "reset", "what reset returned: True cleared, False refused"),
     }
 
 

@@ -189,10 +189,20 @@ class CacheEngine(Protocol):
     def unload(self, namespace: int) -> int:
         """Unload a namespace's adapter: its cached pages go; returns the pages freed now."""
 
+    @needs(Feature.RESET)
+    def reset(self) -> bool:
+        """Drop the whole cache (vLLM's ``reset_prefix_cache``, SGLang's ``flush_cache``): with
+        nothing in use (no lock over a page held, no transfer in flight, no page held by the
+        caller) every cached page of every tier and namespace goes back to its free list and
+        ``True`` is returned (EVICT-9), with ``AllBlocksCleared`` published (EVENT-9);
+        otherwise ``False``, changing nothing (EVICT-8)."""
+
     @needs(Feature.COUNTERS)
     def counters(self) -> Mapping[str, int]:
         """The engine's own counts by name (POOL-6): ``available_<tier>``, ``cached_<tier>``,
-        ``evictable_<tier>``, leaving out the ones it does not keep."""
+        ``evictable_<tier>``, and its hit statistics since it was built, ``query_tokens`` (the
+        tokens of every query matched) and ``hit_tokens`` (the device tokens those matches
+        served, POOL-8), leaving out the ones it does not keep."""
 
 
 @runtime_checkable

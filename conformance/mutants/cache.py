@@ -216,6 +216,51 @@ class UnloadSilent(PrefixCache):
         return freed
 
 
+class ResetIgnoresHolders(PrefixCache):
+    """EVICT-8 / E-26: a reset while part of the cache is held drops what nobody holds and
+    reports success (announcing the clearing), leaving the held pages matchable."""
+
+    def reset(self):
+        if not self.in_use():
+            return super().reset()
+        self.evict(Tier.DEVICE, 1 << 30)
+        self.evict(Tier.HOST, 1 << 30)
+        self._emit(KVEvent(EventKind.CLEARED, ()))
+        return True
+
+
+class ResetKeepsHostCopies(PrefixCache):
+    """EVICT-9 / E-27: a reset evicts the device tier and announces the clearing, but host
+    copies stay in the tree, matchable."""
+
+    def reset(self):
+        if self.in_use():
+            return False
+        self.evict(Tier.DEVICE, 1 << 30)
+        self._emit(KVEvent(EventKind.CLEARED, ()))
+        return True
+
+
+class ResetSilent(PrefixCache):
+    """EVENT-9 / E-28: a reset clears the cache without publishing AllBlocksCleared."""
+
+    def reset(self):
+        before = len(self._events)
+        cleared = super().reset()
+        del self._events[before:]
+        return cleared
+
+
+class HitsCountHost(PrefixCache):
+    """POOL-8 / E-29: the hit statistics count a prefix found on the host tier as a hit, as if
+    it were served from device."""
+
+    def match(self, namespace, tokens):
+        m = super().match(namespace, tokens)
+        self.hit_tokens += max(m.host_len - m.device_len, 0)
+        return m
+
+
 class NegativeDepthAtRoot(PrefixCache):
     """TREE-3 / D268-8: a miss in an adapter's namespace reports a negative depth (the
     namespace offset is not removed when the match falls back to the root)."""
@@ -342,5 +387,6 @@ PLANTED = {
         WritebackParentUnpinned, UnloadKeepsUnpinned, UnloadFreesPinned, UnloadSilent,
         NegativeDepthAtRoot, RootNotLockableOnHost, CopiesToWrongPages, EvictionDropsHostCopy,
         WritebackNeverRetired, EvictableOffByOne, UnlockDropsTransferPin, DropsLeafOnUnlock,
+        ResetIgnoresHolders, ResetKeepsHostCopies, ResetSilent, HitsCountHost,
     )
 }

@@ -8,6 +8,7 @@ from kvconf.conformance.oracles.determinism import DeterminismOracle
 from kvconf.conformance.oracles.events import EventOracle
 from kvconf.conformance.oracles.eviction import EvictionOracle, PageEvictionOracle
 from kvconf.conformance.oracles.faults import FaultOracle
+from kvconf.conformance.oracles.hit_rate import HitRateOracle
 from kvconf.conformance.oracles.hybrid import HybridOracle
 from kvconf.conformance.oracles.l3 import L3Oracle
 from kvconf.conformance.oracles.mamba import MambaContentOracle, MambaOwnershipOracle
@@ -17,6 +18,7 @@ from kvconf.conformance.oracles.ownership import OwnershipOracle
 from kvconf.conformance.oracles.pinned import PinnedHostOracle
 from kvconf.conformance.oracles.pinning import PinOracle
 from kvconf.conformance.oracles.process import ProcessOracle, WorkerMemoryOracle
+from kvconf.conformance.oracles.reset import ResetOracle
 from kvconf.conformance.oracles.retention import MambaRetentionOracle, RetentionOracle
 from kvconf.conformance.oracles.scheduler import (
     HybridReuseOracle,
@@ -40,6 +42,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     OwnershipOracle,
     EvictionOracle,
     PageEvictionOracle,
+    ResetOracle,  # before the events: a reset's own rule names what its events lack
     EventOracle,
     BlockPoolOracle,
     FaultOracle,
@@ -48,6 +51,7 @@ STEP_ORACLES: tuple[type[Oracle], ...] = (
     PageHashOracle,
     TransferOracle,
     CounterOracle,
+    HitRateOracle,
     RestOracle,
 )
 # The oracles that judge the KV memory alone: what ``kvconf gpu --memory-only`` runs, to show a

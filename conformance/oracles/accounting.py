@@ -27,6 +27,9 @@ from kvconf.reference.tiers import Tier
 CACHE_COUNTERS = frozenset(f"{kind}_{tier.value}" for kind in ("available", "cached", "evictable")
                            for tier in Tier)
 SCHED_COUNTERS = CACHE_COUNTERS | {"free_slots"}
+# The hit statistics an engine may add at the cache level (POOL-8, ``HitRateOracle``).
+HIT_COUNTERS = frozenset({"hit_tokens", "query_tokens"})
+_CACHE_KNOWN = CACHE_COUNTERS | HIT_COUNTERS
 
 
 def _cached(owner: str) -> bool:
@@ -228,7 +231,7 @@ class CounterOracle(Oracle):
 
     def _judge(self, ctx: Ctx, shown: Mapping[str, int] | None) -> None:
         where = f"after step {ctx.index} ({ctx.op})"
-        counts = self.names(ctx.counters, CACHE_COUNTERS, where)
+        counts = self.names(ctx.counters, _CACHE_KNOWN, where)
         if shown is not None:
             self.agree(counts, shown, where)
         led = ctx.ledger
@@ -289,7 +292,7 @@ def _fine(counts: dict[str, int], shown: Mapping[str, int] | None, led,
     message; False whenever ``_judge`` would raise (it may be False where ``_judge`` finds
     nothing: the verdict is always ``_judge``'s). ``early``: the engine's loadbacks are
     stream-ordered (HOST-11), their destinations cached already, not landing."""
-    if not _plain_counts(counts, shown, CACHE_COUNTERS):
+    if not _plain_counts(counts, shown, _CACHE_KNOWN):
         return False
     landing = {Tier.DEVICE: 0, Tier.HOST: 0}
     for op in (*led.transfers.values(), *led.stranded.values()):

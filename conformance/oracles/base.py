@@ -110,4 +110,7 @@ class Oracle:
     ) -> None:
         """A call that the spec says changes nothing: a rejection or a declined transfer."""
     def on_unload(self, ctx: Ctx, ns: int) -> None: ...
+    def on_reset(self, ctx: Ctx, cleared: bool, before: CacheSnapshot | None,
+                 after: CacheSnapshot | None) -> None:
+        """A reset returned ``cleared`` (EVICT-8, EVICT-9); the snapshots around the call."""
     def after_step(self, ctx: Ctx) -> None: ...

@@ -41,6 +41,10 @@ class PinOracle(Oracle):
     def on_unload(self, ctx: Ctx, ns: int) -> None:
         self.cached.clear()
 
+    def on_reset(self, ctx: Ctx, cleared, before, after) -> None:
+        if cleared:
+            self.cached.clear()  # every cached page went back to the free list (EVICT-9)
+
     def on_alloc(self, ctx: Ctx, pages: list[int]) -> None:
         if len(set(pages)) != len(pages):
             raise self.fail("POOL-2", f"allocation returned a page twice: {pages}")

@@ -122,6 +122,12 @@ class RetentionOracle(Oracle):
         now = freed if isinstance(freed, int) and freed > 0 else 0
         self.unloaded += max(0, min(self.taken.pop(ns, 0) - self.gone.pop(ns, 0), now + held))
 
+    def on_reset(self, ctx: Ctx, cleared: bool, before, after) -> None:
+        """A reset that cleared dropped every cached page lawfully (EVICT-9; it clears only with
+        nothing in use, EVICT-8): nothing is owed any more, and the account starts again."""
+        if cleared:
+            self.__init__()
+
     def on_match(self, ctx: Ctx, ns: int, tokens: Sequence[int], m: Match) -> None:
         p = ctx.ledger.page_size
         scope = len(match_scope(ctx.engine, tokens)) // p

@@ -35,6 +35,8 @@ def describe_expect(e: dict | None) -> str:
             parts.append("rejected" if v else "accepted")
         elif k == "started":
             parts.append("transfer started" if v else "transfer declined")
+        elif k == "cleared":
+            parts.append("cleared" if v else "refused")
         elif k == "behaviours":
             parts.append("rules " + ", ".join(v))
         else:
@@ -49,8 +51,8 @@ def describe_args(step: dict) -> str:
 
 def _events(evs: list) -> str:
     counts: dict[str, int] = {}
-    for kind, hashes in evs:
-        counts[kind] = counts.get(kind, 0) + len(hashes)
+    for kind, hashes in evs:  # an AllBlocksCleared names no hash: it counts as one
+        counts[kind] = counts.get(kind, 0) + (len(hashes) or 1)
     return ", ".join(f"{n} {k}" for k, n in counts.items())
 
 
@@ -70,6 +72,8 @@ def answer(out: dict) -> str:
                      f"{_pages(out.get('pages', []))}")
         if out.get("freed"):
             parts.append(f"frees {_pages(out['freed'])}")
+    elif op == "reset":
+        parts.append("clears the cache" if out.get("cleared") else "refuses the reset")
     elif "rejected" in out:
         parts.append("rejects it" if out["rejected"] else "accepts it")
     elif "evicted" in out:

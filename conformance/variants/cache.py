@@ -23,7 +23,9 @@ class MatchLeavesLast(PrefixCache):
 
     def match(self, namespace, tokens):
         self._check_tokens(tokens, whole_pages=False)  # the last token is still validated
-        return super().match(namespace, tokens[:-1])
+        m = super().match(namespace, tokens[:-1])
+        self.query_tokens += len(tokens) - len(tokens[:-1])  # it was asked the whole query
+        return m
 
 
 class EvictsPageByPage(PrefixCache):
