@@ -76,11 +76,10 @@ def test_a_card_links_a_known_engines_failure_to_its_write_up(site_src: Path):
                      r"\[why\]\(\.\./peers\.md"
                      r"#vllm-unlock\)\)",
                      card), card
-    # The committed reference report predates kvconf-report/5: nothing records that a check of
-    # PIN-3 ran in it, so the card says it is not judged there, and why, never that it passes.
-    assert 'kv-pass">reference</span>' not in card
-    assert "- not judged (this report predates kvconf-report/5, which records the rules a " \
-           "check of which ran): reference" in card
+    # The committed reference report records what its checks judged (kvconf-report/5): PIN-3
+    # ran and held, so the card passes it there.
+    assert 'kv-pass">reference</span>' in card
+    assert "): reference" not in card  # in no "not judged" or other line
     # SGLang's unified cache crashes on that unlock (FAULT-2): PIN-3 itself is undecided there.
     # With HiCache the fuzz cases meet the accepted double release first (the loadback's own pin
     # holds the count), written up with the unified cache's unlock.
