@@ -21,8 +21,11 @@ from kvconf.conformance.running.runner import play
 from kvconf.conformance.scheduler.generator import play_sched
 from kvconf.conformance.scheduler.scenarios import SCHED_SCENARIOS
 from kvconf.conformance.trace import Trace
+from kvconf.reference import PrefixCache
+from kvconf.reference.host_tier import missing_path
 from kvconf.reference.mamba import MambaCache
 from kvconf.reference.scheduler import Scheduler
+from kvconf.reference.tiers import Tier
 
 A = [1, 2, 3, 4, 5, 6]
 
@@ -156,3 +159,43 @@ def test_mamba_retention_is_said_unjudged_without_a_snapshot() -> None:
     d = SchedulerDriver(BlackBox(t.config), t)
     assert d.mamba_kept is None
     assert any(u.startswith("MAMBA-12 (states kept until evicted) not judged") for u in d.unjudged)
+
+
+class _EvictsForLoadback(PrefixCache):
+    """A legal engine that, as SGLang's ``load_back`` does (``evict_for_alloc``), evicts device
+    pages under pressure inside a loadback's start when too few are free, announcing them."""
+
+    def start_loadback(self, node_id: int):
+        node = self._node(node_id)
+        need = sum(len(n.pages(Tier.HOST) or ()) for n in missing_path(node, Tier.DEVICE))
+        short = need - self.pools[Tier.DEVICE].free_count
+        if short > 0:
+            self.evict(Tier.DEVICE, short)
+        return super().start_loadback(node_id)
+
+
+# Device of 4 pages: B written back and evicted to host, C fills the device, B loaded back (its
+# two pages evict C's under pressure, inside the loadback), then B and C matched.
+B, C = [7, 7, 8, 8], [9, 9, 5, 5, 6, 6]
+UNDER_PRESSURE = [
+    {"op": "insert", "tokens": B},
+    {"op": "match", "tokens": B + [1], "lock": "device"},
+    {"op": "writeback", "step": 1},
+    {"op": "unlock", "step": 1},
+    {"op": "evict", "pages": 2},
+    {"op": "insert", "tokens": C},
+    {"op": "match", "tokens": B + [1], "lock": "host"},
+    {"op": "loadback", "step": 6},
+    {"op": "unlock", "step": 6},
+    {"op": "match", "tokens": B + [1]},
+    {"op": "match", "tokens": C + [1]},
+]
+
+
+@pytest.mark.behaviours("EVICT-7")
+def test_an_eviction_under_pressure_inside_a_loadback_is_legal_where_announced() -> None:
+    """A loadback that evicts for its destination pages, its removals announced, is an eviction
+    (EVICT-7); the same engine without KV events is not judged past the loadback's start."""
+    t = trace(UNDER_PRESSURE, page_size=2, device_pages=4, host_pages=4)
+    play(cache(_EvictsForLoadback), t)
+    play(cache(_EvictsForLoadback, black_box=True), t)

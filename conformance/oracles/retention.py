@@ -8,9 +8,13 @@ At the cache level (black-box) the kit counts every device page the cache took (
 an insert kept, a page a loadback filled) and every page an eviction reported freed. A prefix
 inserted is matched again in full on device until pages go; the owed pages a match finds gone
 are never more than the evictions freed, and at rest, with everything evicted, the pages taken
-are no more than the evictions freed and the unloads let go. Where the kit cannot tell (what an
-unload let go, a loaded page the caller inserted meanwhile) each bound leans the engine's way:
-the account can miss a loss, never invent one.
+are no more than the evictions freed and the unloads let go. An engine may also evict under
+pressure inside a call that needs device pages (a loadback's destination, EVICT-7): with KV
+events the device blocks it announces removed in a loadback's start count as freed; without them
+the kit cannot count such an eviction, so after a loadback starts it stops raising for the rest
+of the trace. Where the kit cannot tell (what an unload let go, a loaded page the caller
+inserted meanwhile) each bound leans the engine's way: the account can miss a loss, never invent
+one.
 
 At the scheduler level (white-box) the snapshots show each cached Mamba state: one that leaves a
 tier in a call while that tier's pool had free slots and handed none out went with no allocation
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.protocol import Inserted, Match, match_scope
 from kvconf.conformance.oracles.base import Ctx, Oracle
+from kvconf.reference.kv_events import EventKind
 from kvconf.reference.requests import State
 from kvconf.reference.tiers import Tier
 
@@ -48,7 +53,8 @@ class RetentionOracle(Oracle):
 
     name = "retention"
     behaviours = ("EVICT-7",)
-    after_acks_only = True  # its after_step reads nothing but ``ctx.acks`` (loadbacks landed)
+    # its after_step reads the step's events (evictions under pressure) as well as its acks
+    after_acks_only = False
 
     def __init__(self) -> None:
         # The prefixes the device must still serve: namespace -> first pages -> pages below.
@@ -59,6 +65,10 @@ class RetentionOracle(Oracle):
         self.found = 0  # owed pages a match found gone, all namespaces
         self.unloaded = 0  # pages an unload may have let go (NS-2)
         self.freed = 0  # device pages the evictions reported freed
+        # An eviction under pressure the kit could not count happened (a loadback started on an
+        # engine without KV events): from then on nothing is raised (the account leans the
+        # engine's way).
+        self.blind = False
 
     def on_insert(self, ctx: Ctx, ns: int, tokens: Sequence[int], pages: Sequence[int],
                   r: Inserted) -> None:
@@ -73,7 +83,20 @@ class RetentionOracle(Oracle):
         """A loadback that landed put its lock's whole prefix on device (HOST-3), its last
         pages (as many as it copied) fresh there: each is a page the cache took, save one the
         caller inserted while the copy was in flight (taken by that insert, the copy's page
-        went back free)."""
+        went back free).
+
+        The engine's own evictions under pressure count as freed: a loadback's start is the one
+        call of this level that needs device pages it may lack (an alloc never evicts, POOL-2),
+        so the device blocks its KV events announce removed in that step were freed for it.
+        A removal announced in any other call (an unlock, say) is no eviction. Without KV
+        events a loadback's start may have evicted what the kit cannot count: the account goes
+        blind."""
+        if ctx.op == "loadback":
+            if Feature.KV_EVENTS in ctx.engine.features:
+                self.freed += sum(len(e.block_hashes) for e in ctx.events
+                                  if e.kind is EventKind.REMOVED)
+            else:
+                self.blind = True
         for op, ok in ctx.acks:
             got = ctx.ledger.started.pop(op.op_id, None)
             if not ok or op.kind != "loadback" or got is None or got[0].detached:
@@ -144,7 +167,7 @@ class RetentionOracle(Oracle):
                 self.gone[ns] = self.gone.get(ns, 0) + lost
                 self.found += lost
                 gone = self.found
-                if gone > self.freed:
+                if gone > self.freed and not self.blind:
                     raise self.fail("EVICT-7", (
                         f"a match of {len(tokens)} tokens in namespace {ns} serves "
                         f"{m.device_len} of them from the device, but the page of tokens "
@@ -158,7 +181,7 @@ class RetentionOracle(Oracle):
         """At rest with everything evicted (the driver's drain): every page the cache took has
         gone, each by an eviction that counted it or with its namespace."""
         taken = self.total - self.unloaded
-        if taken > self.freed:
+        if taken > self.freed and not self.blind:
             raise self.fail("EVICT-7", (
                 f"{where}: the cache took {taken} device pages the kit handed it (beyond what "
                 f"unloads let go), but evictions freed {self.freed}: {taken - self.freed} left "
