@@ -10,7 +10,7 @@ from kvconf.conformance.reporting.report import CaseResult, Report, RunInfo, Sta
 # What the passing fuzz case judged, what it cites without judging, and what no case cites.
 JUDGED = ["PIN-2", "TREE-4"]
 CITED_ONLY = ["EVENT-1", "HOST-3"]
-HELD_IN_FAILURE = "EVICT-1"  # judged by the failing case, not the rule it broke
+HELD_IN_FAILURE = "EVICT-1"  # judged by the failing case only: no verdict (it passes nothing)
 BROKEN = "EVICT-2"
 LACKING = "HOST-1"  # cited by a NOT_SUPPORTED case alone
 UNCITED = "HOST-2"

@@ -293,8 +293,11 @@ def test_a_card_gives_the_readers_engine_its_verdict_first_and_never_an_unjudged
         assert text.index("**Your engine**") < text.index("**Known engines**")
         return text[text.index("**Your engine**"):text.index("**Known engines**")]
 
-    for bid in (*jr.JUDGED, jr.HELD_IN_FAILURE):
+    for bid in jr.JUDGED:
         assert 'kv-pass">dict-cache 1.0</span> passes: a check of it ran and held' in card(bid)
+    # judged only by a case that failed on another rule: a failing case passes nothing
+    assert "- dict-cache 1.0: undecided (its cases failed on another rule first)" in card(
+        jr.HELD_IN_FAILURE)
     for bid in jr.CITED_ONLY:
         assert "- dict-cache 1.0: **not judged** (its cases (fuzz-cache) ran, but no check of " \
                "it did for the features the engine declares)" in card(bid)

@@ -135,17 +135,17 @@ class CaseResult(BaseModel):
 
 def rule_verdicts(r: CaseResult) -> list[tuple[str, Status]]:
     """The per-rule verdicts one case backs (spec chapter faults, "Verdicts of a rule"): PASS
-    only for a rule it judged (``judged``) and that did not fail; a FAIL for the rules its
-    violation cites; every other status (ERROR, TIMEOUT, CRASH, NOT_SUPPORTED, NOT_APPLICABLE)
-    for the rules the case covers. A rule it neither judged nor names gets no verdict from it:
-    unknown is never pass. Every view of a rule's verdict (report, JUnit, compliance, site,
-    diff) reads this."""
+    only for a rule a passing case judged (``judged``); a FAIL for the rules its violation
+    cites, and nothing for the other rules a failing case judged (a check of one may be the
+    very call that failed on another rule: a repeated unlock that crashed judged PIN-3 and held
+    nothing); every other status (ERROR, TIMEOUT, CRASH, NOT_SUPPORTED, NOT_APPLICABLE) for the
+    rules the case covers. A rule it neither judged nor names gets no verdict from it: unknown
+    is never pass. Every view of a rule's verdict (report, JUnit, compliance, site, diff) reads
+    this."""
     if r.status is Status.PASS:
         return [(b, Status.PASS) for b in r.judged or ()]
     if r.status is Status.FAIL:
-        failed = list(dict.fromkeys(r.behaviours))
-        held = [b for b in r.judged or () if b not in failed]
-        return [(b, Status.FAIL) for b in failed] + [(b, Status.PASS) for b in held]
+        return [(b, Status.FAIL) for b in dict.fromkeys(r.behaviours)]
     return [(b, r.status) for b in r.behaviours]
 
 
