@@ -1,5 +1,6 @@
 """A disabled prefix cache (every insert taken back, every match empty) is no conforming cache:
-the spec says so (radix tree chapter, "Insert") and the scenarios fail it (TREE-1, TREE-5)."""
+the spec says so (radix tree chapter, "Insert") and the scenarios fail it (EVICT-7 or TREE-1,
+TREE-5)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ class _Disabled:
         return 0
 
 
-@pytest.mark.behaviours("TREE-1", "TREE-5")
+@pytest.mark.behaviours("TREE-1", "TREE-5", "EVICT-7")
 def test_a_disabled_cache_fails_the_reuse_scenarios() -> None:
     found = {}
     for name in ("match-longest-whole-pages", "duplicate-insert-frees-caller-pages"):
@@ -61,5 +62,7 @@ def test_a_disabled_cache_fails_the_reuse_scenarios() -> None:
         with pytest.raises(Violation) as e:
             play(_Disabled, sc.trace(EngineConfig()))
         found[name] = e.value.behaviours
-    assert "TREE-1" in found["match-longest-whole-pages"]
+    # the kit's own account of what was inserted (EVICT-7) sees the empty match first, or
+    # the scenario's expected match (TREE-1) does
+    assert {"TREE-1", "EVICT-7"} & set(found["match-longest-whole-pages"])
     assert "TREE-5" in found["duplicate-insert-frees-caller-pages"]

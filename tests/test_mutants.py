@@ -134,6 +134,10 @@ FUZZ_KILLS = {
     "CachesWorkingSlot": "fuzz-hybrid",
     "CombinedStopsShort": "fuzz-hybrid",
     "ReleaseLeaks": "fuzz-hybrid",
+    "ResetIgnoresHolders": "fuzz-cache",
+    "ResetKeepsHostCopies": "fuzz-cache",
+    "ResetSilent": "fuzz-cache",
+    "HitsCountHost": "fuzz-cache",
 }
 
 
