@@ -455,7 +455,7 @@ def test_the_site_passes_only_the_rules_a_case_judged_and_shows_the_readers_engi
     # the committed peer runs predate kvconf-report/5: they pass nothing, and the page names
     # them and says why; the reference's run records what it judged, so it passes rules
     legend = re.search(r"n/j in ([^:]+): this report predates kvconf-report/5", page)
-    assert legend and "TokenSpeed main-radix" in legend.group(1)
+    assert legend and "TokenSpeed pr381" in legend.group(1)
     assert "reference" not in legend.group(1) and "SGLang" not in legend.group(1)
     assert re.search(r"<td class='PASS'", page)
     assert "; yours, given to this build) | no expectation file | PASS 1, FAIL 1, " \
