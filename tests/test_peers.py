@@ -433,3 +433,16 @@ def test_an_insert_that_frees_more_than_it_reports_is_caught_without_a_snapshot(
     with pytest.raises(Exception) as e:
         play(HidesFreedDuplicates, trace)
     assert "TREE-5" in str(e.value)
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (.ci/install-peers.sh)")
+@pytest.mark.behaviours("EVICT-8", "EVICT-9", "EVENT-9")
+def test_vllm_resets_as_the_spec_says():
+    """vLLM's ``reset_prefix_cache`` refuses while a block is in use and clears everything with
+    an AllBlocksCleared otherwise: the reset scenarios pass, judging the three rules."""
+    from kvconf.conformance.adapters.vllm_cache import VLLMAdapter
+
+    assert Feature.RESET in VLLMAdapter.features
+    for name in ("reset-waits-then-clears", "reset-announces-cleared"):
+        sc = next(s for s in SCENARIOS if s.name == name)
+        play(VLLMAdapter, sc.trace(EngineConfig(page_size=2, device_pages=24)))

@@ -93,7 +93,7 @@ class VLLMAdapter(DeviceOnly):
     namespace_part = "lora"  # "lora" | "cache_salt": what carries a namespace
     features = frozenset({
         Feature.NAMESPACES, Feature.KV_EVENTS, Feature.LOCK_HANDLES, Feature.MATCH_LEAVES_LAST,
-        Feature.PAGE_EVICTION, Feature.BLOCK_SNAPSHOT,
+        Feature.PAGE_EVICTION, Feature.BLOCK_SNAPSHOT, Feature.RESET,
     })
     lacks = {  # why, each in the NOT_SUPPORTED cases' reason (docs/peers.md)
         Feature.HOST_TIER: "the KVCacheManager has one GPU block pool; CPU offloading is a KV "
@@ -263,6 +263,13 @@ class VLLMAdapter(DeviceOnly):
         for bid in victims[:num_pages]:
             self.mgr.evict_blocks({bid})  # one at a time: the order is the queue's
         return min(num_pages, len(victims))
+
+    def reset(self) -> bool:
+        """``KVCacheManager.reset_prefix_cache``: refused (False, nothing changed) while any
+        block but the null block is in use, a caller's lock or a page it allocated included;
+        otherwise every block's hash is dropped and AllBlocksCleared published (EVICT-8,
+        EVICT-9, EVENT-9)."""
+        return bool(self.mgr.reset_prefix_cache())
 
     def _free_queue(self) -> list[Any]:
         return self.pool.free_block_queue.get_all_free_blocks()
