@@ -14,11 +14,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, get_origin, get_type_hints
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.conformance.engine.hybrid import HybridEngine
-from kvconf.conformance.engine.protocol import CacheEngine, Doc, SchedulerEngine
+from kvconf.conformance.engine.protocol import CacheEngine, SchedulerEngine, documented
 from kvconf.conformance.errors import KitError
 
 PROTOCOLS: dict[Feature, type] = {Feature.CACHE: CacheEngine, Feature.SCHEDULER: SchedulerEngine,
@@ -46,15 +46,10 @@ class Method:
     doc: str
 
 
-def _doc(hint: Any) -> str:
-    return next((m.text for m in getattr(hint, "__metadata__", ()) if isinstance(m, Doc)), "")
-
-
 def attributes(protocol: type) -> list[Attribute]:
     """The protocol's attributes in declaration order (its own annotations)."""
     hints = get_type_hints(protocol, include_extras=True)
-    return [Attribute(n, get_args(hints[n])[0] if _doc(hints[n]) else hints[n], _doc(hints[n]))
-            for n in inspect.get_annotations(protocol)]
+    return [Attribute(n, *documented(hints[n])) for n in inspect.get_annotations(protocol)]
 
 
 def methods(protocol: type) -> list[Method]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Protocol, TypeVar, get_args, runtime_checkable
 
 from kvconf.conformance.engine.features import Feature
 from kvconf.reference.kv_events import KVEvent
@@ -31,6 +31,13 @@ class Doc:
     """The definition of an attribute or an answer's field (its ``Annotated`` metadata)."""
 
     text: str
+
+
+def documented(hint: Any) -> tuple[Any, str]:
+    """An annotation's plain type and its ``Doc`` text ("" and the hint as it is when it
+    carries none): what the contract check and the generated reference both read."""
+    doc = next((m.text for m in getattr(hint, "__metadata__", ()) if isinstance(m, Doc)), "")
+    return (get_args(hint)[0] if doc else hint), doc
 
 
 def needs(*features: Feature) -> Callable[[F], F]:
